@@ -1,0 +1,21 @@
+# find_package(basin) support: installed headers keep the <basin/...> prefix.
+include(GNUInstallDirs)
+include(CMakePackageConfigHelpers)
+
+install(TARGETS basin EXPORT basinTargets
+        LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}
+        ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
+        RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
+foreach(dir core algorithms callbacks schedulers)
+  install(DIRECTORY ${PROJECT_SOURCE_DIR}/${dir}/ DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/basin/${dir}
+          FILES_MATCHING PATTERN "*.h" PATTERN "precompiled.h" EXCLUDE)
+endforeach()
+
+set(config_dir ${CMAKE_INSTALL_LIBDIR}/cmake/basin)
+install(EXPORT basinTargets NAMESPACE basin:: DESTINATION ${config_dir})
+configure_package_config_file(cmake/basinConfig.cmake.in
+  ${PROJECT_BINARY_DIR}/basinConfig.cmake INSTALL_DESTINATION ${config_dir})
+write_basic_package_version_file(${PROJECT_BINARY_DIR}/basinConfigVersion.cmake
+  COMPATIBILITY SameMinorVersion)
+install(FILES ${PROJECT_BINARY_DIR}/basinConfig.cmake ${PROJECT_BINARY_DIR}/basinConfigVersion.cmake
+        DESTINATION ${config_dir})

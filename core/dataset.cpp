@@ -1,0 +1,30 @@
+#include "basin/core/dataset.h"
+
+#include <stdexcept>
+
+
+namespace basin {
+
+TensorDataset::TensorDataset(at::Tensor inputs, at::Tensor targets)
+    : inputs_(std::move(inputs)), targets_(std::move(targets)) {
+  if (inputs_.size(0) != targets_.size(0)) {
+    throw std::invalid_argument("TensorDataset: " + std::to_string(inputs_.size(0)) + " inputs but " +
+                                std::to_string(targets_.size(0)) + " targets");
+  }
+}
+
+Batch TensorDataset::gather(const std::vector<int64_t>& indices) const {
+  auto index = at::tensor(indices, at::kLong);
+  return {inputs_.index_select(0, index), targets_.index_select(0, index)};
+}
+
+Batch TensorDataset::slice(int64_t begin, int64_t end) const {
+  return {inputs_.slice(0, begin, end), targets_.slice(0, begin, end)};
+}
+
+Registry<DataSplits, int64_t>& dataset_registry() {
+  static Registry<DataSplits, int64_t> registry("dataset");
+  return registry;
+}
+
+}  // namespace basin

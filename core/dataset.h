@@ -1,0 +1,50 @@
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include <ATen/core/Tensor.h>
+
+#include "basin/core/registry.h"
+#include "basin/core/state.h"
+
+namespace basin {
+
+/// What a model needs to know about its data.
+struct DatasetInfo {
+  std::vector<int64_t> input_shape;  // one sample, e.g. {1, 28, 28}
+  int64_t num_classes = 0;
+};
+
+/// Samples held in memory: inputs [N, ...] float, targets [N] int64.
+class TensorDataset {
+ public:
+  TensorDataset() = default;
+  TensorDataset(at::Tensor inputs, at::Tensor targets);
+
+  int64_t size() const { return inputs_.defined() ? inputs_.size(0) : 0; }
+  const at::Tensor& inputs() const { return inputs_; }
+  const at::Tensor& targets() const { return targets_; }
+  at::Tensor& mutable_targets() { return targets_; }
+
+  /// The samples at `indices`, in that order.
+  Batch gather(const std::vector<int64_t>& indices) const;
+  /// Samples [begin, end).
+  Batch slice(int64_t begin, int64_t end) const;
+
+ private:
+  at::Tensor inputs_;
+  at::Tensor targets_;
+};
+
+/// A dataset's training and test splits.
+struct DataSplits {
+  TensorDataset train;
+  TensorDataset test;
+  DatasetInfo info;
+};
+
+/// Datasets by name; factories get the run's seed for anything they draw.
+Registry<DataSplits, int64_t>& dataset_registry();
+
+}  // namespace basin

@@ -1,0 +1,69 @@
+#pragma once
+
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "basin/core/event.h"
+#include "basin/core/logger.h"
+#include "basin/core/state.h"
+
+namespace basin {
+
+class Algorithm;
+class Callback;
+class Params;
+
+/// An algorithm or callback threw: the message names it and the event.
+class EngineError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+/// Runs algorithms, callbacks and loggers at each event of a loop.
+///
+/// One Boost.Signals2 signal per event. Order within an event: algorithms in
+/// registration order (reversed on AFTER_* events), then callbacks, then
+/// loggers. The trainer drives it; a hand-written loop can too, by calling
+/// `run(Event::...)` at its own points.
+class Engine {
+ public:
+  explicit Engine(State& state);
+  ~Engine();
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
+  void add_algorithm(std::shared_ptr<Algorithm> algorithm);
+  /// Creates each entry of a config's "algorithms" object by name, in order.
+  void add_algorithms(Params& algorithms);
+  /// Calls `callback->install(state)`, then subscribes it.
+  void add_callback(std::shared_ptr<Callback> callback);
+  void add_logger(std::shared_ptr<LoggerDestination> destination);
+
+  /// Runs `event`. Returns true when a callback asked to stop, which also
+  /// sets `state.stop_requested`.
+  bool run(Event event);
+
+  /// "name/event" for every algorithm application so far, in order.
+  const std::vector<std::string>& trace() const { return trace_; }
+  void clear_trace() { trace_.clear(); }
+
+  State& state() { return state_; }
+  Logger& logger() { return logger_; }
+  const std::vector<std::shared_ptr<Algorithm>>& algorithms() const { return algorithms_; }
+  const std::vector<std::shared_ptr<Callback>>& callbacks() const { return callbacks_; }
+
+ private:
+  struct Signals;
+
+  State& state_;
+  Logger logger_;
+  std::unique_ptr<Signals> signals_;
+  std::vector<std::shared_ptr<Algorithm>> algorithms_;
+  std::vector<std::shared_ptr<Callback>> callbacks_;
+  std::vector<std::string> trace_;
+  bool stop_ = false;
+};
+
+}  // namespace basin

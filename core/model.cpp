@@ -1,0 +1,10 @@
+#include "basin/core/model.h"
+
+namespace basin {
+
+Registry<Model, const DatasetInfo&>& model_registry() {
+  static Registry<Model, const DatasetInfo&> registry("model");
+  return registry;
+}
+
+}  // namespace basin

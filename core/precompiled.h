@@ -1,0 +1,16 @@
+// The heavy headers nearly every basin translation unit needs, compiled once.
+// Tests and examples reuse this PCH, so keep it to what most of them include.
+#pragma once
+
+#include <ATen/ATen.h>
+#include <nlohmann/json.hpp>
+#include <spdlog/spdlog.h>
+#include <torch/nn/module.h>
+#include <torch/optim/optimizer.h>
+
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>

@@ -1,0 +1,84 @@
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <ATen/core/Tensor.h>
+
+namespace torch {
+namespace nn { class Module; }
+namespace optim { class Optimizer; }
+}  // namespace torch
+
+namespace basin {
+
+class Scheduler;
+class GradScaler;
+
+/// Which pass of the step the closure is running: a plain step runs it once,
+/// SAM runs an ascent pass at w and a descent pass at w + e(w).
+enum class Pass { kPlain, kAscent, kDescent };
+const char* pass_name(Pass pass);
+
+enum class Precision { kFp32, kAmpBf16, kAmpFp16 };
+const char* precision_name(Precision precision);
+
+/// Progress through training. `step` counts optimizer steps, skipped ones included.
+struct Timestamp {
+  int64_t epoch = 0;           // current epoch, from 0
+  int64_t step = 0;            // optimizer steps completed
+  int64_t batch_in_epoch = 0;  // batches completed in this epoch
+  int64_t samples = 0;         // training samples consumed
+};
+
+/// Inputs and integer class targets of a batch (or of one microbatch).
+struct Batch {
+  at::Tensor inputs;
+  at::Tensor targets;
+  int64_t size() const { return inputs.defined() ? inputs.size(0) : 0; }
+};
+
+/// Everything algorithms and callbacks may look at, in one place.
+///
+/// The trainer fills it from the config; a hand-written loop fills what it
+/// has. Algorithms may change it (SAM replaces `optimizer`); callbacks only read.
+struct State {
+  std::shared_ptr<torch::nn::Module> model;
+  std::shared_ptr<torch::optim::Optimizer> optimizer;
+  std::vector<std::shared_ptr<Scheduler>> schedulers;
+  /// Loss scaling slot, filled by the grad_scaler callback under amp_fp16.
+  std::shared_ptr<GradScaler> scaler;
+  Precision precision = Precision::kFp32;
+  /// Seed of the run: algorithms that draw random numbers derive from it.
+  int64_t seed = 0;
+
+  Timestamp timestamp;
+  int64_t max_epochs = 1;
+  int64_t max_steps = 0;        // 0: no limit besides max_epochs
+  int64_t steps_per_epoch = 0;  // known once the data is
+  int64_t log_every = 50;       // steps between metric records
+
+  Batch batch;       // the whole batch of this step
+  Batch microbatch;  // the microbatch the closure is running on
+  int64_t microbatch_index = 0;
+  int64_t microbatch_count = 1;
+  at::Tensor outputs;
+  at::Tensor loss;   // loss of the current microbatch, already divided by microbatch_count
+  Pass pass = Pass::kPlain;
+
+  at::Tensor step_loss;        // training loss the last step reported (detached)
+  int64_t skipped_steps = 0;   // steps whose update was skipped (overflow)
+
+  double test_accuracy = -1;   // last evaluation; -1 before the first
+  double test_loss = -1;
+
+  int rank = 0;
+  int world_size = 1;
+
+  /// Set by the engine when a callback asks to stop; the loop ends after the batch.
+  bool stop_requested = false;
+};
+
+}  // namespace basin

@@ -1,0 +1,266 @@
+#include "basin/core/trainer.h"
+
+#include <chrono>
+#include <thread>
+
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+#include <torch/optim/optimizer.h>
+
+#include "basin/core/algorithm.h"
+#include "basin/core/callback.h"
+#include "basin/core/data_pipeline.h"
+#include "basin/core/hyperparameters.h"
+#include "basin/core/model.h"
+#include "basin/core/optimizers.h"
+#include "basin/schedulers/scheduler.h"
+
+namespace basin {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+Precision parse_precision(Params& root) {
+  const std::string name = root.choice("precision", "fp32", {"fp32"});
+  (void)name;
+  return Precision::kFp32;
+}
+
+}  // namespace
+
+Json FitSummary::to_json() const {
+  return Json{{"steps", steps},
+              {"epochs", epochs},
+              {"final_train_loss", final_train_loss},
+              {"test_accuracy", test_accuracy},
+              {"test_loss", test_loss},
+              {"skipped_steps", skipped_steps},
+              {"wall_seconds", wall_seconds}};
+}
+
+Trainer::Trainer(const Json& config, std::vector<std::shared_ptr<Callback>> callbacks,
+                 std::vector<std::shared_ptr<LoggerDestination>> loggers)
+    : engine_(std::make_unique<Engine>(state_)) {
+  build(config, std::move(callbacks), std::move(loggers));
+}
+
+Trainer::~Trainer() = default;
+
+void Trainer::build(const Json& config, std::vector<std::shared_ptr<Callback>> callbacks,
+                    std::vector<std::shared_ptr<LoggerDestination>> loggers) {
+  Params root(config, "");
+  state_.seed = root.integer("seed", 0, 0);
+  const int64_t threads = root.integer("threads", 0, 0, 1024);
+  state_.precision = parse_precision(root);
+  state_.max_epochs = root.integer("max_epochs", 1, 1);
+  state_.max_steps = root.integer("max_steps", 0, 0);
+  state_.log_every = root.integer("log_every", 50, 1);
+  Params data = root.object("data");
+  Params model = root.object("model");
+  Params optimizer = root.object("optimizer");
+  const Json schedulers = root.array("schedulers");
+  Params algorithms = root.object("algorithms");
+  Params callback_configs = root.object("callbacks");
+  root.finish();
+
+  // LibTorch starts with one intra-op thread here; 0 means every core.
+  at::set_num_threads(threads > 0 ? static_cast<int>(threads)
+                                  : static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
+  at::manual_seed(static_cast<uint64_t>(state_.seed));
+
+  // Data: the trainer's own keys first, then the dataset's (the factory rejects the rest).
+  const std::string dataset_name = data.string("name");
+  batch_size_ = data.integer("batch_size", 128, 1);
+  microbatches_ = data.integer("microbatches", 1, 1);
+  eval_batch_size_ = data.integer("eval_batch_size", 1000, 1);
+  const int64_t train_subset = data.integer("train_subset", 0, 0);
+  const double label_noise = data.number("label_noise", 0.0, 0.0, 1.0);
+  shuffle_ = data.boolean("shuffle", true);
+  if (batch_size_ % microbatches_ != 0) {
+    data.fail("microbatches", "a divisor of batch_size (" + std::to_string(batch_size_) + ")",
+              Json(microbatches_));
+  }
+  data_ = std::move(*dataset_registry().create(dataset_name, data, state_.seed));
+  data_.train = take_subset(data_.train, train_subset, static_cast<uint64_t>(state_.seed));
+  if (data_.train.size() < batch_size_) {
+    throw ConfigError("config key 'data.batch_size': " + std::to_string(batch_size_) + " is larger than the " +
+                      std::to_string(data_.train.size()) + " training samples");
+  }
+  add_label_noise(data_.train.mutable_targets(), label_noise, data_.info.num_classes,
+                  static_cast<uint64_t>(state_.seed));
+  state_.steps_per_epoch = data_.train.size() / batch_size_;
+  state_.microbatch_count = microbatches_;
+
+  model_ = model_registry().create(model.string("name"), model, data_.info);
+  state_.model = model_;
+  state_.optimizer = make_optimizer(optimizer, *model_);
+
+  for (std::size_t i = 0; i < schedulers.size(); ++i) {
+    Params entry(schedulers[i], "schedulers[" + std::to_string(i) + "]");
+    state_.schedulers.push_back(make_scheduler(entry));
+  }
+  engine_->add_algorithms(algorithms);
+  std::vector<std::shared_ptr<Callback>> configured;
+  for (const std::string& name : callback_configs.keys()) {
+    Params params = callback_configs.object(name);
+    configured.push_back(callback_registry().create(name, params));
+  }
+  callback_configs.finish();
+  for (auto& callback : configured) engine_->add_callback(std::move(callback));
+  for (auto& callback : callbacks) engine_->add_callback(std::move(callback));
+  for (auto& logger : loggers) engine_->add_logger(std::move(logger));
+
+  engine_->run(Event::INIT);
+  // Distribution wraps the model and optimizer here (data-parallel, ZeRO-1).
+  engine_->run(Event::AFTER_SHARDING);
+
+  // Schedulers attach to the optimizer as the algorithms left it (SAM's wrapper).
+  const int64_t total_steps = state_.max_steps > 0 ? std::min(state_.max_steps, state_.max_epochs * state_.steps_per_epoch)
+                                                   : state_.max_epochs * state_.steps_per_epoch;
+  for (std::size_t i = 0; i < state_.schedulers.size(); ++i) {
+    auto& scheduler = *state_.schedulers[i];
+    const int64_t horizon = scheduler.interval() == Scheduler::Interval::kStep ? total_steps : state_.max_epochs;
+    try {
+      scheduler.attach(*state_.optimizer, horizon);
+    } catch (const std::invalid_argument& error) {
+      throw ConfigError("config key 'schedulers[" + std::to_string(i) + "].hyperparameter': " + error.what());
+    }
+  }
+}
+
+double Trainer::current_lr() const {
+  const auto& groups = state_.optimizer->param_groups();
+  return groups.empty() ? 0.0 : groups.front().options().get_lr();
+}
+
+at::Tensor Trainer::closure() {
+  state_.optimizer->zero_grad();
+  const auto inputs = state_.batch.inputs.chunk(microbatches_);
+  const auto targets = state_.batch.targets.chunk(microbatches_);
+  at::Tensor total = at::zeros({}, at::kFloat);
+  for (int64_t i = 0; i < microbatches_; ++i) {
+    state_.microbatch = {inputs[i], targets[i]};
+    state_.microbatch_index = i;
+    engine_->run(Event::BEFORE_FORWARD);
+    state_.outputs = model_->forward(state_.microbatch.inputs);
+    engine_->run(Event::AFTER_FORWARD);
+    engine_->run(Event::BEFORE_LOSS);
+    // Each microbatch carries 1/k of the batch's mean loss, so k microbatches
+    // of b samples give the gradient of one batch of k*b.
+    state_.loss = at::cross_entropy_loss(state_.outputs, state_.microbatch.targets) / static_cast<double>(microbatches_);
+    engine_->run(Event::AFTER_LOSS);
+    total += state_.loss.detach().to(at::kFloat);
+    engine_->run(Event::BEFORE_BACKWARD);
+    state_.loss.backward();
+    engine_->run(Event::AFTER_BACKWARD);
+  }
+  return total;
+}
+
+void Trainer::train_batch(const Batch& batch) {
+  const auto start = Clock::now();
+  state_.batch = batch;
+  engine_->run(Event::BATCH_START);
+  engine_->run(Event::BEFORE_STEP);
+  const double lr = current_lr();
+  at::Tensor loss = state_.optimizer->step([this] { return closure(); });
+  state_.step_loss = loss.defined() ? loss.detach() : at::full({}, NAN);
+  state_.pass = Pass::kPlain;
+  engine_->run(Event::AFTER_STEP);
+  for (auto& scheduler : state_.schedulers) {
+    if (scheduler->interval() == Scheduler::Interval::kStep) scheduler->step(*state_.optimizer);
+  }
+  auto& ts = state_.timestamp;
+  ++ts.step;
+  ++ts.batch_in_epoch;
+  ts.samples += batch.size();
+  epoch_loss_sum_ += state_.step_loss;
+  ++epoch_steps_;
+  const double step_seconds = seconds_since(start);
+  const bool last = ts.step == state_.max_steps || ts.batch_in_epoch == state_.steps_per_epoch;
+  if (ts.step % state_.log_every == 0 || last) {
+    engine_->logger().emit(Json{{"step", ts.step},
+                                {"epoch", ts.epoch},
+                                {"loss", state_.step_loss.item<double>()},
+                                {"lr", lr},
+                                {"step_seconds", step_seconds},
+                                {"samples_per_second", static_cast<double>(batch.size()) / step_seconds},
+                                {"skipped_steps", state_.skipped_steps}});
+  }
+  engine_->run(Event::BATCH_END);
+}
+
+EvalResult Trainer::evaluate() {
+  engine_->run(Event::EVAL_START);
+  at::NoGradGuard no_grad;
+  model_->eval();
+  const auto& test = data_.test;
+  double loss_sum = 0;
+  int64_t correct = 0;
+  for (int64_t begin = 0; begin < test.size(); begin += eval_batch_size_) {
+    const Batch batch = test.slice(begin, std::min(begin + eval_batch_size_, test.size()));
+    const at::Tensor logits = model_->forward(batch.inputs).to(at::kFloat);
+    loss_sum += at::cross_entropy_loss(logits, batch.targets, {}, at::Reduction::Sum).item<double>();
+    correct += logits.argmax(1).eq(batch.targets).sum().item<int64_t>();
+  }
+  model_->train();
+  EvalResult result;
+  result.samples = test.size();
+  result.accuracy = test.size() > 0 ? static_cast<double>(correct) / static_cast<double>(test.size()) : 0.0;
+  result.loss = test.size() > 0 ? loss_sum / static_cast<double>(test.size()) : 0.0;
+  state_.test_accuracy = result.accuracy;
+  state_.test_loss = result.loss;
+  engine_->run(Event::EVAL_END);
+  return result;
+}
+
+FitSummary Trainer::fit() {
+  const auto start = Clock::now();
+  FitSummary summary;
+  auto& ts = state_.timestamp;
+  model_->train();
+  engine_->run(Event::FIT_START);
+  bool done = state_.stop_requested;
+  for (; ts.epoch < state_.max_epochs && !done; ++ts.epoch) {
+    ts.batch_in_epoch = 0;
+    epoch_loss_sum_ = at::zeros({}, at::kFloat);
+    epoch_steps_ = 0;
+    engine_->run(Event::EPOCH_START);
+    const auto order = epoch_order(data_.train.size(), static_cast<uint64_t>(state_.seed), ts.epoch, shuffle_);
+    for (int64_t b = 0; b < state_.steps_per_epoch; ++b) {
+      const auto first = order.begin() + b * batch_size_;
+      train_batch(data_.train.gather(std::vector<int64_t>(first, first + batch_size_)));
+      if ((state_.max_steps > 0 && ts.step >= state_.max_steps) || state_.stop_requested) {
+        done = true;
+        break;
+      }
+    }
+    const EvalResult eval = evaluate();
+    summary.final_train_loss = epoch_steps_ > 0 ? epoch_loss_sum_.item<double>() / static_cast<double>(epoch_steps_) : 0.0;
+    engine_->logger().emit(Json{{"epoch", ts.epoch},
+                                {"step", ts.step},
+                                {"train_loss", summary.final_train_loss},
+                                {"test_accuracy", eval.accuracy},
+                                {"test_loss", eval.loss}});
+    engine_->run(Event::EPOCH_END);
+    for (auto& scheduler : state_.schedulers) {
+      if (scheduler->interval() == Scheduler::Interval::kEpoch) scheduler->step(*state_.optimizer);
+    }
+    summary.epochs = ts.epoch + 1;
+    done = done || state_.stop_requested;
+  }
+  engine_->run(Event::FIT_END);
+  summary.steps = ts.step;
+  summary.test_accuracy = state_.test_accuracy;
+  summary.test_loss = state_.test_loss;
+  summary.skipped_steps = state_.skipped_steps;
+  summary.wall_seconds = seconds_since(start);
+  return summary;
+}
+
+}  // namespace basin

@@ -1,0 +1,80 @@
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "basin/core/config.h"
+#include "basin/core/dataset.h"
+#include "basin/core/engine.h"
+#include "basin/core/state.h"
+
+namespace basin {
+
+class Callback;
+class LoggerDestination;
+class Model;
+class Scheduler;
+
+/// Test-set figures of one evaluation.
+struct EvalResult {
+  double accuracy = 0;
+  double loss = 0;
+  int64_t samples = 0;
+};
+
+/// What a finished fit reports (basin-train writes it as summary.json).
+struct FitSummary {
+  int64_t steps = 0;
+  int64_t epochs = 0;
+  double final_train_loss = 0;  // mean training loss over the last epoch's steps
+  double test_accuracy = 0;
+  double test_loss = 0;
+  int64_t skipped_steps = 0;
+  double wall_seconds = 0;
+  Json to_json() const;
+};
+
+/// Builds a whole training run from a config and runs the loop of `Event`.
+///
+/// Construction does everything that can fail on bad input — parses and
+/// validates every section, loads the data, builds model, optimizer,
+/// schedulers, algorithms and callbacks, then runs INIT and AFTER_SHARDING
+/// and attaches the schedulers — so a bad config fails before any training
+/// and before anything is written. `fit()` then trains.
+class Trainer {
+ public:
+  explicit Trainer(const Json& config, std::vector<std::shared_ptr<Callback>> callbacks = {},
+                   std::vector<std::shared_ptr<LoggerDestination>> loggers = {});
+  ~Trainer();
+
+  FitSummary fit();
+  /// Accuracy and mean loss on the test split (fires EVAL_START/EVAL_END).
+  EvalResult evaluate();
+
+  State& state() { return state_; }
+  Engine& engine() { return *engine_; }
+  Model& model() { return *model_; }
+  const DataSplits& data() const { return data_; }
+  int64_t batch_size() const { return batch_size_; }
+  int64_t microbatches() const { return microbatches_; }
+
+ private:
+  void build(const Json& config, std::vector<std::shared_ptr<Callback>> callbacks,
+             std::vector<std::shared_ptr<LoggerDestination>> loggers);
+  void train_batch(const Batch& batch);
+  at::Tensor closure();
+  double current_lr() const;
+
+  State state_;
+  std::unique_ptr<Engine> engine_;
+  std::shared_ptr<Model> model_;
+  DataSplits data_;
+  int64_t batch_size_ = 0;
+  int64_t microbatches_ = 1;
+  int64_t eval_batch_size_ = 0;
+  bool shuffle_ = true;
+  at::Tensor epoch_loss_sum_;
+  int64_t epoch_steps_ = 0;
+};
+
+}  // namespace basin

@@ -1,0 +1,50 @@
+#include <torch/nn/modules/conv.h>
+#include <torch/nn/modules/linear.h>
+
+#include "basin/core/model.h"
+
+namespace basin {
+namespace {
+
+/// Two conv3x3+ReLU+maxpool stages, then a hidden Linear and the classifier.
+///     {"name": "cnn", "channels": [32, 64], "hidden": 128}
+class SmallCNN : public Model {
+ public:
+  SmallCNN(Params& params, const DatasetInfo& info) {
+    if (info.input_shape.size() != 3) {
+      throw ConfigError("model 'cnn' needs image inputs [C, H, W]; the dataset has " +
+                        std::to_string(info.input_shape.size()) + " dimensions");
+    }
+    const auto channels = params.integers("channels", {32, 64});
+    const int64_t hidden = params.integer("hidden", 128, 1);
+    int64_t in = info.input_shape[0], h = info.input_shape[1], w = info.input_shape[2];
+    for (std::size_t i = 0; i < channels.size(); ++i) {
+      if (channels[i] < 1 || h < 2 || w < 2) {
+        params.fail("channels", "positive widths, one per 2x pooling the input allows", params.raw("channels"));
+      }
+      convs_.push_back(register_module("conv" + std::to_string(i),
+                                       torch::nn::Conv2d(torch::nn::Conv2dOptions(in, channels[i], 3).padding(1))));
+      in = channels[i];
+      h /= 2;
+      w /= 2;
+    }
+    fc_ = register_module("fc", torch::nn::Linear(in * h * w, hidden));
+    out_ = register_module("out", torch::nn::Linear(hidden, info.num_classes));
+  }
+
+  at::Tensor forward(const at::Tensor& inputs) override {
+    at::Tensor x = inputs;
+    for (auto& conv : convs_) x = at::max_pool2d(at::relu(conv->forward(x)), {2, 2});
+    return out_->forward(at::relu(fc_->forward(x.flatten(1))));
+  }
+
+ private:
+  std::vector<torch::nn::Conv2d> convs_;
+  torch::nn::Linear fc_{nullptr};
+  torch::nn::Linear out_{nullptr};
+};
+
+BASIN_REGISTER(model_registry(), "cnn", SmallCNN);
+
+}  // namespace
+}  // namespace basin

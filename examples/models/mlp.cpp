@@ -1,0 +1,38 @@
+#include <torch/nn/modules/container/sequential.h>
+#include <torch/nn/modules/linear.h>
+
+#include "basin/core/model.h"
+
+namespace basin {
+namespace {
+
+/// Flatten, then Linear+ReLU per hidden width, then a Linear to the classes.
+///     {"name": "mlp", "hidden": [256, 128]}
+class MLP : public Model {
+ public:
+  MLP(Params& params, const DatasetInfo& info) {
+    int64_t width = 1;
+    for (int64_t d : info.input_shape) width *= d;
+    const auto hidden = params.integers("hidden", {256, 128});
+    for (std::size_t i = 0; i < hidden.size(); ++i) {
+      if (hidden[i] < 1) params.fail("hidden", "positive widths", params.raw("hidden"));
+      layers_.push_back(register_module("fc" + std::to_string(i), torch::nn::Linear(width, hidden[i])));
+      width = hidden[i];
+    }
+    layers_.push_back(register_module("out", torch::nn::Linear(width, info.num_classes)));
+  }
+
+  at::Tensor forward(const at::Tensor& inputs) override {
+    at::Tensor x = inputs.flatten(1);
+    for (std::size_t i = 0; i + 1 < layers_.size(); ++i) x = at::relu(layers_[i]->forward(x));
+    return layers_.back()->forward(x);
+  }
+
+ private:
+  std::vector<torch::nn::Linear> layers_;
+};
+
+BASIN_REGISTER(model_registry(), "mlp", MLP);
+
+}  // namespace
+}  // namespace basin
