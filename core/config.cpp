@@ -27,21 +27,36 @@ std::string range_text(double min, double max) {
   return out.str();
 }
 
+// "[json.exception.parse_error.101] parse error at line 3, column 8: syntax
+// error while parsing value - unexpected ']'; last read: '...'" -> the reason alone.
+std::string parse_error_reason(const std::string& what) {
+  std::string reason = what;
+  const auto column = reason.find("column ");
+  if (column != std::string::npos) {
+    const auto colon = reason.find(": ", column);
+    if (colon != std::string::npos) reason = reason.substr(colon + 2);
+  }
+  const auto last_read = reason.find("; last read: '");
+  if (last_read != std::string::npos) {
+    const auto end = reason.find("'; ", last_read + 14);
+    reason.erase(last_read, end == std::string::npos ? std::string::npos : end + 1 - last_read);
+  }
+  return reason;
+}
+
 }  // namespace
 
 Json parse_config_text(const std::string& text, const std::string& origin) {
   try {
     return Json::parse(text);
   } catch (const Json::parse_error& error) {
-    // nlohmann reports a byte offset; turn it into the line and column people read.
+    // nlohmann reports the 1-based byte it stopped at; people read line:column.
     std::size_t line = 1, column = 1;
-    for (std::size_t i = 0; i < error.byte && i < text.size(); ++i) {
+    for (std::size_t i = 0; i + 1 < error.byte && i < text.size(); ++i) {
       if (text[i] == '\n') { ++line; column = 1; } else { ++column; }
     }
-    std::string what = error.what();
-    const auto colon = what.rfind(": ");
     throw ConfigError(origin + ":" + std::to_string(line) + ":" + std::to_string(column) +
-                      ": not valid JSON (" + (colon == std::string::npos ? what : what.substr(colon + 2)) + ")");
+                      ": not valid JSON (" + parse_error_reason(error.what()) + ")");
   }
 }
 

@@ -37,6 +37,8 @@ void Engine::add_algorithm(std::shared_ptr<Algorithm> algorithm) {
       spdlog::debug("engine: {}", trace_.back());
       try {
         algorithm->apply(event, state_, logger_);
+      } catch (const ConfigError& error) {
+        throw;  // bad input stays bad input (exit code 2), and already names its key
       } catch (const std::exception& error) {
         throw EngineError("algorithm '" + algorithm->name() + "' failed on event '" +
                           event_name(event) + "': " + describe(error));

@@ -1,0 +1,217 @@
+#include "basin/algorithms/sam_optimizer.h"
+
+#include <stdexcept>
+
+#include <ATen/ATen.h>
+#include <torch/serialize/archive.h>
+
+#include "basin/core/grad_norm.h"
+#include "basin/core/hyperparameters.h"
+
+namespace basin {
+
+namespace {
+
+std::map<std::string, double> sam_extras(const SAMOptions& options) {
+  return {{"rho", options.rho}, {"eta", options.eta}};
+}
+
+}  // namespace
+
+double SAMOptimizer::GroupView::get(const std::string& name) const { return get_hyperparameter(*options, name); }
+
+SAMOptimizer::SAMOptimizer(std::shared_ptr<torch::optim::Optimizer> base, SAMOptions options)
+    : Optimizer(GroupSync(sam_extras(options)).mirror_groups(*base),
+                GroupSync(sam_extras(options)).mirror_defaults(*base)),
+      base_(std::move(base)),
+      options_(options),
+      sync_(sam_extras(options)) {
+  if (!(options_.rho >= 0)) throw std::invalid_argument("SAM: rho must be >= 0");
+  if (!(options_.epsilon >= 0)) throw std::invalid_argument("SAM: epsilon must be >= 0");
+  if (options_.interval < 1) throw std::invalid_argument("SAM: interval must be >= 1");
+  if (dynamic_cast<SAMOptimizer*>(base_.get()) != nullptr) {
+    throw std::invalid_argument("SAM: the base optimizer is already a SAMOptimizer");
+  }
+  sync_.start(*this, *base_);
+}
+
+void SAMOptimizer::sync_param_groups() { sync_.sync(*this, *base_); }
+
+std::vector<SAMOptimizer::GroupView> SAMOptimizer::groups_with_grads() {
+  std::vector<GroupView> groups;
+  for (auto& group : param_groups_) {
+    GroupView view{{}, {}, &group.options()};
+    for (const auto& p : group.params()) {
+      if (!p.requires_grad() || !p.grad().defined()) continue;
+      view.params.push_back(p);
+      view.grads.push_back(p.grad());
+    }
+    groups.push_back(std::move(view));
+  }
+  return groups;
+}
+
+at::Tensor SAMOptimizer::run_pass(Pass pass, const LossClosure& closure) {
+  pass_ = pass;
+  if (hooks_.before_pass) hooks_.before_pass(pass);
+  at::Tensor loss;
+  {
+    at::AutoGradMode enable_grad(true);
+    loss = closure();
+  }
+  if (hooks_.after_pass) hooks_.after_pass(pass);
+  pass_ = Pass::kPlain;
+  return loss;
+}
+
+bool SAMOptimizer::gradients_finite(Pass pass) {
+  return !hooks_.gradients_finite || hooks_.gradients_finite(pass);
+}
+
+void SAMOptimizer::skip_step() {
+  ++skipped_steps_;
+  zero_grad();
+}
+
+at::Tensor SAMOptimizer::plain_step(const LossClosure& closure) {
+  at::Tensor loss = run_pass(Pass::kPlain, closure);
+  if (gradients_finite(Pass::kPlain)) {
+    base_->step();
+  } else {
+    skip_step();
+  }
+  return loss;
+}
+
+void SAMOptimizer::backup_weights(const std::vector<GroupView>& groups) {
+  std::vector<at::Tensor> params;
+  for (const auto& g : groups) params.insert(params.end(), g.params.begin(), g.params.end());
+  // Reallocate only when the set of perturbed parameters changes (first step).
+  bool same = params.size() == backed_up_params_.size();
+  for (std::size_t i = 0; same && i < params.size(); ++i) same = params[i].is_same(backed_up_params_[i]);
+  if (!same) {
+    backed_up_params_ = params;
+    backup_.clear();
+    for (const auto& p : params) backup_.push_back(at::empty_like(p, at::MemoryFormat::Preserve));
+  }
+  for (std::size_t i = 0; i < params.size(); ++i) backup_[i].copy_(params[i]);
+}
+
+void SAMOptimizer::restore_weights() {
+  for (std::size_t i = 0; i < backup_.size(); ++i) backed_up_params_[i].copy_(backup_[i]);
+}
+
+void SAMOptimizer::perturb(std::vector<GroupView>& groups) {
+  std::vector<at::Tensor> normed;  // what the norm is taken over: g, or (|w| + eta) * g for ASAM
+  std::vector<std::vector<at::Tensor>> directions(groups.size());
+  for (std::size_t k = 0; k < groups.size(); ++k) {
+    auto& g = groups[k];
+    if (g.params.empty()) continue;
+    if (options_.adaptive) {
+      auto scale = at::_foreach_abs(g.params);
+      at::_foreach_add_(scale, g.get("eta"));
+      auto scaled = at::_foreach_mul(scale, g.grads);
+      normed.insert(normed.end(), scaled.begin(), scaled.end());
+      at::_foreach_mul_(scale, scaled);  // e is along (|w| + eta)^2 * g
+      directions[k] = std::move(scale);
+    } else {
+      normed.insert(normed.end(), g.grads.begin(), g.grads.end());
+      directions[k] = g.grads;
+    }
+  }
+  last_grad_norm_ = global_norm(normed);
+  const double norm = last_grad_norm_.item<double>();
+  if (norm == 0) return;  // no direction to climb: w stays, no NaN
+  for (std::size_t k = 0; k < groups.size(); ++k) {
+    if (groups[k].params.empty()) continue;
+    at::_foreach_add_(groups[k].params, directions[k], groups[k].get("rho") / (norm + options_.epsilon));
+  }
+}
+
+at::Tensor SAMOptimizer::step(LossClosure closure) {
+  sync_param_groups();
+  if (!closure) {
+    base_->step();
+    return {};
+  }
+  const bool sam_step = steps_ % options_.interval == 0;
+  ++steps_;
+  if (!sam_step) return plain_step(closure);
+  ++sam_steps_;
+
+  at::Tensor loss = run_pass(Pass::kAscent, closure);
+  if (!gradients_finite(Pass::kAscent)) {
+    skip_step();  // nothing was perturbed yet
+    return loss;
+  }
+  auto groups = groups_with_grads();
+  {
+    at::NoGradGuard no_grad;
+    backup_weights(groups);
+    perturb(groups);
+  }
+  zero_grad();  // the descent gradients must be g(w + e) alone, whatever the closure does
+  run_pass(Pass::kDescent, closure);
+  const bool finite = gradients_finite(Pass::kDescent);
+  {
+    at::NoGradGuard no_grad;
+    restore_weights();
+  }
+  if (!finite) {
+    skip_step();
+    return loss;
+  }
+  auto descent = groups_with_grads();
+  adjust_descent_gradients(descent);
+  base_->step();
+  return loss;
+}
+
+void SAMOptimizer::save(torch::serialize::OutputArchive& archive) const {
+  torch::serialize::OutputArchive base_archive;
+  base_->save(base_archive);
+  archive.write("base", base_archive);
+  archive.write("steps", at::tensor(steps_, at::kLong));
+  archive.write("sam_steps", at::tensor(sam_steps_, at::kLong));
+  archive.write("skipped_steps", at::tensor(skipped_steps_, at::kLong));
+  archive.write("groups", at::tensor(static_cast<int64_t>(param_groups_.size()), at::kLong));
+  for (std::size_t i = 0; i < param_groups_.size(); ++i) {
+    for (const auto& name : hyperparameter_names(param_groups_[i].options())) {
+      archive.write("group/" + std::to_string(i) + "/" + name,
+                    at::tensor(get_hyperparameter(param_groups_[i].options(), name), at::kDouble));
+    }
+  }
+}
+
+void SAMOptimizer::load(torch::serialize::InputArchive& archive) {
+  torch::serialize::InputArchive base_archive;
+  archive.read("base", base_archive);
+  base_->load(base_archive);
+  // A fresh tensor per key: reading into a defined tensor keeps its dtype.
+  auto read = [&archive](const std::string& key) {
+    at::Tensor value;
+    archive.read(key, value);
+    return value;
+  };
+  steps_ = read("steps").item<int64_t>();
+  sam_steps_ = read("sam_steps").item<int64_t>();
+  skipped_steps_ = read("skipped_steps").item<int64_t>();
+  const int64_t groups = read("groups").item<int64_t>();
+  if (groups != static_cast<int64_t>(param_groups_.size())) {
+    throw std::runtime_error("SAM checkpoint has " + std::to_string(groups) + " param groups, this optimizer " +
+                             std::to_string(param_groups_.size()));
+  }
+  // Group values go to both sides, then the sync records them as agreed.
+  for (std::size_t i = 0; i < param_groups_.size(); ++i) {
+    for (const auto& name : hyperparameter_names(param_groups_[i].options())) {
+      const double value = read("group/" + std::to_string(i) + "/" + name).item<double>();
+      set_hyperparameter(param_groups_[i].options(), name, value);
+      if (has_hyperparameter(base_->param_groups()[i].options(), name)) {
+        set_hyperparameter(base_->param_groups()[i].options(), name, value);
+      }
+    }
+  }
+  sync_.start(*this, *base_);
+}
+
+}  // namespace basin

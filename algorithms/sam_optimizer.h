@@ -1,0 +1,119 @@
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include <torch/optim/optimizer.h>
+
+#include "basin/core/group_sync.h"
+#include "basin/core/state.h"
+
+namespace basin {
+
+/// Settings of the SAM step. Per-group values ("rho", "eta") live in the
+/// wrapper's param groups, so schedulers can drive them; these are defaults.
+struct SAMOptions {
+  double rho = 0.05;       // radius of the ascent step
+  double epsilon = 1e-12;  // added to the gradient norm
+  bool adaptive = false;   // ASAM: scale the ascent elementwise by |w| + eta
+  double eta = 0.01;
+  int64_t interval = 1;    // SAM step every `interval` steps, plain steps between
+};
+
+/// What the SAM step asks of the code around it at each pass: the trainer
+/// sets the state's pass, SAM freezes BatchNorm statistics during the
+/// descent, and a grad scaler unscales and checks gradients.
+struct PassHooks {
+  std::function<void(Pass)> before_pass;
+  std::function<void(Pass)> after_pass;
+  /// Called after each pass's closure; false skips the rest of the step
+  /// (overflow). Unset: gradients are taken as finite.
+  std::function<bool(Pass)> gradients_finite;
+};
+
+/// Sharpness-Aware Minimization around any LibTorch optimizer.
+///
+/// `step(closure)`:
+///   ascent    closure at w: gradients g
+///   norm      ||g|| in fp32 (the variant decides what is normed)
+///   backup    copy of w into buffers allocated once and reused
+///   perturb   w <- w + e(w), e = rho * g / (||g|| + epsilon)
+///   descent   closure at w + e: gradients g(w + e)
+///   restore   w <- backup, bit-exact (never w + e - e)
+///   step      base optimizer steps at w with g(w + e)
+/// A skipped pass (gradients_finite false) zeroes gradients and restores w.
+/// `step()` without a closure is one plain base step.
+///
+/// Hyper-parameters are one source of truth with the base (GroupSync):
+/// schedulers and users may set them on either optimizer.
+///
+/// Variants subclass it and override `perturb` (what e(w) is) and/or
+/// `adjust_descent_gradients` (what the base step uses).
+class SAMOptimizer : public torch::optim::Optimizer {
+ public:
+  SAMOptimizer(std::shared_ptr<torch::optim::Optimizer> base, SAMOptions options = {});
+
+  at::Tensor step(LossClosure closure = nullptr) override;
+
+  torch::optim::Optimizer& base() { return *base_; }
+  const std::shared_ptr<torch::optim::Optimizer>& base_ptr() const { return base_; }
+  const SAMOptions& options() const { return options_; }
+  void set_hooks(PassHooks hooks) { hooks_ = std::move(hooks); }
+
+  /// Copies hyper-parameters and groups changed on either side to the other.
+  void sync_param_groups();
+
+  /// The pass the closure is running now (kPlain between steps).
+  Pass pass() const { return pass_; }
+  int64_t steps() const { return steps_; }          // step(closure) calls
+  int64_t sam_steps() const { return sam_steps_; }  // of which two-pass SAM steps
+  int64_t skipped_steps() const { return skipped_steps_; }
+  /// fp32 norm the last perturbation was scaled by.
+  const at::Tensor& last_grad_norm() const { return last_grad_norm_; }
+  /// The buffers w is restored from (one per perturbed parameter).
+  const std::vector<at::Tensor>& backup() const { return backup_; }
+
+  /// Saves the base optimizer (its own archive), the wrapper's counters and
+  /// every group's hyper-parameters, which LibTorch's archive drops.
+  void save(torch::serialize::OutputArchive& archive) const override;
+  void load(torch::serialize::InputArchive& archive) override;
+
+ protected:
+  /// The parameters of one group that have gradients, with the group's options.
+  struct GroupView {
+    std::vector<at::Tensor> params;
+    std::vector<at::Tensor> grads;
+    torch::optim::OptimizerOptions* options;
+    double get(const std::string& name) const;
+  };
+
+  /// Moves w to w + e(w), given the ascent gradients. Runs without grad.
+  virtual void perturb(std::vector<GroupView>& groups);
+  /// Last chance to change the descent gradients before the base step.
+  virtual void adjust_descent_gradients(std::vector<GroupView>& /*groups*/) {}
+
+  std::vector<GroupView> groups_with_grads();
+
+ private:
+  at::Tensor run_pass(Pass pass, const LossClosure& closure);
+  bool gradients_finite(Pass pass);
+  at::Tensor plain_step(const LossClosure& closure);
+  void skip_step();
+  void backup_weights(const std::vector<GroupView>& groups);
+  void restore_weights();
+
+  std::shared_ptr<torch::optim::Optimizer> base_;
+  SAMOptions options_;
+  GroupSync sync_;
+  PassHooks hooks_;
+  Pass pass_ = Pass::kPlain;
+  int64_t steps_ = 0;
+  int64_t sam_steps_ = 0;
+  int64_t skipped_steps_ = 0;
+  at::Tensor last_grad_norm_;
+  std::vector<at::Tensor> backed_up_params_;
+  std::vector<at::Tensor> backup_;
+};
+
+}  // namespace basin

@@ -1,0 +1,136 @@
+#include <gtest/gtest.h>
+
+#include <torch/nn/module.h>
+
+#include "basin/core/callback.h"
+#include "basin/core/model.h"
+#include "basin/core/trainer.h"
+#include "test_util.h"
+
+namespace basin {
+namespace {
+
+// Collects the loss of every step, bit for bit.
+class LossRecorder : public Callback {
+ public:
+  std::string name() const override { return "loss_recorder"; }
+  bool on_batch_end(const State& state, Logger&) override {
+    losses.push_back(state.step_loss.item<float>());
+    return false;
+  }
+  std::vector<float> losses;
+};
+
+std::vector<float> losses_of(const Json& config) {
+  auto recorder = std::make_shared<LossRecorder>();
+  Trainer trainer(config, {recorder});
+  trainer.fit();
+  return recorder->losses;
+}
+
+std::string config_error(const Json& config) {
+  try {
+    Trainer trainer(config);
+  } catch (const ConfigError& error) {
+    return error.what();
+  }
+  return "(no error)";
+}
+
+TEST(TrainerTest, SameConfigAndSeedGiveIdenticalLosses) {
+  Json config = test::smoke_config();
+  config["model"] = Json::parse(R"({"name": "cnn", "channels": [4], "hidden": 8})");
+  const auto first = losses_of(config);
+  const auto second = losses_of(config);
+  ASSERT_EQ(first.size(), 16u);  // 128 samples / 16 per batch * 2 epochs
+  EXPECT_EQ(first, second);
+  config["seed"] = 4;
+  EXPECT_NE(first, losses_of(config));
+}
+
+TEST(TrainerTest, TrainingReducesTheLossAndEvaluates) {
+  Json config = test::smoke_config();
+  config["max_epochs"] = 6;
+  Trainer trainer(config);
+  const FitSummary summary = trainer.fit();
+  EXPECT_EQ(summary.steps, 48);
+  EXPECT_EQ(summary.epochs, 6);
+  EXPECT_LT(summary.final_train_loss, std::log(3.0) * 0.8);  // well below chance (ln 3)
+  EXPECT_GT(summary.test_accuracy, 0.5);                      // chance is 1/3
+}
+
+TEST(TrainerTest, MaxStepsStopsMidEpoch) {
+  Json config = test::smoke_config();
+  config["max_steps"] = 5;
+  Trainer trainer(config);
+  const FitSummary summary = trainer.fit();
+  EXPECT_EQ(summary.steps, 5);
+  EXPECT_EQ(summary.epochs, 1);
+  EXPECT_GE(summary.test_accuracy, 0.0);  // evaluated even though the epoch was cut short
+}
+
+class StopAfterThree : public Callback {
+ public:
+  std::string name() const override { return "stop_after_three"; }
+  bool on_batch_end(const State& state, Logger&) override { return state.timestamp.step >= 3; }
+};
+
+TEST(TrainerTest, CallbackCanStopTraining) {
+  Trainer trainer(test::smoke_config(), {std::make_shared<StopAfterThree>()});
+  EXPECT_EQ(trainer.fit().steps, 3);
+}
+
+TEST(TrainerTest, BadConfigsNameTheKeyBeforeTraining) {
+  auto with = [](const std::string& key, const Json& value) {
+    Json config = test::smoke_config();
+    apply_override(config, key + "=" + value.dump());
+    return config;
+  };
+  struct Case {
+    Json config;
+    std::string expected;
+  };
+  const std::vector<Case> cases = {
+      {with("optimizer.lr", -0.1), "'optimizer.lr'"},
+      {with("data.batch_size", 0), "'data.batch_size'"},
+      {with("data.microbatches", 3), "'data.microbatches'"},
+      {with("model.name", "transformer"), "known: cnn, mlp, resnet"},
+      {with("data.name", "imagenet"), "fashion_mnist"},
+      {with("optimizer.name", "lion"), "adagrad, adam"},
+      {with("max_epochs", "two"), "'max_epochs'"},
+      {with("epochs", 2), "'epochs' is not known"},
+      {with("data.label_noise", 1.5), "'data.label_noise'"},
+      {with("algorithms", Json::parse(R"({"magic": {}})")), "unknown algorithm 'magic'"},
+      {with("callbacks", Json::parse(R"({"confetti": {}})")), "unknown callback 'confetti'"},
+      {with("schedulers", Json::parse(R"([{"name": "cosine_warmup", "hyperparameter": "rho"}])")),
+       "'schedulers[0].hyperparameter'"},
+      {with("schedulers", Json::parse(R"([{"name": "step"}])")), "'schedulers[0].step_size' is required"},
+      {with("precision", "fp8"), "'precision'"},
+  };
+  for (const auto& c : cases) {
+    const std::string message = config_error(c.config);
+    EXPECT_NE(message.find(c.expected), std::string::npos) << "expected " << c.expected << " in: " << message;
+  }
+}
+
+// k microbatches of b samples must give the step of one batch of k*b.
+TEST(TrainerTest, MicrobatchesEqualOneLargeBatch) {
+  Json config = test::smoke_config();
+  config["max_steps"] = 4;
+  config["model"] = Json::parse(R"({"name": "cnn", "channels": [4], "hidden": 8})");
+  Trainer whole(config);
+  config["data"]["microbatches"] = 4;
+  Trainer split(config);
+  whole.fit();
+  split.fit();
+  const auto a = whole.model().parameters();
+  const auto b = split.model().parameters();
+  ASSERT_EQ(a.size(), b.size());
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    EXPECT_TRUE(at::allclose(a[i], b[i], 1e-5, 1e-6)) << "parameter " << i << " max diff "
+                                                      << (a[i] - b[i]).abs().max().item<double>();
+  }
+}
+
+}  // namespace
+}  // namespace basin

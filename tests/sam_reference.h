@@ -1,0 +1,89 @@
+#pragma once
+
+// Independent references for the SAM tests: plain LibTorch tensor ops and
+// autograd only, no basin code, so that the tests compare the library
+// against the formulas rather than against itself.
+
+#include <vector>
+
+#include <ATen/ATen.h>
+#include <torch/csrc/autograd/autograd.h>
+
+namespace basin::test {
+
+using Tensors = std::vector<at::Tensor>;
+using LossFn = std::function<at::Tensor(const Tensors&)>;
+
+inline Tensors clone_all(const Tensors& ts) {
+  Tensors out;
+  for (const auto& t : ts) out.push_back(t.detach().clone());
+  return out;
+}
+
+/// Gradient of loss(w) at w.
+inline Tensors gradient_at(const LossFn& loss, const Tensors& w) {
+  Tensors leaves;
+  for (const auto& t : w) leaves.push_back(t.detach().clone().requires_grad_(true));
+  return torch::autograd::grad({loss(leaves)}, leaves);
+}
+
+/// SAM's descent gradient: g(w + rho_k * g / ||g||), with a per-tensor rho.
+inline Tensors sam_gradient(const LossFn& loss, const Tensors& w, const std::vector<double>& rho, double eps = 1e-12) {
+  const Tensors g = gradient_at(loss, w);
+  double squares = 0;
+  for (const auto& t : g) squares += t.pow(2).sum().item<double>();
+  const double norm = std::sqrt(squares);
+  Tensors perturbed;
+  for (std::size_t i = 0; i < w.size(); ++i) perturbed.push_back(w[i] + g[i] * (rho[i] / (norm + eps)));
+  return gradient_at(loss, perturbed);
+}
+
+/// ASAM's descent gradient: e = rho * T^2 g / ||T g||, T = |w| + eta.
+inline Tensors asam_gradient(const LossFn& loss, const Tensors& w, double rho, double eta, double eps = 1e-12) {
+  const Tensors g = gradient_at(loss, w);
+  double squares = 0;
+  for (std::size_t i = 0; i < w.size(); ++i) squares += ((w[i].abs() + eta) * g[i]).pow(2).sum().item<double>();
+  const double norm = std::sqrt(squares);
+  Tensors perturbed;
+  for (std::size_t i = 0; i < w.size(); ++i) {
+    perturbed.push_back(w[i] + (w[i].abs() + eta).pow(2) * g[i] * (rho / (norm + eps)));
+  }
+  return gradient_at(loss, perturbed);
+}
+
+/// SGD with momentum and weight decay (PyTorch's definition, no dampening).
+struct SgdReference {
+  double lr, momentum, weight_decay;
+  Tensors buffers;
+  void step(Tensors& w, const Tensors& g, const std::vector<double>& lrs, const std::vector<double>& decays) {
+    for (std::size_t i = 0; i < w.size(); ++i) {
+      at::Tensor d = g[i] + w[i] * decays[i];
+      if (buffers.size() <= i) buffers.push_back(d.clone());
+      else buffers[i] = buffers[i] * momentum + d;
+      w[i] = w[i] - buffers[i] * lrs[i];
+    }
+  }
+};
+
+/// Adam (PyTorch's definition, L2 weight decay, no amsgrad).
+struct AdamReference {
+  double beta1 = 0.9, beta2 = 0.999, eps = 1e-8;
+  int64_t t = 0;
+  Tensors m, v;
+  void step(Tensors& w, const Tensors& g, const std::vector<double>& lrs) {
+    ++t;
+    for (std::size_t i = 0; i < w.size(); ++i) {
+      if (m.size() <= i) {
+        m.push_back(at::zeros_like(w[i]));
+        v.push_back(at::zeros_like(w[i]));
+      }
+      m[i] = m[i] * beta1 + g[i] * (1 - beta1);
+      v[i] = v[i] * beta2 + g[i].pow(2) * (1 - beta2);
+      const double c1 = 1 - std::pow(beta1, static_cast<double>(t));
+      const double c2 = 1 - std::pow(beta2, static_cast<double>(t));
+      w[i] = w[i] - (m[i] / c1) / ((v[i] / c2).sqrt() + eps) * lrs[i];
+    }
+  }
+};
+
+}  // namespace basin::test

@@ -1,0 +1,73 @@
+#pragma once
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+#include "basin/core/config.h"
+
+namespace basin::test {
+
+/// A fresh directory under the system temp dir, removed with the object.
+class TempDir {
+ public:
+  TempDir() {
+    std::string pattern = (std::filesystem::temp_directory_path() / "basin-test-XXXXXX").string();
+    if (mkdtemp(pattern.data()) == nullptr) throw std::runtime_error("mkdtemp failed");
+    path_ = pattern;
+  }
+  ~TempDir() {
+    std::error_code ignored;
+    std::filesystem::remove_all(path_, ignored);
+  }
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+
+  const std::filesystem::path& path() const { return path_; }
+  std::string file(const std::string& name) const { return (path_ / name).string(); }
+
+ private:
+  std::filesystem::path path_;
+};
+
+inline std::string read_text(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+inline void write_text(const std::string& path, const std::string& text) { std::ofstream(path) << text; }
+
+/// Result of a program run through the shell.
+struct RunResult {
+  int exit_code = -1;
+  std::string output;  // stdout and stderr together
+};
+
+/// Runs `command` with a time limit (coreutils timeout), capturing its output.
+inline RunResult run_command(const std::string& command, int timeout_seconds = 120) {
+  TempDir dir;
+  const std::string out = dir.file("output.txt");
+  const std::string full = "timeout " + std::to_string(timeout_seconds) + " " + command + " > '" + out + "' 2>&1";
+  const int status = std::system(full.c_str());
+  RunResult result;
+  result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  result.output = read_text(out);
+  return result;
+}
+
+/// A small, fast config on the synthetic dataset; tests edit it further.
+inline Json smoke_config() {
+  return Json::parse(R"({
+    "seed": 3, "threads": 1, "max_epochs": 2, "log_every": 1,
+    "data": {"name": "synthetic", "train_size": 128, "test_size": 64, "input_shape": [1, 6, 6],
+             "num_classes": 3, "batch_size": 16},
+    "model": {"name": "mlp", "hidden": [16]},
+    "optimizer": {"name": "sgd", "lr": 0.1, "momentum": 0.9}
+  })");
+}
+
+}  // namespace basin::test
