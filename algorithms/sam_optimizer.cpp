@@ -83,49 +83,71 @@ at::Tensor SAMOptimizer::plain_step(const LossClosure& closure) {
   return loss;
 }
 
-void SAMOptimizer::backup_weights(const std::vector<GroupView>& groups) {
-  std::vector<at::Tensor> params;
-  for (const auto& g : groups) params.insert(params.end(), g.params.begin(), g.params.end());
-  // Reallocate only when the set of perturbed parameters changes (first step).
-  bool same = params.size() == backed_up_params_.size();
-  for (std::size_t i = 0; same && i < params.size(); ++i) same = params[i].is_same(backed_up_params_[i]);
-  if (!same) {
-    backed_up_params_ = params;
-    backup_.clear();
-    for (const auto& p : params) backup_.push_back(at::empty_like(p, at::MemoryFormat::Preserve));
-  }
-  for (std::size_t i = 0; i < params.size(); ++i) backup_[i].copy_(params[i]);
-}
-
-void SAMOptimizer::restore_weights() {
-  for (std::size_t i = 0; i < backup_.size(); ++i) backed_up_params_[i].copy_(backup_[i]);
-}
-
-void SAMOptimizer::perturb(std::vector<GroupView>& groups) {
-  std::vector<at::Tensor> normed;  // what the norm is taken over: g, or (|w| + eta) * g for ASAM
-  std::vector<std::vector<at::Tensor>> directions(groups.size());
+std::vector<SAMOptimizer::Perturbation> SAMOptimizer::perturbation(std::vector<GroupView>& groups) {
+  std::vector<Perturbation> result(groups.size());
+  std::vector<at::Tensor> normed;  // what the norm is taken over: g, or T * g for ASAM
   for (std::size_t k = 0; k < groups.size(); ++k) {
     auto& g = groups[k];
     if (g.params.empty()) continue;
     if (options_.adaptive) {
-      auto scale = at::_foreach_abs(g.params);
-      at::_foreach_add_(scale, g.get("eta"));
-      auto scaled = at::_foreach_mul(scale, g.grads);
-      normed.insert(normed.end(), scaled.begin(), scaled.end());
-      at::_foreach_mul_(scale, scaled);  // e is along (|w| + eta)^2 * g
-      directions[k] = std::move(scale);
+      auto t = at::_foreach_abs(g.params);
+      at::_foreach_add_(t, g.get("eta"));
+      auto tg = at::_foreach_mul(t, g.grads);
+      normed.insert(normed.end(), tg.begin(), tg.end());
+      at::_foreach_mul_(t, tg);  // the direction is T^2 g
+      result[k].directions = std::move(t);
     } else {
       normed.insert(normed.end(), g.grads.begin(), g.grads.end());
-      directions[k] = g.grads;
+      result[k].directions = g.grads;
     }
   }
   last_grad_norm_ = global_norm(normed);
   const double norm = last_grad_norm_.item<double>();
-  if (norm == 0) return;  // no direction to climb: w stays, no NaN
+  if (norm == 0) return result;  // no direction to climb: every scale stays 0, no NaN
   for (std::size_t k = 0; k < groups.size(); ++k) {
-    if (groups[k].params.empty()) continue;
-    at::_foreach_add_(groups[k].params, directions[k], groups[k].get("rho") / (norm + options_.epsilon));
+    if (!groups[k].params.empty()) result[k].scale = groups[k].get("rho") / (norm + options_.epsilon);
   }
+  return result;
+}
+
+void SAMOptimizer::move_to_perturbed(const std::vector<GroupView>& groups,
+                                     const std::vector<Perturbation>& perturbation) {
+  std::vector<at::Tensor> params;
+  for (const auto& g : groups) params.insert(params.end(), g.params.begin(), g.params.end());
+  // Buffers are allocated when the set of parameters with gradients changes (the first step).
+  bool same = params.size() == perturbed_params_.size();
+  for (std::size_t i = 0; same && i < params.size(); ++i) same = params[i].is_same(perturbed_params_[i]);
+  if (!same) {
+    perturbed_params_ = params;
+    perturbed_.clear();
+    for (const auto& p : params) perturbed_.push_back(at::empty_like(p, at::MemoryFormat::Preserve));
+  }
+  if (perturbation.size() != groups.size()) {
+    throw std::logic_error("SAM: perturbation() returned " + std::to_string(perturbation.size()) + " groups for " +
+                           std::to_string(groups.size()));
+  }
+  std::size_t i = 0;
+  for (std::size_t k = 0; k < groups.size(); ++k) {
+    if (perturbation[k].scale != 0 && perturbation[k].directions.size() != groups[k].params.size()) {
+      throw std::logic_error("SAM: perturbation() gave " + std::to_string(perturbation[k].directions.size()) +
+                             " directions for the " + std::to_string(groups[k].params.size()) + " parameters of group " +
+                             std::to_string(k));
+    }
+    for (std::size_t j = 0; j < groups[k].params.size(); ++j, ++i) {
+      if (perturbation[k].scale == 0) continue;
+      at::Tensor param = groups[k].params[j];
+      at::add_out(perturbed_[i], param, perturbation[k].directions[j], perturbation[k].scale);
+      // The parameter takes the buffer's storage; its own storage, holding w,
+      // is set aside untouched until it is swapped back. No copy either way.
+      swapped_.emplace_back(param, param.data());
+      param.set_data(perturbed_[i]);
+    }
+  }
+}
+
+void SAMOptimizer::restore_weights() {
+  for (auto& [param, original] : swapped_) param.set_data(original);
+  swapped_.clear();
 }
 
 at::Tensor SAMOptimizer::step(LossClosure closure) {
@@ -147,16 +169,16 @@ at::Tensor SAMOptimizer::step(LossClosure closure) {
   auto groups = groups_with_grads();
   {
     at::NoGradGuard no_grad;
-    backup_weights(groups);
-    perturb(groups);
+    move_to_perturbed(groups, perturbation(groups));
   }
-  zero_grad();  // the descent gradients must be g(w + e) alone, whatever the closure does
-  run_pass(Pass::kDescent, closure);
+  try {
+    run_pass(Pass::kDescent, closure);
+  } catch (...) {
+    restore_weights();  // never leave the model at w + e
+    throw;
+  }
   const bool finite = gradients_finite(Pass::kDescent);
-  {
-    at::NoGradGuard no_grad;
-    restore_weights();
-  }
+  restore_weights();
   if (!finite) {
     skip_step();
     return loss;

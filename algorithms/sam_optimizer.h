@@ -37,18 +37,21 @@ struct PassHooks {
 /// `step(closure)`:
 ///   ascent    closure at w: gradients g
 ///   norm      ||g|| in fp32 (the variant decides what is normed)
-///   backup    copy of w into buffers allocated once and reused
-///   perturb   w <- w + e(w), e = rho * g / (||g|| + epsilon)
+///   perturb   w + e(w) is written into buffers allocated once and reused,
+///             e = rho * g / (||g|| + epsilon); each parameter then takes the
+///             buffer's storage, its own storage staying aside untouched
 ///   descent   closure at w + e: gradients g(w + e)
-///   restore   w <- backup, bit-exact (never w + e - e)
+///   restore   each parameter takes its own storage back: w is bit-exact by
+///             construction (never w + e - e), and no copy is made
 ///   step      base optimizer steps at w with g(w + e)
 /// A skipped pass (gradients_finite false) zeroes gradients and restores w.
-/// `step()` without a closure is one plain base step.
+/// `step()` without a closure is one plain base step. Like any closure given
+/// to a LibTorch optimizer, the closure must zero the gradients first.
 ///
 /// Hyper-parameters are one source of truth with the base (GroupSync):
 /// schedulers and users may set them on either optimizer.
 ///
-/// Variants subclass it and override `perturb` (what e(w) is) and/or
+/// Variants subclass it and override `perturbation` (what e(w) is) and/or
 /// `adjust_descent_gradients` (what the base step uses).
 class SAMOptimizer : public torch::optim::Optimizer {
  public:
@@ -71,8 +74,9 @@ class SAMOptimizer : public torch::optim::Optimizer {
   int64_t skipped_steps() const { return skipped_steps_; }
   /// fp32 norm the last perturbation was scaled by.
   const at::Tensor& last_grad_norm() const { return last_grad_norm_; }
-  /// The buffers w is restored from (one per perturbed parameter).
-  const std::vector<at::Tensor>& backup() const { return backup_; }
+  /// The buffers that hold w + e during the descent, one per parameter with
+  /// a gradient: the one extra copy of the parameters SAM keeps.
+  const std::vector<at::Tensor>& perturbed_buffers() const { return perturbed_; }
 
   /// Saves the base optimizer (its own archive), the wrapper's counters and
   /// every group's hyper-parameters, which LibTorch's archive drops.
@@ -88,8 +92,16 @@ class SAMOptimizer : public torch::optim::Optimizer {
     double get(const std::string& name) const;
   };
 
-  /// Moves w to w + e(w), given the ascent gradients. Runs without grad.
-  virtual void perturb(std::vector<GroupView>& groups);
+  /// e = scale * direction for every parameter of one group.
+  struct Perturbation {
+    std::vector<at::Tensor> directions;  // one per parameter of the group's view
+    double scale = 0;                    // 0: the group stays at w
+  };
+
+  /// e(w) per group, given the ascent gradients (runs without grad). The
+  /// default is SAM's rho * g / ||g||, or ASAM's rho * T^2 g / ||T g|| with
+  /// T = |w| + eta when adaptive.
+  virtual std::vector<Perturbation> perturbation(std::vector<GroupView>& groups);
   /// Last chance to change the descent gradients before the base step.
   virtual void adjust_descent_gradients(std::vector<GroupView>& /*groups*/) {}
 
@@ -100,7 +112,7 @@ class SAMOptimizer : public torch::optim::Optimizer {
   bool gradients_finite(Pass pass);
   at::Tensor plain_step(const LossClosure& closure);
   void skip_step();
-  void backup_weights(const std::vector<GroupView>& groups);
+  void move_to_perturbed(const std::vector<GroupView>& groups, const std::vector<Perturbation>& perturbation);
   void restore_weights();
 
   std::shared_ptr<torch::optim::Optimizer> base_;
@@ -112,8 +124,10 @@ class SAMOptimizer : public torch::optim::Optimizer {
   int64_t sam_steps_ = 0;
   int64_t skipped_steps_ = 0;
   at::Tensor last_grad_norm_;
-  std::vector<at::Tensor> backed_up_params_;
-  std::vector<at::Tensor> backup_;
+  std::vector<at::Tensor> perturbed_params_;  // parameters the buffers belong to
+  std::vector<at::Tensor> perturbed_;         // w + e during the descent
+  /// Parameters now holding w + e, with their own storage (w) set aside.
+  std::vector<std::pair<at::Tensor, at::Tensor>> swapped_;
 };
 
 }  // namespace basin

@@ -4,24 +4,33 @@
 
 namespace basin {
 
-at::Tensor sum_of_squares(const std::vector<at::Tensor>& tensors) {
-  if (tensors.empty()) return at::zeros({}, at::kFloat);
+namespace {
+
+// One fp32 norm per tensor: a multi-tensor kernel when the dtypes allow it.
+std::vector<at::Tensor> norms_of(const std::vector<at::Tensor>& tensors) {
   const bool all_fp32 = std::all_of(tensors.begin(), tensors.end(), [&tensors](const at::Tensor& t) {
     return t.scalar_type() == at::kFloat && t.device() == tensors.front().device();
   });
+  if (all_fp32) return at::_foreach_norm(tensors, 2);
   std::vector<at::Tensor> norms;
-  if (all_fp32) {
-    norms = at::_foreach_norm(tensors, 2);  // one multi-tensor kernel on CUDA
-  } else {
-    norms.reserve(tensors.size());
-    for (const auto& t : tensors) {
-      norms.push_back(at::linalg_vector_norm(t, 2, c10::nullopt, false, at::kFloat).to(tensors.front().device()));
-    }
+  norms.reserve(tensors.size());
+  for (const auto& t : tensors) {
+    norms.push_back(at::linalg_vector_norm(t, 2, c10::nullopt, false, at::kFloat).to(tensors.front().device()));
   }
-  return at::stack(norms).square().sum();
+  return norms;
 }
 
-at::Tensor global_norm(const std::vector<at::Tensor>& tensors) { return sum_of_squares(tensors).sqrt(); }
+}  // namespace
+
+at::Tensor sum_of_squares(const std::vector<at::Tensor>& tensors) {
+  if (tensors.empty()) return at::zeros({}, at::kFloat);
+  return at::stack(norms_of(tensors)).square().sum();
+}
+
+at::Tensor global_norm(const std::vector<at::Tensor>& tensors) {
+  if (tensors.empty()) return at::zeros({}, at::kFloat);
+  return at::linalg_vector_norm(at::stack(norms_of(tensors)), 2);
+}
 
 at::Tensor clip_grad_norm(const std::vector<at::Tensor>& grads, double max_norm) {
   const at::Tensor norm = global_norm(grads);

@@ -174,10 +174,10 @@ TEST(SAMOptimizerTest, BackupBuffersAreAllocatedOnce) {
   SAMOptimizer sam(std::make_shared<torch::optim::SGD>(w, torch::optim::SGDOptions(0.1)), SAMOptions{});
   sam.step(closure_for(sam, problem, w));
   std::vector<const void*> addresses;
-  for (const auto& b : sam.backup()) addresses.push_back(b.data_ptr());
+  for (const auto& b : sam.perturbed_buffers()) addresses.push_back(b.data_ptr());
   ASSERT_EQ(addresses.size(), 2u);
   for (int i = 0; i < 3; ++i) sam.step(closure_for(sam, problem, w));
-  for (std::size_t i = 0; i < addresses.size(); ++i) EXPECT_EQ(sam.backup()[i].data_ptr(), addresses[i]);
+  for (std::size_t i = 0; i < addresses.size(); ++i) EXPECT_EQ(sam.perturbed_buffers()[i].data_ptr(), addresses[i]);
 }
 
 TEST(SAMOptimizerTest, ZeroGradientNormGivesNoPerturbationAndNoNaN) {
@@ -222,7 +222,7 @@ TEST(SAMOptimizerTest, FrozenAndUnusedParametersAreUntouched) {
   EXPECT_TRUE(frozen_stayed);
   EXPECT_TRUE(at::equal(frozen, frozen_before));
   EXPECT_TRUE(at::equal(unused.detach(), unused_before));
-  EXPECT_EQ(sam.backup().size(), 2u);  // only the parameters with gradients are backed up
+  EXPECT_EQ(sam.perturbed_buffers().size(), 2u);  // only the parameters with gradients get a buffer
 }
 
 TEST(SAMOptimizerTest, IntervalRunsTwoPassesOnEveryKthStep) {

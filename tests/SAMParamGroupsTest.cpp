@@ -160,7 +160,7 @@ TEST(SAMParamGroupsTest, GroupAddedToTheBaseIsPickedUp) {
   EXPECT_DOUBLE_EQ(f.sam->param_groups()[1].options().get_lr(), 0.5);
   EXPECT_DOUBLE_EQ(get_hyperparameter(f.sam->param_groups()[1].options(), "rho"), 0.05);
   EXPECT_TRUE(at::allclose(extra.detach(), at::full({2}, -1.0)));  // -0.5 * 2
-  EXPECT_EQ(f.sam->backup().size(), 2u);
+  EXPECT_EQ(f.sam->perturbed_buffers().size(), 2u);
 }
 
 TEST(SAMParamGroupsTest, GroupAddedToTheWrapperReachesTheBase) {

@@ -1,0 +1,73 @@
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <mutex>
+#include <unordered_map>
+
+#include <c10/core/Allocator.h>
+#include <c10/core/CPUAllocator.h>
+#include <c10/core/impl/alloc_cpu.h>
+
+namespace basin::bench {
+
+/// Replaces LibTorch's CPU allocator with one that counts the bytes tensors
+/// hold, so a benchmark can report the peak memory of a step (LibTorch 1.13
+/// keeps no CPU statistics). Some callers require the data pointer to be its
+/// own context, so sizes are kept in a side table.
+class TrackingAllocator : public c10::Allocator {
+ public:
+  /// Installs itself as the CPU allocator (once per process).
+  static TrackingAllocator& install() {
+    static TrackingAllocator allocator;
+    static const bool installed = (c10::SetCPUAllocator(&allocator, /*priority=*/100), true);
+    (void)installed;
+    return allocator;
+  }
+
+  c10::DataPtr allocate(size_t bytes) const override {
+    void* data = c10::alloc_cpu(bytes);
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      sizes_[data] = bytes;
+      current_ += bytes;
+      peak_ = std::max(peak_, current_);
+    }
+    return {data, data, &TrackingAllocator::release, c10::Device(c10::DeviceType::CPU)};
+  }
+  c10::DeleterFnPtr raw_deleter() const override { return &TrackingAllocator::release; }
+
+  size_t current() const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return current_;
+  }
+  size_t peak() const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return peak_;
+  }
+  /// Starts a new peak measurement from what is held now.
+  void reset_peak() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    peak_ = current_;
+  }
+
+ private:
+  static void release(void* data) {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      auto it = sizes_.find(data);
+      if (it != sizes_.end()) {
+        current_ -= it->second;
+        sizes_.erase(it);
+      }
+    }
+    c10::free_cpu(data);
+  }
+
+  static inline std::mutex mutex_;
+  static inline std::unordered_map<void*, size_t> sizes_;
+  static inline size_t current_ = 0;
+  static inline size_t peak_ = 0;
+};
+
+}  // namespace basin::bench
