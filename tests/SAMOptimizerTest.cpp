@@ -1,7 +1,10 @@
 #include <gtest/gtest.h>
 
 #include <ATen/ATen.h>
+#include <torch/optim/adagrad.h>
 #include <torch/optim/adam.h>
+#include <torch/optim/adamw.h>
+#include <torch/optim/rmsprop.h>
 #include <torch/optim/sgd.h>
 #include <torch/serialize.h>
 
@@ -117,6 +120,35 @@ TEST(SAMOptimizerTest, TenStepTrajectoryMatchesAnIndependentLoop) {
     sgd.step(expected, test::sam_gradient(batch.fn(), expected, {0.08, 0.08}), {0.05, 0.05}, {0.0, 0.0});
   }
   expect_close(w, expected, 1e-5);
+}
+
+// SAM around each LibTorch optimizer: the base must step exactly as a twin
+// of it does when handed the reference SAM gradient g(w + e).
+TEST(SAMOptimizerTest, WrapsEveryLibTorchOptimizer) {
+  using Factory = std::function<std::shared_ptr<torch::optim::Optimizer>(const Tensors&)>;
+  const std::vector<std::pair<std::string, Factory>> optimizers = {
+      {"sgd", [](const Tensors& w) { return std::make_shared<torch::optim::SGD>(w, torch::optim::SGDOptions(0.1).momentum(0.9)); }},
+      {"adam", [](const Tensors& w) { return std::make_shared<torch::optim::Adam>(w, torch::optim::AdamOptions(0.01)); }},
+      {"adamw", [](const Tensors& w) { return std::make_shared<torch::optim::AdamW>(w, torch::optim::AdamWOptions(0.01)); }},
+      {"rmsprop", [](const Tensors& w) { return std::make_shared<torch::optim::RMSprop>(w, torch::optim::RMSpropOptions(0.01)); }},
+      {"adagrad", [](const Tensors& w) { return std::make_shared<torch::optim::Adagrad>(w, torch::optim::AdagradOptions(0.1)); }},
+  };
+  const Problem problem;
+  const Tensors w0 = problem.initial();
+  for (const auto& [name, make] : optimizers) {
+    Tensors w = leaves(w0);
+    SAMOptimizer sam(make(w), SAMOptions{0.1});
+    Tensors twin_w = leaves(w0);
+    auto twin = make(twin_w);
+    for (int step = 0; step < 3; ++step) {
+      const Tensors g = test::sam_gradient(problem.fn(), test::clone_all(twin_w), {0.1, 0.1});
+      for (std::size_t i = 0; i < g.size(); ++i) twin_w[i].mutable_grad() = g[i].clone();
+      twin->step();
+      sam.step(closure_for(sam, problem, w));
+    }
+    expect_close(w, twin_w, 1e-5);
+    EXPECT_EQ(sam.sam_steps(), 3) << name;
+  }
 }
 
 TEST(SAMOptimizerTest, AdaptiveStepMatchesTheAsamFormula) {

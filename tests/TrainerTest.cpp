@@ -113,6 +113,32 @@ TEST(TrainerTest, BadConfigsNameTheKeyBeforeTraining) {
   }
 }
 
+// Records the lr group 0 had at every step.
+class LrRecorder : public Callback {
+ public:
+  std::string name() const override { return "lr_recorder"; }
+  bool on_before_step(const State& state, Logger&) override {
+    lrs.push_back(state.optimizer->param_groups()[0].options().get_lr());
+    return false;
+  }
+  std::vector<double> lrs;
+};
+
+TEST(TrainerTest, PerStepAndPerEpochSchedulers) {
+  Json config = test::smoke_config();
+  config["max_epochs"] = 3;
+  config["schedulers"] = Json::parse(R"([{"name": "step", "step_size": 1, "gamma": 0.5, "interval": "epoch"}])");
+  auto per_epoch = std::make_shared<LrRecorder>();
+  Trainer(config, {per_epoch}).fit();
+  ASSERT_EQ(per_epoch->lrs.size(), 24u);  // 8 steps per epoch
+  for (std::size_t i = 0; i < 24; ++i) EXPECT_DOUBLE_EQ(per_epoch->lrs[i], 0.1 * std::pow(0.5, i / 8)) << i;
+
+  config["schedulers"] = Json::parse(R"([{"name": "linear_warmup", "warmup": 4}])");
+  auto per_step = std::make_shared<LrRecorder>();
+  Trainer(config, {per_step}).fit();
+  for (std::size_t i = 0; i < 6; ++i) EXPECT_NEAR(per_step->lrs[i], 0.1 * std::min(i / 4.0, 1.0), 1e-12) << i;
+}
+
 // k microbatches of b samples must give the step of one batch of k*b.
 TEST(TrainerTest, MicrobatchesEqualOneLargeBatch) {
   Json config = test::smoke_config();
