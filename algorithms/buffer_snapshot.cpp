@@ -7,20 +7,15 @@ namespace basin {
 
 void BufferSnapshot::take(torch::nn::Module& module) {
   at::NoGradGuard no_grad;
-  auto buffers = module.buffers(/*recurse=*/true);
-  bool same = buffers.size() == buffers_.size();
-  for (std::size_t i = 0; same && i < buffers.size(); ++i) same = buffers[i].is_same(buffers_[i]);
-  if (!same) {
-    buffers_ = buffers;
-    copies_.clear();
-    for (const auto& b : buffers_) copies_.push_back(at::empty_like(b, at::MemoryFormat::Preserve));
-  }
-  for (std::size_t i = 0; i < buffers_.size(); ++i) copies_[i].copy_(buffers_[i]);
+  copies_.match(module.buffers(/*recurse=*/true));
+  for (std::size_t i = 0; i < copies_.sources().size(); ++i) copies_.buffers()[i].copy_(copies_.sources()[i]);
 }
 
 void BufferSnapshot::restore() {
   at::NoGradGuard no_grad;
-  for (std::size_t i = 0; i < buffers_.size(); ++i) buffers_[i].copy_(copies_[i]);
+  for (std::size_t i = 0; i < copies_.sources().size(); ++i) {
+    copies_.sources()[i].copy_(copies_.buffers()[i]);  // in-place ops are const on a Tensor handle
+  }
 }
 
 }  // namespace basin

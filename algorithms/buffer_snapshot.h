@@ -1,8 +1,6 @@
 #pragma once
 
-#include <vector>
-
-#include <ATen/core/Tensor.h>
+#include "basin/core/reused_buffers.h"
 
 namespace torch::nn { class Module; }
 
@@ -17,11 +15,9 @@ class BufferSnapshot {
  public:
   void take(torch::nn::Module& module);
   void restore();
-  bool empty() const { return buffers_.empty(); }
 
  private:
-  std::vector<at::Tensor> buffers_;
-  std::vector<at::Tensor> copies_;
+  ReusedBuffers copies_;
 };
 
 }  // namespace basin

@@ -114,14 +114,7 @@ void SAMOptimizer::move_to_perturbed(const std::vector<GroupView>& groups,
                                      const std::vector<Perturbation>& perturbation) {
   std::vector<at::Tensor> params;
   for (const auto& g : groups) params.insert(params.end(), g.params.begin(), g.params.end());
-  // Buffers are allocated when the set of parameters with gradients changes (the first step).
-  bool same = params.size() == perturbed_params_.size();
-  for (std::size_t i = 0; same && i < params.size(); ++i) same = params[i].is_same(perturbed_params_[i]);
-  if (!same) {
-    perturbed_params_ = params;
-    perturbed_.clear();
-    for (const auto& p : params) perturbed_.push_back(at::empty_like(p, at::MemoryFormat::Preserve));
-  }
+  perturbed_.match(params);
   if (perturbation.size() != groups.size()) {
     throw std::logic_error("SAM: perturbation() returned " + std::to_string(perturbation.size()) + " groups for " +
                            std::to_string(groups.size()));
@@ -136,11 +129,12 @@ void SAMOptimizer::move_to_perturbed(const std::vector<GroupView>& groups,
     for (std::size_t j = 0; j < groups[k].params.size(); ++j, ++i) {
       if (perturbation[k].scale == 0) continue;
       at::Tensor param = groups[k].params[j];
-      at::add_out(perturbed_[i], param, perturbation[k].directions[j], perturbation[k].scale);
+      at::Tensor& buffer = perturbed_.buffers()[i];
+      at::add_out(buffer, param, perturbation[k].directions[j], perturbation[k].scale);
       // The parameter takes the buffer's storage; its own storage, holding w,
       // is set aside untouched until it is swapped back. No copy either way.
       swapped_.emplace_back(param, param.data());
-      param.set_data(perturbed_[i]);
+      param.set_data(buffer);
     }
   }
 }

@@ -7,6 +7,7 @@
 #include <torch/optim/optimizer.h>
 
 #include "basin/core/group_sync.h"
+#include "basin/core/reused_buffers.h"
 #include "basin/core/state.h"
 
 namespace basin {
@@ -76,7 +77,7 @@ class SAMOptimizer : public torch::optim::Optimizer {
   const at::Tensor& last_grad_norm() const { return last_grad_norm_; }
   /// The buffers that hold w + e during the descent, one per parameter with
   /// a gradient: the one extra copy of the parameters SAM keeps.
-  const std::vector<at::Tensor>& perturbed_buffers() const { return perturbed_; }
+  const std::vector<at::Tensor>& perturbed_buffers() const { return perturbed_.buffers(); }
 
   /// Saves the base optimizer (its own archive), the wrapper's counters and
   /// every group's hyper-parameters, which LibTorch's archive drops.
@@ -124,8 +125,7 @@ class SAMOptimizer : public torch::optim::Optimizer {
   int64_t sam_steps_ = 0;
   int64_t skipped_steps_ = 0;
   at::Tensor last_grad_norm_;
-  std::vector<at::Tensor> perturbed_params_;  // parameters the buffers belong to
-  std::vector<at::Tensor> perturbed_;         // w + e during the descent
+  ReusedBuffers perturbed_;  // w + e during the descent, one per parameter with a gradient
   /// Parameters now holding w + e, with their own storage (w) set aside.
   std::vector<std::pair<at::Tensor, at::Tensor>> swapped_;
 };

@@ -3,9 +3,5 @@
 # (SAM on Fashion-MNIST). Extra arguments go to basin-train, e.g. --set max_epochs=1.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/install-deps.sh
-generator=()
-command -v ninja > /dev/null && [ ! -f build/CMakeCache.txt ] && generator=(-G Ninja)
-cmake -S . -B build -DCMAKE_BUILD_TYPE=Release "${generator[@]}"
-cmake --build build --parallel "$(nproc)" --target basin-train
+bash scripts/build.sh --target basin-train
 build/examples/basin-train --config examples/configs/fashion_mnist_sam.json "$@"

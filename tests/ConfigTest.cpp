@@ -1,26 +1,18 @@
 #include <gtest/gtest.h>
 
 #include "basin/core/config.h"
+#include "test_util.h"
 
 namespace basin {
 namespace {
 
-std::string error_of(const std::function<void()>& action) {
-  try {
-    action();
-  } catch (const ConfigError& error) {
-    return error.what();
-  }
-  return "(no error)";
-}
-
 TEST(ConfigTest, SyntaxErrorGivesLineAndColumn) {
-  const std::string message = error_of([] { parse_config_text("{\n  \"a\": 1,\n  \"b\": ]\n}", "run.json"); });
+  const std::string message = test::config_error_of([] { parse_config_text("{\n  \"a\": 1,\n  \"b\": ]\n}", "run.json"); });
   EXPECT_NE(message.find("run.json:3:8"), std::string::npos) << message;
 }
 
 TEST(ConfigTest, MissingFileIsNamed) {
-  const std::string message = error_of([] { load_config_file("/nonexistent/x.json"); });
+  const std::string message = test::config_error_of([] { load_config_file("/nonexistent/x.json"); });
   EXPECT_NE(message.find("/nonexistent/x.json"), std::string::npos) << message;
 }
 
@@ -34,31 +26,31 @@ TEST(ConfigTest, OverridesParseJsonAndFallBackToStrings) {
   EXPECT_EQ(config["model"]["name"], "cnn");
   EXPECT_EQ(config["model"]["hidden"], Json::parse("[8, 4]"));
   EXPECT_EQ(config["algorithms"]["sam"]["rho"], 0.1);
-  EXPECT_NE(error_of([&] { apply_override(config, "no-equals-sign"); }).find("KEY=VALUE"), std::string::npos);
-  EXPECT_NE(error_of([&] { apply_override(config, "optimizer.lr.x=1"); }).find("'optimizer.lr' is not an object"),
+  EXPECT_NE(test::config_error_of([&] { apply_override(config, "no-equals-sign"); }).find("KEY=VALUE"), std::string::npos);
+  EXPECT_NE(test::config_error_of([&] { apply_override(config, "optimizer.lr.x=1"); }).find("'optimizer.lr' is not an object"),
             std::string::npos);
 }
 
 TEST(ConfigTest, ReadsNameTheKeyPathValueAndExpectation) {
   Params params(Json::parse(R"({"lr": -1, "batch_size": 0, "name": 5, "flag": "yes"})"), "optimizer");
-  std::string message = error_of([&] { params.number("lr", 0.1, 0); });
+  std::string message = test::config_error_of([&] { params.number("lr", 0.1, 0); });
   EXPECT_NE(message.find("'optimizer.lr'"), std::string::npos) << message;
   EXPECT_NE(message.find(">= 0"), std::string::npos) << message;
   EXPECT_NE(message.find("-1"), std::string::npos) << message;
-  message = error_of([&] { params.integer("batch_size", 1, 1); });
+  message = test::config_error_of([&] { params.integer("batch_size", 1, 1); });
   EXPECT_NE(message.find("'optimizer.batch_size'"), std::string::npos) << message;
-  message = error_of([&] { params.string("name"); });
+  message = test::config_error_of([&] { params.string("name"); });
   EXPECT_NE(message.find("a string"), std::string::npos) << message;
-  message = error_of([&] { params.boolean("flag", false); });
+  message = test::config_error_of([&] { params.boolean("flag", false); });
   EXPECT_NE(message.find("true or false"), std::string::npos) << message;
-  message = error_of([&] { params.string("missing"); });
+  message = test::config_error_of([&] { params.string("missing"); });
   EXPECT_NE(message.find("'optimizer.missing' is required"), std::string::npos) << message;
 }
 
 TEST(ConfigTest, UnknownKeysAreErrors) {
   Params params(Json::parse(R"({"lr": 0.1, "lrr": 0.2})"), "optimizer");
   params.number("lr", 0.0);
-  const std::string message = error_of([&] { params.finish(); });
+  const std::string message = test::config_error_of([&] { params.finish(); });
   EXPECT_NE(message.find("'optimizer.lrr' is not known"), std::string::npos) << message;
   EXPECT_NE(message.find("lr"), std::string::npos) << message;
 }
@@ -66,14 +58,14 @@ TEST(ConfigTest, UnknownKeysAreErrors) {
 TEST(ConfigTest, NestedObjectsCarryTheirPath) {
   Params root(Json::parse(R"({"data": {"batch_size": "big"}})"), "");
   Params data = root.object("data");
-  const std::string message = error_of([&] { data.integer("batch_size", 1, 1); });
+  const std::string message = test::config_error_of([&] { data.integer("batch_size", 1, 1); });
   EXPECT_NE(message.find("'data.batch_size'"), std::string::npos) << message;
   EXPECT_NE(message.find("\"big\""), std::string::npos) << message;
 }
 
 TEST(ConfigTest, ChoiceListsTheChoices) {
   Params params(Json::parse(R"({"interval": "week"})"), "schedulers[0]");
-  const std::string message = error_of([&] { params.choice("interval", "step", {"step", "epoch"}); });
+  const std::string message = test::config_error_of([&] { params.choice("interval", "step", {"step", "epoch"}); });
   EXPECT_NE(message.find("'schedulers[0].interval'"), std::string::npos) << message;
   EXPECT_NE(message.find("step, epoch"), std::string::npos) << message;
 }

@@ -14,18 +14,10 @@
 #include "basin/core/model.h"
 #include "basin/core/optimizers.h"
 #include "basin/schedulers/scheduler.h"
+#include "test_util.h"
 
 namespace basin {
 namespace {
-
-std::string error_of(const std::function<void()>& action) {
-  try {
-    action();
-  } catch (const ConfigError& error) {
-    return error.what();
-  }
-  return "(no error)";
-}
 
 class Shape : public Model {
  public:
@@ -48,14 +40,14 @@ TEST(RegistryTest, CreatesByNameAndPassesArguments) {
 
 TEST(RegistryTest, UnknownNameListsKnownNames) {
   Params params(Json::object(), "model");
-  const std::string message = error_of([&] { model_registry().create("transformer", params, DatasetInfo{{1, 8, 8}, 2}); });
+  const std::string message = test::config_error_of([&] { model_registry().create("transformer", params, DatasetInfo{{1, 8, 8}, 2}); });
   EXPECT_NE(message.find("'transformer'"), std::string::npos) << message;
   for (const char* known : {"mlp", "cnn", "resnet"}) EXPECT_NE(message.find(known), std::string::npos) << message;
 }
 
 TEST(RegistryTest, UnknownKeyOfACreatedObjectIsAnError) {
   Params params(Json::parse(R"({"hidden": [4], "hiden": [4]})"), "model");
-  const std::string message = error_of([&] { model_registry().create("mlp", params, DatasetInfo{{4}, 2}); });
+  const std::string message = test::config_error_of([&] { model_registry().create("mlp", params, DatasetInfo{{4}, 2}); });
   EXPECT_NE(message.find("'model.hiden'"), std::string::npos) << message;
 }
 
@@ -128,7 +120,7 @@ TEST(OptimizerFactoryTest, ParamGroupsSplitByPatternAndOverrideHyperparameters) 
 TEST(OptimizerFactoryTest, BadGroupsAndValuesNameTheKey) {
   TwoLayers model;
   auto error_for = [&](const std::string& text) {
-    return error_of([&] {
+    return test::config_error_of([&] {
       Params params(Json::parse(text), "optimizer");
       make_optimizer(params, model);
     });

@@ -18,15 +18,6 @@
 namespace basin {
 namespace {
 
-std::string config_error(const Json& config) {
-  try {
-    Trainer trainer(config);
-  } catch (const ConfigError& error) {
-    return error.what();
-  }
-  return "(no error)";
-}
-
 Json sam_config(const std::string& sam) {
   Json config = test::smoke_config();
   config["algorithms"] = Json::parse(R"({"sam": )" + sam + "}");
@@ -129,7 +120,7 @@ TEST(SAMTrainingTest, PerGroupRhoFromConfig) {
   auto* sam = dynamic_cast<SAMOptimizer*>(trainer.state().optimizer.get());
   ASSERT_NE(sam, nullptr);
   EXPECT_DOUBLE_EQ(sam->param_groups()[0].options().get_lr(), 0.1);
-  EXPECT_EQ(config_error(sam_config(R"({"rho": [0.05, 0.1]})")).find("'algorithms.sam.rho'") != std::string::npos, true);
+  EXPECT_EQ(test::trainer_config_error(sam_config(R"({"rho": [0.05, 0.1]})")).find("'algorithms.sam.rho'") != std::string::npos, true);
 }
 
 TEST(SAMTrainingTest, BadSamConfigsNameTheKey) {
@@ -142,7 +133,7 @@ TEST(SAMTrainingTest, BadSamConfigsNameTheKey) {
       {R"({"rhoo": 0.1})", "'algorithms.sam.rhoo' is not known"},
   };
   for (const auto& [sam, expected] : cases) {
-    const std::string message = config_error(sam_config(sam));
+    const std::string message = test::trainer_config_error(sam_config(sam));
     EXPECT_NE(message.find(expected), std::string::npos) << sam << ": " << message;
   }
 }

@@ -7,6 +7,7 @@
 
 #include "basin/core/hyperparameters.h"
 #include "basin/schedulers/scheduler.h"
+#include "test_util.h"
 
 namespace basin {
 namespace {
@@ -111,14 +112,7 @@ TEST(SchedulerTest, StateDictRoundTripResumesTheSchedule) {
 }
 
 TEST(SchedulerTest, BadSchedulesNameTheKey) {
-  auto message_of = [](const std::string& text) {
-    try {
-      scheduler_from(text);
-    } catch (const ConfigError& error) {
-      return std::string(error.what());
-    }
-    return std::string("(no error)");
-  };
+  auto message_of = [](const std::string& text) { return test::config_error_of([&] { scheduler_from(text); }); };
   EXPECT_NE(message_of(R"({"name": "multistep", "milestones": [3, 1]})").find("'schedulers[0].milestones'"), std::string::npos);
   EXPECT_NE(message_of(R"({"name": "cosine_warmup", "warmup": 10, "total": 5})").find("'schedulers[0].total'"), std::string::npos);
   EXPECT_NE(message_of(R"({"name": "exponential", "gamma": -1})").find("'schedulers[0].gamma'"), std::string::npos);

@@ -28,15 +28,6 @@ std::vector<float> losses_of(const Json& config) {
   return recorder->losses;
 }
 
-std::string config_error(const Json& config) {
-  try {
-    Trainer trainer(config);
-  } catch (const ConfigError& error) {
-    return error.what();
-  }
-  return "(no error)";
-}
-
 TEST(TrainerTest, SameConfigAndSeedGiveIdenticalLosses) {
   Json config = test::smoke_config();
   config["model"] = Json::parse(R"({"name": "cnn", "channels": [4], "hidden": 8})");
@@ -108,7 +99,7 @@ TEST(TrainerTest, BadConfigsNameTheKeyBeforeTraining) {
       {with("precision", "fp8"), "'precision'"},
   };
   for (const auto& c : cases) {
-    const std::string message = config_error(c.config);
+    const std::string message = test::trainer_config_error(c.config);
     EXPECT_NE(message.find(c.expected), std::string::npos) << "expected " << c.expected << " in: " << message;
   }
 }

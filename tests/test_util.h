@@ -7,6 +7,7 @@
 #include <string>
 
 #include "basin/core/config.h"
+#include "basin/core/trainer.h"
 
 namespace basin::test {
 
@@ -57,6 +58,21 @@ inline RunResult run_command(const std::string& command, int timeout_seconds = 1
   result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
   result.output = read_text(out);
   return result;
+}
+
+/// The message of the ConfigError `action` throws, or "(no error)".
+inline std::string config_error_of(const std::function<void()>& action) {
+  try {
+    action();
+  } catch (const ConfigError& error) {
+    return error.what();
+  }
+  return "(no error)";
+}
+
+/// The ConfigError building a Trainer from `config` gives, or "(no error)".
+inline std::string trainer_config_error(const Json& config) {
+  return config_error_of([&config] { Trainer trainer(config); });
 }
 
 /// A small, fast config on the synthetic dataset; tests edit it further.
