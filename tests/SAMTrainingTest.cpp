@@ -91,26 +91,11 @@ TEST(SAMTrainingTest, DescentPassLeavesBatchNormStatisticsAsTheAscentLeftThem) {
   EXPECT_FALSE(at::equal(counted_twice[0], reference.bn->running_mean));
 }
 
-void expect_same_weights(Trainer& a, Trainer& b) {
-  const auto pa = a.model().parameters();
-  const auto pb = b.model().parameters();
-  ASSERT_EQ(pa.size(), pb.size());
-  for (std::size_t i = 0; i < pa.size(); ++i) {
-    EXPECT_TRUE(at::allclose(pa[i], pb[i], 1e-5, 1e-6)) << "parameter " << i << " max diff "
-                                                      << (pa[i] - pb[i]).abs().max().item<double>();
-  }
-}
-
 TEST(SAMTrainingTest, MicrobatchesEqualOneLargeBatchUnderSam) {
   Json config = sam_config(R"({"rho": 0.1})");
   config["max_steps"] = 4;
   config["model"] = Json::parse(R"({"name": "cnn", "channels": [4], "hidden": 8})");
-  Trainer whole(config);
-  config["data"]["microbatches"] = 4;
-  Trainer split(config);
-  whole.fit();
-  split.fit();
-  expect_same_weights(whole, split);
+  test::expect_microbatches_match_one_batch(config);
 }
 
 TEST(SAMTrainingTest, PerGroupRhoFromConfig) {

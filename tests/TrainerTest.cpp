@@ -135,18 +135,7 @@ TEST(TrainerTest, MicrobatchesEqualOneLargeBatch) {
   Json config = test::smoke_config();
   config["max_steps"] = 4;
   config["model"] = Json::parse(R"({"name": "cnn", "channels": [4], "hidden": 8})");
-  Trainer whole(config);
-  config["data"]["microbatches"] = 4;
-  Trainer split(config);
-  whole.fit();
-  split.fit();
-  const auto a = whole.model().parameters();
-  const auto b = split.model().parameters();
-  ASSERT_EQ(a.size(), b.size());
-  for (std::size_t i = 0; i < a.size(); ++i) {
-    EXPECT_TRUE(at::allclose(a[i], b[i], 1e-5, 1e-6)) << "parameter " << i << " max diff "
-                                                      << (a[i] - b[i]).abs().max().item<double>();
-  }
+  test::expect_microbatches_match_one_batch(config);
 }
 
 }  // namespace

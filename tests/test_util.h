@@ -1,5 +1,7 @@
 #pragma once
 
+#include <gtest/gtest.h>
+
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -7,6 +9,7 @@
 #include <string>
 
 #include "basin/core/config.h"
+#include "basin/core/model.h"
 #include "basin/core/trainer.h"
 
 namespace basin::test {
@@ -73,6 +76,23 @@ inline std::string config_error_of(const std::function<void()>& action) {
 /// The ConfigError building a Trainer from `config` gives, or "(no error)".
 inline std::string trainer_config_error(const Json& config) {
   return config_error_of([&config] { Trainer trainer(config); });
+}
+
+/// Trains `config` for its steps as one batch and as 4 microbatches per
+/// batch; the weights must agree to float tolerance (invariant 4).
+inline void expect_microbatches_match_one_batch(Json config) {
+  Trainer whole(config);
+  config["data"]["microbatches"] = 4;
+  Trainer split(config);
+  whole.fit();
+  split.fit();
+  const auto a = whole.model().parameters();
+  const auto b = split.model().parameters();
+  ASSERT_EQ(a.size(), b.size());
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    EXPECT_TRUE(at::allclose(a[i], b[i], 1e-5, 1e-6))
+        << "parameter " << i << " max diff " << (a[i] - b[i]).abs().max().item<double>();
+  }
 }
 
 /// A small, fast config on the synthetic dataset; tests edit it further.
