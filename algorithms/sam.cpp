@@ -61,7 +61,7 @@ void SAM::wrap(State& state) {
     if (pass == Pass::kDescent && freeze_running_stats_ && s->model) running_stats_.restore();
     s->pass = Pass::kPlain;
   };
-  optimizer_->set_hooks(std::move(hooks));
+  optimizer_->add_pass_hooks(std::move(hooks));
   state.optimizer = optimizer_;
 }
 

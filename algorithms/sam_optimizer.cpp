@@ -1,6 +1,7 @@
 #include "basin/algorithms/sam_optimizer.h"
 
 #include <stdexcept>
+#include <unordered_set>
 
 #include <ATen/ATen.h>
 #include <torch/serialize/archive.h>
@@ -39,10 +40,12 @@ void SAMOptimizer::sync_param_groups() { sync_.sync(*this, *base_); }
 
 std::vector<SAMOptimizer::GroupView> SAMOptimizer::groups_with_grads() {
   std::vector<GroupView> groups;
+  // A tensor listed twice (tied weights, or in two groups) is perturbed, normed and restored once.
+  std::unordered_set<const c10::TensorImpl*> seen;
   for (auto& group : param_groups_) {
     GroupView view{{}, {}, &group.options()};
     for (const auto& p : group.params()) {
-      if (!p.requires_grad() || !p.grad().defined()) continue;
+      if (!p.requires_grad() || !p.grad().defined() || !seen.insert(p.unsafeGetTensorImpl()).second) continue;
       view.params.push_back(p);
       view.grads.push_back(p.grad());
     }
@@ -53,19 +56,39 @@ std::vector<SAMOptimizer::GroupView> SAMOptimizer::groups_with_grads() {
 
 at::Tensor SAMOptimizer::run_pass(Pass pass, const LossClosure& closure) {
   pass_ = pass;
-  if (hooks_.before_pass) hooks_.before_pass(pass);
+  for (auto& h : hooks_) {
+    if (h.before_pass) h.before_pass(pass);
+  }
+  auto after = [this, pass] {
+    for (auto h = hooks_.rbegin(); h != hooks_.rend(); ++h) {
+      if (h->after_pass) h->after_pass(pass);
+    }
+    pass_ = Pass::kPlain;
+  };
   at::Tensor loss;
-  {
+  try {
     at::AutoGradMode enable_grad(true);
     loss = closure();
+  } catch (...) {
+    after();  // BatchNorm statistics and the state's pass come back even then
+    throw;
   }
-  if (hooks_.after_pass) hooks_.after_pass(pass);
-  pass_ = Pass::kPlain;
+  after();
   return loss;
 }
 
 bool SAMOptimizer::gradients_finite(Pass pass) {
-  return !hooks_.gradients_finite || hooks_.gradients_finite(pass);
+  bool finite = true;
+  for (auto& h : hooks_) {
+    if (h.gradients_finite) finite = h.gradients_finite(pass) && finite;  // every check runs (each unscales)
+  }
+  return finite;
+}
+
+void SAMOptimizer::before_base_step() {
+  for (auto& h : hooks_) {
+    if (h.before_base_step) h.before_base_step();
+  }
 }
 
 void SAMOptimizer::skip_step() {
@@ -76,6 +99,7 @@ void SAMOptimizer::skip_step() {
 at::Tensor SAMOptimizer::plain_step(const LossClosure& closure) {
   at::Tensor loss = run_pass(Pass::kPlain, closure);
   if (gradients_finite(Pass::kPlain)) {
+    before_base_step();
     base_->step();
   } else {
     skip_step();
@@ -115,17 +139,20 @@ void SAMOptimizer::move_to_perturbed(const std::vector<GroupView>& groups,
   std::vector<at::Tensor> params;
   for (const auto& g : groups) params.insert(params.end(), g.params.begin(), g.params.end());
   perturbed_.match(params);
+  // Everything is checked before the first swap, so a bad perturbation leaves w as it was.
   if (perturbation.size() != groups.size()) {
     throw std::logic_error("SAM: perturbation() returned " + std::to_string(perturbation.size()) + " groups for " +
                            std::to_string(groups.size()));
   }
-  std::size_t i = 0;
   for (std::size_t k = 0; k < groups.size(); ++k) {
     if (perturbation[k].scale != 0 && perturbation[k].directions.size() != groups[k].params.size()) {
       throw std::logic_error("SAM: perturbation() gave " + std::to_string(perturbation[k].directions.size()) +
                              " directions for the " + std::to_string(groups[k].params.size()) + " parameters of group " +
                              std::to_string(k));
     }
+  }
+  std::size_t i = 0;
+  for (std::size_t k = 0; k < groups.size(); ++k) {
     for (std::size_t j = 0; j < groups[k].params.size(); ++j, ++i) {
       if (perturbation[k].scale == 0) continue;
       at::Tensor param = groups[k].params[j];
@@ -140,7 +167,7 @@ void SAMOptimizer::move_to_perturbed(const std::vector<GroupView>& groups,
 }
 
 void SAMOptimizer::restore_weights() {
-  for (auto& [param, original] : swapped_) param.set_data(original);
+  for (auto it = swapped_.rbegin(); it != swapped_.rend(); ++it) it->first.set_data(it->second);
   swapped_.clear();
 }
 
@@ -161,17 +188,18 @@ at::Tensor SAMOptimizer::step(LossClosure closure) {
     return loss;
   }
   auto groups = groups_with_grads();
-  {
-    at::NoGradGuard no_grad;
-    move_to_perturbed(groups, perturbation(groups));
-  }
+  bool finite = false;
   try {
+    {
+      at::NoGradGuard no_grad;
+      move_to_perturbed(groups, perturbation(groups));
+    }
     run_pass(Pass::kDescent, closure);
+    finite = gradients_finite(Pass::kDescent);
   } catch (...) {
-    restore_weights();  // never leave the model at w + e
+    restore_weights();  // whatever failed, the model never stays at w + e
     throw;
   }
-  const bool finite = gradients_finite(Pass::kDescent);
   restore_weights();
   if (!finite) {
     skip_step();
@@ -179,11 +207,14 @@ at::Tensor SAMOptimizer::step(LossClosure closure) {
   }
   auto descent = groups_with_grads();
   adjust_descent_gradients(descent);
+  before_base_step();
   base_->step();
   return loss;
 }
 
 void SAMOptimizer::save(torch::serialize::OutputArchive& archive) const {
+  // Values set on the base since the last step are saved too: agree first.
+  const_cast<SAMOptimizer*>(this)->sync_param_groups();
   torch::serialize::OutputArchive base_archive;
   base_->save(base_archive);
   archive.write("base", base_archive);
@@ -200,6 +231,7 @@ void SAMOptimizer::save(torch::serialize::OutputArchive& archive) const {
 }
 
 void SAMOptimizer::load(torch::serialize::InputArchive& archive) {
+  sync_param_groups();  // groups added on either side exist on both before values are written
   torch::serialize::InputArchive base_archive;
   archive.read("base", base_archive);
   base_->load(base_archive);

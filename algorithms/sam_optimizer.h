@@ -7,6 +7,7 @@
 #include <torch/optim/optimizer.h>
 
 #include "basin/core/group_sync.h"
+#include "basin/core/pass_hooks.h"
 #include "basin/core/reused_buffers.h"
 #include "basin/core/state.h"
 
@@ -20,17 +21,6 @@ struct SAMOptions {
   bool adaptive = false;   // ASAM: scale the ascent elementwise by |w| + eta
   double eta = 0.01;
   int64_t interval = 1;    // SAM step every `interval` steps, plain steps between
-};
-
-/// What the SAM step asks of the code around it at each pass: the trainer
-/// sets the state's pass, SAM freezes BatchNorm statistics during the
-/// descent, and a grad scaler unscales and checks gradients.
-struct PassHooks {
-  std::function<void(Pass)> before_pass;
-  std::function<void(Pass)> after_pass;
-  /// Called after each pass's closure; false skips the rest of the step
-  /// (overflow). Unset: gradients are taken as finite.
-  std::function<bool(Pass)> gradients_finite;
 };
 
 /// Sharpness-Aware Minimization around any LibTorch optimizer.
@@ -54,7 +44,7 @@ struct PassHooks {
 ///
 /// Variants subclass it and override `perturbation` (what e(w) is) and/or
 /// `adjust_descent_gradients` (what the base step uses).
-class SAMOptimizer : public torch::optim::Optimizer {
+class SAMOptimizer : public torch::optim::Optimizer, public PassAwareOptimizer {
  public:
   SAMOptimizer(std::shared_ptr<torch::optim::Optimizer> base, SAMOptions options = {});
 
@@ -63,7 +53,7 @@ class SAMOptimizer : public torch::optim::Optimizer {
   torch::optim::Optimizer& base() { return *base_; }
   const std::shared_ptr<torch::optim::Optimizer>& base_ptr() const { return base_; }
   const SAMOptions& options() const { return options_; }
-  void set_hooks(PassHooks hooks) { hooks_ = std::move(hooks); }
+  void add_pass_hooks(PassHooks hooks) override { hooks_.push_back(std::move(hooks)); }
 
   /// Copies hyper-parameters and groups changed on either side to the other.
   void sync_param_groups();
@@ -111,6 +101,7 @@ class SAMOptimizer : public torch::optim::Optimizer {
  private:
   at::Tensor run_pass(Pass pass, const LossClosure& closure);
   bool gradients_finite(Pass pass);
+  void before_base_step();
   at::Tensor plain_step(const LossClosure& closure);
   void skip_step();
   void move_to_perturbed(const std::vector<GroupView>& groups, const std::vector<Perturbation>& perturbation);
@@ -119,7 +110,7 @@ class SAMOptimizer : public torch::optim::Optimizer {
   std::shared_ptr<torch::optim::Optimizer> base_;
   SAMOptions options_;
   GroupSync sync_;
-  PassHooks hooks_;
+  std::vector<PassHooks> hooks_;
   Pass pass_ = Pass::kPlain;
   int64_t steps_ = 0;
   int64_t sam_steps_ = 0;

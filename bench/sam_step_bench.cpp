@@ -37,7 +37,7 @@ struct Setup {
   explicit Setup(bool sam) {
     at::manual_seed(0);
     basin::Params params(basin::Json::object(), "model");
-    model = std::shared_ptr<basin::Model>(basin::model_registry().create("cnn", params, basin::DatasetInfo{{1, 28, 28}, 10}));
+    model = basin::model_registry().create("cnn", params, basin::DatasetInfo{{1, 28, 28}, 10});
     inputs = at::randn({kBatch, 1, 28, 28});
     targets = at::randint(0, 10, {kBatch}, at::kLong);
     auto sgd = std::make_shared<torch::optim::SGD>(model->parameters(), torch::optim::SGDOptions(0.01).momentum(0.9));

@@ -68,6 +68,8 @@ void connect_callback(std::array<boost::signals2::signal<void()>, kEventCount>& 
       bool wants_stop = false;
       try {
         wants_stop = dispatch_event(*callback, event, state, logger);
+      } catch (const ConfigError&) {
+        throw;  // bad input stays bad input (exit code 2)
       } catch (const std::exception& error) {
         throw EngineError("callback '" + callback->name() + "' failed on event '" + event_name(event) +
                           "': " + describe(error));

@@ -57,6 +57,10 @@ bool is_after_event(Event event) {
     case Event::AFTER_LOSS:
     case Event::AFTER_BACKWARD:
     case Event::AFTER_STEP:
+    case Event::BATCH_END:
+    case Event::EVAL_END:
+    case Event::EPOCH_END:
+    case Event::FIT_END:
       return true;
     default:
       return false;

@@ -31,8 +31,8 @@ namespace basin {
 ///       EPOCH_END               (checkpoint); per-epoch schedulers step
 ///     FIT_END
 ///
-/// Algorithms run in registration order, reversed on AFTER_* events so that
-/// each can undo its own change; callbacks run after them, loggers last.
+/// Algorithms run in registration order, reversed on AFTER_* and *_END events
+/// so that each can undo its own change; callbacks run after them, loggers last.
 enum class Event {
   INIT,
   AFTER_SHARDING,
@@ -67,7 +67,8 @@ const char* event_name(Event event);
 /// Inverse of event_name; throws ConfigError listing the known names.
 Event event_from_name(const std::string& name);
 
-/// AFTER_* events run algorithms in reverse registration order.
+/// AFTER_* and *_END events run algorithms in reverse registration order, so
+/// that what algorithms do at a start or before-event nests.
 bool is_after_event(Event event);
 
 }  // namespace basin

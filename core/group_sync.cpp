@@ -50,6 +50,7 @@ void GroupSync::sync(torch::optim::Optimizer& wrapper, torch::optim::Optimizer& 
     auto& added = front[back.size()];
     auto* values = dynamic_cast<HyperparameterMap*>(&added.options());
     if (values == nullptr) {
+      front.pop_back();  // a rejected group must not poison every later step
       throw std::invalid_argument(
           "a param group added to a wrapping optimizer (SAM) needs no options, to take the defaults, or "
           "basin::HyperparameterMap options; add it to the base optimizer instead to use its own options type");
@@ -65,7 +66,12 @@ void GroupSync::sync(torch::optim::Optimizer& wrapper, torch::optim::Optimizer& 
     for (const auto& [name, value] : extras_) {
       if (!values->has_hyperparameter(name)) values->set_hyperparameter(name, value);
     }
-    base.add_param_group(OptimizerParamGroup(added.params(), std::move(options)));
+    try {
+      base.add_param_group(OptimizerParamGroup(added.params(), std::move(options)));
+    } catch (...) {
+      front.pop_back();
+      throw;
+    }
   }
   // A group that appeared (either way) is in sync as it stands now.
   for (std::size_t i = last_synced_.size(); i < back.size(); ++i) {

@@ -1,6 +1,7 @@
 #include "basin/core/optimizers.h"
 
 #include <regex>
+#include <unordered_set>
 
 #include <torch/nn/module.h>
 #include <torch/optim/adagrad.h>
@@ -32,36 +33,36 @@ std::tuple<double, double> read_betas(Params& p) {
 
 const bool registered = [] {
   auto& r = optimizer_registry();
-  r.add("sgd", [](Params& p, std::vector<OptimizerParamGroup> groups) -> std::unique_ptr<torch::optim::Optimizer> {
+  r.add("sgd", [](Params& p, std::vector<OptimizerParamGroup> groups) -> std::shared_ptr<torch::optim::Optimizer> {
     torch::optim::SGDOptions o(p.number("lr", 0.1, 0));
     o.momentum(p.number("momentum", 0, 0)).dampening(p.number("dampening", 0, 0));
     o.weight_decay(p.number("weight_decay", 0, 0)).nesterov(p.boolean("nesterov", false));
-    return std::make_unique<torch::optim::SGD>(std::move(groups), o);
+    return std::make_shared<torch::optim::SGD>(std::move(groups), o);
   });
-  r.add("adam", [](Params& p, std::vector<OptimizerParamGroup> groups) -> std::unique_ptr<torch::optim::Optimizer> {
+  r.add("adam", [](Params& p, std::vector<OptimizerParamGroup> groups) -> std::shared_ptr<torch::optim::Optimizer> {
     torch::optim::AdamOptions o(p.number("lr", 1e-3, 0));
     o.betas(read_betas(p)).eps(p.positive("eps", 1e-8)).weight_decay(p.number("weight_decay", 0, 0));
     o.amsgrad(p.boolean("amsgrad", false));
-    return std::make_unique<torch::optim::Adam>(std::move(groups), o);
+    return std::make_shared<torch::optim::Adam>(std::move(groups), o);
   });
-  r.add("adamw", [](Params& p, std::vector<OptimizerParamGroup> groups) -> std::unique_ptr<torch::optim::Optimizer> {
+  r.add("adamw", [](Params& p, std::vector<OptimizerParamGroup> groups) -> std::shared_ptr<torch::optim::Optimizer> {
     torch::optim::AdamWOptions o(p.number("lr", 1e-3, 0));
     o.betas(read_betas(p)).eps(p.positive("eps", 1e-8)).weight_decay(p.number("weight_decay", 1e-2, 0));
     o.amsgrad(p.boolean("amsgrad", false));
-    return std::make_unique<torch::optim::AdamW>(std::move(groups), o);
+    return std::make_shared<torch::optim::AdamW>(std::move(groups), o);
   });
-  r.add("rmsprop", [](Params& p, std::vector<OptimizerParamGroup> groups) -> std::unique_ptr<torch::optim::Optimizer> {
+  r.add("rmsprop", [](Params& p, std::vector<OptimizerParamGroup> groups) -> std::shared_ptr<torch::optim::Optimizer> {
     torch::optim::RMSpropOptions o(p.number("lr", 1e-2, 0));
     o.alpha(p.number("alpha", 0.99, 0, 1)).eps(p.positive("eps", 1e-8));
     o.weight_decay(p.number("weight_decay", 0, 0)).momentum(p.number("momentum", 0, 0));
     o.centered(p.boolean("centered", false));
-    return std::make_unique<torch::optim::RMSprop>(std::move(groups), o);
+    return std::make_shared<torch::optim::RMSprop>(std::move(groups), o);
   });
-  r.add("adagrad", [](Params& p, std::vector<OptimizerParamGroup> groups) -> std::unique_ptr<torch::optim::Optimizer> {
+  r.add("adagrad", [](Params& p, std::vector<OptimizerParamGroup> groups) -> std::shared_ptr<torch::optim::Optimizer> {
     torch::optim::AdagradOptions o(p.number("lr", 1e-2, 0));
     o.lr_decay(p.number("lr_decay", 0, 0)).weight_decay(p.number("weight_decay", 0, 0));
     o.initial_accumulator_value(p.number("initial_accumulator_value", 0, 0)).eps(p.positive("eps", 1e-10));
-    return std::make_unique<torch::optim::Adagrad>(std::move(groups), o);
+    return std::make_shared<torch::optim::Adagrad>(std::move(groups), o);
   });
   return true;
 }();
@@ -73,7 +74,7 @@ struct GroupSpec {
 
 }  // namespace
 
-std::unique_ptr<torch::optim::Optimizer> make_optimizer(Params& config, const torch::nn::Module& model) {
+std::shared_ptr<torch::optim::Optimizer> make_optimizer(Params& config, const torch::nn::Module& model) {
   (void)registered;
   const std::string name = config.string("name");
   const Json group_configs = config.array("param_groups");
@@ -92,8 +93,9 @@ std::unique_ptr<torch::optim::Optimizer> make_optimizer(Params& config, const to
     specs.push_back({std::move(spec), {}});
   }
   std::string all_names;
+  std::unordered_set<const c10::TensorImpl*> seen;  // a tied weight appears under each of its names
   for (const auto& item : model.named_parameters(/*recurse=*/true)) {
-    if (!item.value().requires_grad()) continue;
+    if (!item.value().requires_grad() || !seen.insert(item.value().unsafeGetTensorImpl()).second) continue;
     all_names += (all_names.empty() ? "" : ", ") + item.key();
     bool taken = false;
     for (std::size_t i = 0; i < specs.size() && !taken; ++i) {

@@ -26,6 +26,6 @@ OptimizerRegistry& optimizer_registry();
 /// (and no earlier entry's) and overrides hyper-parameters for them. The
 /// parameters no entry takes form group 0, so group 0 carries the top-level
 /// settings.
-std::unique_ptr<torch::optim::Optimizer> make_optimizer(Params& config, const torch::nn::Module& model);
+std::shared_ptr<torch::optim::Optimizer> make_optimizer(Params& config, const torch::nn::Module& model);
 
 }  // namespace basin

@@ -12,6 +12,8 @@
 namespace basin {
 
 /// Creates objects of one kind (algorithms, models, ...) by name from config.
+/// Objects come as shared_ptr built by make_shared, so a type may use
+/// enable_shared_from_this (the grad scaler does).
 ///
 /// Factories take the object's config section as Params plus kind-specific
 /// arguments (a model gets its dataset's shape). A type registers itself in
@@ -19,7 +21,7 @@ namespace basin {
 template <class T, class... Args>
 class Registry {
  public:
-  using Factory = std::function<std::unique_ptr<T>(Params&, Args...)>;
+  using Factory = std::function<std::shared_ptr<T>(Params&, Args...)>;
 
   explicit Registry(std::string kind) : kind_(std::move(kind)) {}
 
@@ -34,22 +36,22 @@ class Registry {
   /// Registers a type constructible as `Type(Params&, Args...)`.
   template <class Type>
   bool add_type(const std::string& name) {
-    return add(name, [](Params& params, Args... args) -> std::unique_ptr<T> {
-      return std::make_unique<Type>(params, std::forward<Args>(args)...);
+    return add(name, [](Params& params, Args... args) -> std::shared_ptr<T> {
+      return std::make_shared<Type>(params, std::forward<Args>(args)...);
     });
   }
 
   bool contains(const std::string& name) const { return factories_.count(name) != 0; }
 
   /// Creates `name`, then rejects any key of `params` the factory did not read.
-  std::unique_ptr<T> create(const std::string& name, Params& params, Args... args) const {
+  std::shared_ptr<T> create(const std::string& name, Params& params, Args... args) const {
     auto it = factories_.find(name);
     if (it == factories_.end()) {
       throw ConfigError("unknown " + kind_ + " '" + name + "'" +
                         (params.path().empty() ? "" : " at '" + params.path() + "'") +
                         "; known: " + known_names());
     }
-    std::unique_ptr<T> object = it->second(params, std::forward<Args>(args)...);
+    std::shared_ptr<T> object = it->second(params, std::forward<Args>(args)...);
     params.finish();
     return object;
   }

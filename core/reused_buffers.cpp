@@ -6,7 +6,13 @@ namespace basin {
 
 void ReusedBuffers::match(const std::vector<at::Tensor>& like) {
   bool same = like.size() == sources_.size();
-  for (std::size_t i = 0; same && i < like.size(); ++i) same = like[i].is_same(sources_[i]);
+  // The same tensors, still shaped and placed alike: Module::to() keeps a
+  // parameter's identity while changing its dtype or device.
+  for (std::size_t i = 0; same && i < like.size(); ++i) {
+    same = like[i].is_same(sources_[i]) && like[i].sizes() == buffers_[i].sizes() &&
+           like[i].strides() == buffers_[i].strides() && like[i].dtype() == buffers_[i].dtype() &&
+           like[i].device() == buffers_[i].device();
+  }
   if (same) return;
   sources_ = like;
   buffers_.clear();

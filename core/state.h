@@ -6,6 +6,7 @@
 #include <vector>
 
 #include <ATen/core/Tensor.h>
+#include <c10/core/DeviceType.h>
 
 namespace torch {
 namespace nn { class Module; }
@@ -14,8 +15,9 @@ namespace optim { class Optimizer; }
 
 namespace basin {
 
-class Scheduler;
+class Communicator;
 class GradScaler;
+class Scheduler;
 
 /// Which pass of the step the closure is running: a plain step runs it once,
 /// SAM runs an ascent pass at w and a descent pass at w + e(w).
@@ -76,6 +78,10 @@ struct State {
 
   int rank = 0;
   int world_size = 1;
+  /// The job's ranks; null in a single process.
+  std::shared_ptr<Communicator> communicator;
+  /// Where the model and batches live.
+  c10::DeviceType device = c10::DeviceType::CPU;
 
   /// Set by the engine when a callback asks to stop; the loop ends after the batch.
   bool stop_requested = false;

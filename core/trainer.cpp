@@ -2,14 +2,18 @@
 
 #include <chrono>
 #include <thread>
+#include <unordered_set>
 
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 #include <torch/optim/optimizer.h>
 
+#include "basin/callbacks/grad_scaler.h"
 #include "basin/core/algorithm.h"
+#include "basin/core/autocast.h"
 #include "basin/core/callback.h"
 #include "basin/core/data_pipeline.h"
+#include "basin/core/grad_norm.h"
 #include "basin/core/hyperparameters.h"
 #include "basin/core/model.h"
 #include "basin/core/optimizers.h"
@@ -25,10 +29,13 @@ double seconds_since(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
 }
 
-Precision parse_precision(Params& root) {
-  const std::string name = root.choice("precision", "fp32", {"fp32"});
-  (void)name;
-  return Precision::kFp32;
+c10::DeviceType parse_device(Params& root) {
+  const std::string name = root.choice("device", "cpu", {"cpu", "cuda"});
+  if (name == "cpu") return c10::DeviceType::CPU;
+  if (!at::hasCUDA()) {
+    throw ConfigError("config key 'device': \"cuda\" asked for, but this LibTorch has no CUDA or no GPU is visible");
+  }
+  return c10::DeviceType::CUDA;
 }
 
 }  // namespace
@@ -56,7 +63,13 @@ void Trainer::build(const Json& config, std::vector<std::shared_ptr<Callback>> c
   Params root(config, "");
   state_.seed = root.integer("seed", 0, 0);
   const int64_t threads = root.integer("threads", 0, 0, 1024);
-  state_.precision = parse_precision(root);
+  state_.device = parse_device(root);
+  state_.precision = precision_from_name(root.string("precision", "fp32"), "precision");
+  if (state_.precision == Precision::kAmpFp16 && state_.device != c10::DeviceType::CUDA) {
+    throw ConfigError("config key 'precision': amp_fp16 needs \"device\": \"cuda\" (LibTorch 1.13's CPU autocast "
+                      "has no float16); use amp_bf16 on CPU");
+  }
+  grad_clip_norm_ = root.number("grad_clip_norm", 0.0, 0.0);
   state_.max_epochs = root.integer("max_epochs", 1, 1);
   state_.max_steps = root.integer("max_steps", 0, 0);
   state_.log_every = root.integer("log_every", 50, 1);
@@ -97,6 +110,7 @@ void Trainer::build(const Json& config, std::vector<std::shared_ptr<Callback>> c
   state_.microbatch_count = microbatches_;
 
   model_ = model_registry().create(model.string("name"), model, data_.info);
+  model_->to(state_.device);
   state_.model = model_;
   state_.optimizer = make_optimizer(optimizer, *model_);
 
@@ -110,6 +124,10 @@ void Trainer::build(const Json& config, std::vector<std::shared_ptr<Callback>> c
     Params params = callback_configs.object(name);
     configured.push_back(callback_registry().create(name, params));
   }
+  // fp16 needs loss scaling: a scaler with the default settings unless the config has one.
+  if (state_.precision == Precision::kAmpFp16 && !callback_configs.has("grad_scaler")) {
+    configured.push_back(std::make_shared<GradScaler>());
+  }
   callback_configs.finish();
   for (auto& callback : configured) engine_->add_callback(std::move(callback));
   for (auto& callback : callbacks) engine_->add_callback(std::move(callback));
@@ -118,13 +136,18 @@ void Trainer::build(const Json& config, std::vector<std::shared_ptr<Callback>> c
   engine_->run(Event::INIT);
   // Distribution wraps the model and optimizer here (data-parallel, ZeRO-1).
   engine_->run(Event::AFTER_SHARDING);
+  // An optimizer that runs its own passes (SAM) calls the trainer's checks itself.
+  if (auto* pass_aware = dynamic_cast<PassAwareOptimizer*>(state_.optimizer.get())) {
+    pass_aware->add_pass_hooks(pass_hooks());
+  }
 
   // Schedulers attach to the optimizer as the algorithms left it (SAM's wrapper).
   const int64_t total_steps = state_.max_steps > 0 ? std::min(state_.max_steps, state_.max_epochs * state_.steps_per_epoch)
                                                    : state_.max_epochs * state_.steps_per_epoch;
   for (std::size_t i = 0; i < state_.schedulers.size(); ++i) {
     auto& scheduler = *state_.schedulers[i];
-    const int64_t horizon = scheduler.interval() == Scheduler::Interval::kStep ? total_steps : state_.max_epochs;
+    const int64_t epochs = (total_steps + state_.steps_per_epoch - 1) / state_.steps_per_epoch;
+    const int64_t horizon = scheduler.interval() == Scheduler::Interval::kStep ? total_steps : epochs;
     try {
       scheduler.attach(*state_.optimizer, horizon);
     } catch (const std::invalid_argument& error) {
@@ -138,39 +161,93 @@ double Trainer::current_lr() const {
   return groups.empty() ? 0.0 : groups.front().options().get_lr();
 }
 
+std::vector<at::Tensor> Trainer::gradients() const {
+  std::vector<at::Tensor> grads;
+  std::unordered_set<const c10::TensorImpl*> seen;  // a tied weight's gradient is unscaled once
+  for (const auto& group : state_.optimizer->param_groups()) {
+    for (const auto& p : group.params()) {
+      if (p.grad().defined() && seen.insert(p.unsafeGetTensorImpl()).second) grads.push_back(p.grad());
+    }
+  }
+  return grads;
+}
+
+PassHooks Trainer::pass_hooks() {
+  PassHooks hooks;
+  hooks.gradients_finite = [this](Pass) {
+    return !state_.scaler || state_.scaler->unscale_and_check(gradients(), state_.communicator.get());
+  };
+  hooks.before_base_step = [this] {
+    if (grad_clip_norm_ > 0) clip_grad_norm(gradients(), grad_clip_norm_);
+  };
+  return hooks;
+}
+
 at::Tensor Trainer::closure() {
   state_.optimizer->zero_grad();
   const auto inputs = state_.batch.inputs.chunk(microbatches_);
   const auto targets = state_.batch.targets.chunk(microbatches_);
-  at::Tensor total = at::zeros({}, at::kFloat);
+  at::Tensor total = at::zeros({}, at::TensorOptions(at::kFloat).device(state_.device));
   for (int64_t i = 0; i < microbatches_; ++i) {
     state_.microbatch = {inputs[i], targets[i]};
     state_.microbatch_index = i;
-    engine_->run(Event::BEFORE_FORWARD);
-    state_.outputs = model_->forward(state_.microbatch.inputs);
-    engine_->run(Event::AFTER_FORWARD);
-    engine_->run(Event::BEFORE_LOSS);
-    // Each microbatch carries 1/k of the batch's mean loss, so k microbatches
-    // of b samples give the gradient of one batch of k*b.
-    state_.loss = at::cross_entropy_loss(state_.outputs, state_.microbatch.targets) / static_cast<double>(microbatches_);
-    engine_->run(Event::AFTER_LOSS);
-    total += state_.loss.detach().to(at::kFloat);
+    {
+      AutocastGuard autocast(state_.precision, state_.device);
+      engine_->run(Event::BEFORE_FORWARD);
+      state_.outputs = model_->forward(state_.microbatch.inputs);
+      engine_->run(Event::AFTER_FORWARD);
+      engine_->run(Event::BEFORE_LOSS);
+      // Each microbatch carries 1/k of the batch's mean loss, so k microbatches
+      // of b samples give the gradient of one batch of k*b. The loss is fp32.
+      state_.loss = at::cross_entropy_loss(state_.outputs.to(at::kFloat), state_.microbatch.targets) /
+                    static_cast<double>(microbatches_);
+      engine_->run(Event::AFTER_LOSS);
+    }
+    total += state_.loss.detach();
     engine_->run(Event::BEFORE_BACKWARD);
-    state_.loss.backward();
+    // Under a grad scaler the backward runs on the scaled loss, in every pass.
+    (state_.scaler ? state_.scaler->scale(state_.loss) : state_.loss).backward();
     engine_->run(Event::AFTER_BACKWARD);
   }
   return total;
 }
 
+at::Tensor Trainer::optimizer_step() {
+  if (dynamic_cast<PassAwareOptimizer*>(state_.optimizer.get()) != nullptr) {
+    return state_.optimizer->step([this] { return closure(); });
+  }
+  at::Tensor loss;
+  {
+    at::AutoGradMode enable_grad(true);
+    loss = closure();
+  }
+  const PassHooks hooks = pass_hooks();
+  if (hooks.gradients_finite(Pass::kPlain)) {
+    hooks.before_base_step();
+    state_.optimizer->step();
+  } else {
+    state_.optimizer->zero_grad();
+  }
+  return loss;
+}
+
 void Trainer::train_batch(const Batch& batch) {
   const auto start = Clock::now();
-  state_.batch = batch;
+  state_.batch = {batch.inputs.to(state_.device, /*non_blocking=*/true), batch.targets.to(state_.device, true)};
   engine_->run(Event::BATCH_START);
   engine_->run(Event::BEFORE_STEP);
   const double lr = current_lr();
-  at::Tensor loss = state_.optimizer->step([this] { return closure(); });
+  at::Tensor loss = optimizer_step();
   state_.step_loss = loss.defined() ? loss.detach() : at::full({}, NAN);
   state_.pass = Pass::kPlain;
+  bool skipped = false;
+  if (state_.scaler) {
+    // One scale update per step, from every pass's verdict; a skipped step
+    // still counts as a step, so schedules keep to the step count.
+    skipped = state_.scaler->step_found_inf();
+    if (skipped) ++state_.skipped_steps;
+    state_.scaler->update();
+  }
   engine_->run(Event::AFTER_STEP);
   for (auto& scheduler : state_.schedulers) {
     if (scheduler->interval() == Scheduler::Interval::kStep) scheduler->step(*state_.optimizer);
@@ -179,8 +256,10 @@ void Trainer::train_batch(const Batch& batch) {
   ++ts.step;
   ++ts.batch_in_epoch;
   ts.samples += batch.size();
-  epoch_loss_sum_ += state_.step_loss;
-  ++epoch_steps_;
+  if (!skipped) {  // the epoch's mean loss is over the steps that trained
+    epoch_loss_sum_ += state_.step_loss;
+    ++epoch_steps_;
+  }
   const double step_seconds = seconds_since(start);
   const bool last = ts.step == state_.max_steps || ts.batch_in_epoch == state_.steps_per_epoch;
   if (ts.step % state_.log_every == 0 || last) {
@@ -204,9 +283,15 @@ EvalResult Trainer::evaluate() {
   int64_t correct = 0;
   for (int64_t begin = 0; begin < test.size(); begin += eval_batch_size_) {
     const Batch batch = test.slice(begin, std::min(begin + eval_batch_size_, test.size()));
-    const at::Tensor logits = model_->forward(batch.inputs).to(at::kFloat);
-    loss_sum += at::cross_entropy_loss(logits, batch.targets, {}, at::Reduction::Sum).item<double>();
-    correct += logits.argmax(1).eq(batch.targets).sum().item<int64_t>();
+    const at::Tensor targets = batch.targets.to(state_.device);
+    at::Tensor logits;
+    {
+      AutocastGuard autocast(state_.precision, state_.device);
+      logits = model_->forward(batch.inputs.to(state_.device));
+    }
+    logits = logits.to(at::kFloat);
+    loss_sum += at::cross_entropy_loss(logits, targets, {}, at::Reduction::Sum).item<double>();
+    correct += logits.argmax(1).eq(targets).sum().item<int64_t>();
   }
   model_->train();
   EvalResult result;
@@ -223,12 +308,15 @@ FitSummary Trainer::fit() {
   const auto start = Clock::now();
   FitSummary summary;
   auto& ts = state_.timestamp;
+  // Random draws during training (dropout, ...) depend only on the seed, not
+  // on what ran in this process since construction.
+  at::manual_seed(static_cast<uint64_t>(state_.seed) + 0x5EED);
   model_->train();
   engine_->run(Event::FIT_START);
   bool done = state_.stop_requested;
   for (; ts.epoch < state_.max_epochs && !done; ++ts.epoch) {
     ts.batch_in_epoch = 0;
-    epoch_loss_sum_ = at::zeros({}, at::kFloat);
+    epoch_loss_sum_ = at::zeros({}, at::TensorOptions(at::kFloat).device(state_.device));
     epoch_steps_ = 0;
     engine_->run(Event::EPOCH_START);
     const auto order = epoch_order(data_.train.size(), static_cast<uint64_t>(state_.seed), ts.epoch, shuffle_);

@@ -6,6 +6,7 @@
 #include "basin/core/config.h"
 #include "basin/core/dataset.h"
 #include "basin/core/engine.h"
+#include "basin/core/pass_hooks.h"
 #include "basin/core/state.h"
 
 namespace basin {
@@ -63,6 +64,12 @@ class Trainer {
              std::vector<std::shared_ptr<LoggerDestination>> loggers);
   void train_batch(const Batch& batch);
   at::Tensor closure();
+  /// One optimizer step: the optimizer's own passes when it runs the closure
+  /// itself (SAM), else one pass, the checks and the base step here.
+  at::Tensor optimizer_step();
+  /// The trainer's pass hooks: unscale and check under a grad scaler, clip.
+  PassHooks pass_hooks();
+  std::vector<at::Tensor> gradients() const;
   double current_lr() const;
 
   State state_;
@@ -73,6 +80,7 @@ class Trainer {
   int64_t microbatches_ = 1;
   int64_t eval_batch_size_ = 0;
   bool shuffle_ = true;
+  double grad_clip_norm_ = 0;  // 0: no clipping
   at::Tensor epoch_loss_sum_;
   int64_t epoch_steps_ = 0;
 };

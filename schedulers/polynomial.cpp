@@ -15,7 +15,7 @@ class Polynomial : public Schedule {
     if (total_ == 0) total_ = std::max<int64_t>(units, 1);
   }
   double factor(int64_t t) const override {
-    const double remaining = 1.0 - std::min(static_cast<double>(t) / static_cast<double>(total_), 1.0);
+    const double remaining = 1.0 - std::min(static_cast<double>(t) / static_cast<double>(std::max<int64_t>(total_, 1)), 1.0);
     return final_ + (1.0 - final_) * std::pow(remaining, power_);
   }
 

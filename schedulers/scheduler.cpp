@@ -1,5 +1,7 @@
 #include "basin/schedulers/scheduler.h"
 
+#include <stdexcept>
+
 #include <torch/optim/optimizer.h>
 
 #include "basin/core/hyperparameters.h"
@@ -11,13 +13,12 @@ Registry<Schedule>& schedule_registry() {
   return registry;
 }
 
-Scheduler::Scheduler(std::unique_ptr<Schedule> schedule, std::string hyperparameter, Interval interval)
+Scheduler::Scheduler(std::shared_ptr<Schedule> schedule, std::string hyperparameter, Interval interval)
     : schedule_(std::move(schedule)), hyperparameter_(std::move(hyperparameter)), interval_(interval) {}
 
 void Scheduler::attach(torch::optim::Optimizer& optimizer, int64_t horizon) {
   schedule_->set_horizon(horizon);
-  base_values_.clear();
-  apply(optimizer);
+  apply(optimizer);  // groups without a base value (all, unless loaded) take their current one
 }
 
 void Scheduler::step(torch::optim::Optimizer& optimizer) {
@@ -45,6 +46,10 @@ StateDict Scheduler::state_dict() const {
 }
 
 void Scheduler::load_state_dict(const StateDict& state) {
+  const std::string saved = state.at("hyperparameter").toStringRef();
+  if (saved != hyperparameter_) {
+    throw std::invalid_argument("scheduler state drives '" + saved + "', this scheduler '" + hyperparameter_ + "'");
+  }
   count_ = state.at("count").toInt();
   const auto values = state.at("base_values").toDoubleList();
   base_values_.assign(values.begin(), values.end());

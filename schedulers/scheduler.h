@@ -25,11 +25,12 @@ class Scheduler {
  public:
   enum class Interval { kStep, kEpoch };
 
-  Scheduler(std::unique_ptr<Schedule> schedule, std::string hyperparameter = "lr",
+  Scheduler(std::shared_ptr<Schedule> schedule, std::string hyperparameter = "lr",
             Interval interval = Interval::kStep);
 
-  /// Records each group's current value as its base and applies factor(0).
-  /// `horizon` is the run's length in this scheduler's units.
+  /// Records each group's current value as its base (unless a loaded state
+  /// gave one) and applies the current factor. `horizon` is the run's length
+  /// in this scheduler's units.
   void attach(torch::optim::Optimizer& optimizer, int64_t horizon);
   /// Advances one unit and applies the new value.
   void step(torch::optim::Optimizer& optimizer);
@@ -46,7 +47,7 @@ class Scheduler {
   void load_state_dict(const StateDict& state);
 
  private:
-  std::unique_ptr<Schedule> schedule_;
+  std::shared_ptr<Schedule> schedule_;
   std::string hyperparameter_;
   Interval interval_;
   int64_t count_ = 0;

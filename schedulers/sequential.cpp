@@ -42,7 +42,7 @@ class Sequential : public Schedule {
 
  private:
   std::vector<int64_t> milestones_;
-  std::vector<std::unique_ptr<Schedule>> schedules_;
+  std::vector<std::shared_ptr<Schedule>> schedules_;
 };
 
 BASIN_REGISTER(schedule_registry(), "sequential", Sequential);

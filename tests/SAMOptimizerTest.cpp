@@ -179,7 +179,7 @@ TEST(SAMOptimizerTest, DescentRunsAtThePerturbedWeights) {
     passes.push_back(pass);
     if (pass == Pass::kDescent) seen_in_descent = test::clone_all(w);
   };
-  sam.set_hooks(hooks);
+  sam.add_pass_hooks(hooks);
   sam.step(closure_for(sam, problem, w));
   EXPECT_EQ(passes, (std::vector<Pass>{Pass::kAscent, Pass::kDescent}));
   const Tensors g = test::gradient_at(problem.fn(), w0);
@@ -223,7 +223,7 @@ TEST(SAMOptimizerTest, ZeroGradientNormGivesNoPerturbationAndNoNaN) {
   hooks.before_pass = [&](Pass pass) {
     if (pass == Pass::kDescent) seen_in_descent = test::clone_all(w);
   };
-  sam.set_hooks(hooks);
+  sam.add_pass_hooks(hooks);
   sam.step([&] {
     sam.zero_grad();
     at::Tensor loss = (w[0] * 0).sum();
@@ -249,7 +249,7 @@ TEST(SAMOptimizerTest, FrozenAndUnusedParametersAreUntouched) {
   hooks.before_pass = [&](Pass pass) {
     if (pass == Pass::kDescent) frozen_stayed = at::equal(frozen, frozen_before) && at::equal(unused.detach(), unused_before);
   };
-  sam.set_hooks(hooks);
+  sam.add_pass_hooks(hooks);
   for (int i = 0; i < 2; ++i) sam.step(closure_for(sam, problem, w));
   EXPECT_TRUE(frozen_stayed);
   EXPECT_TRUE(at::equal(frozen, frozen_before));
@@ -286,11 +286,12 @@ TEST(SAMOptimizerTest, SkippedPassRestoresWeightsAndSkipsTheBaseStep) {
     SAMOptimizer sam(std::make_shared<torch::optim::SGD>(w, torch::optim::SGDOptions(0.1)), SAMOptions{0.2});
     PassHooks hooks;
     hooks.gradients_finite = [failing](Pass pass) { return pass != failing; };
-    sam.set_hooks(hooks);
+    sam.add_pass_hooks(hooks);
     sam.step(closure_for(sam, problem, w));
     for (std::size_t i = 0; i < w.size(); ++i) {
       EXPECT_TRUE(at::equal(w[i], before[i])) << pass_name(failing);
-      EXPECT_EQ(w[i].grad().abs().sum().item<double>(), 0.0) << pass_name(failing);
+      // Zeroed, or set to None as LibTorch 2.x's zero_grad does.
+      EXPECT_TRUE(!w[i].grad().defined() || w[i].grad().abs().sum().item<double>() == 0.0) << pass_name(failing);
     }
     EXPECT_EQ(sam.skipped_steps(), 1);
   }
@@ -319,6 +320,82 @@ TEST(SAMOptimizerTest, SaveAndLoadBringBackWrapperAndBaseState) {
   original.step(closure_for(original, problem, a));
   resumed.step(closure_for(resumed, problem, b));
   for (std::size_t i = 0; i < a.size(); ++i) EXPECT_TRUE(at::equal(a[i], b[i]));
+}
+
+TEST(SAMOptimizerTest, TiedParameterIsPerturbedNormedAndRestoredOnce) {
+  const Problem problem;
+  Tensors w = leaves(problem.initial());
+  const Tensors w0 = test::clone_all(w);
+  // w[0] listed twice, as tied weights are by named_parameters().
+  SAMOptimizer sam(std::make_shared<torch::optim::SGD>(Tensors{w[0], w[1], w[0]}, torch::optim::SGDOptions(0.0)),
+                   SAMOptions{0.05});
+  Tensors seen_in_descent;
+  PassHooks hooks;
+  hooks.before_pass = [&](Pass pass) {
+    if (pass == Pass::kDescent) seen_in_descent = test::clone_all(w);
+  };
+  sam.add_pass_hooks(hooks);
+  sam.step(closure_for(sam, problem, w));
+  const Tensors g = test::gradient_at(problem.fn(), w0);
+  const double norm = std::sqrt(g[0].pow(2).sum().item<double>() + g[1].pow(2).sum().item<double>());
+  for (std::size_t i = 0; i < w.size(); ++i) {
+    EXPECT_TRUE(at::allclose(seen_in_descent[i], w0[i] + g[i] * (0.05 / norm), 1e-6, 1e-7)) << i;
+    EXPECT_TRUE(at::equal(w[i], w0[i])) << i;  // lr 0: restored exactly
+  }
+  EXPECT_EQ(sam.perturbed_buffers().size(), 2u);
+}
+
+TEST(SAMOptimizerTest, FailingDescentLeavesTheModelAtW) {
+  const Problem problem;
+  Tensors w = leaves(problem.initial());
+  const Tensors before = test::clone_all(w);
+  SAMOptimizer sam(std::make_shared<torch::optim::SGD>(w, torch::optim::SGDOptions(0.1)), SAMOptions{0.5});
+  std::vector<std::string> journal;
+  PassHooks hooks;
+  hooks.before_pass = [&](Pass pass) { journal.push_back(std::string("before ") + pass_name(pass)); };
+  hooks.after_pass = [&](Pass pass) { journal.push_back(std::string("after ") + pass_name(pass)); };
+  sam.add_pass_hooks(hooks);
+  int calls = 0;
+  auto failing = [&] {
+    if (++calls == 2) throw std::runtime_error("descent failed");
+    return closure_for(sam, problem, w)();
+  };
+  EXPECT_THROW(sam.step(failing), std::runtime_error);
+  for (std::size_t i = 0; i < w.size(); ++i) EXPECT_TRUE(at::equal(w[i], before[i])) << i;
+  EXPECT_EQ(journal, (std::vector<std::string>{"before ascent", "after ascent", "before descent", "after descent"}));
+  EXPECT_EQ(sam.pass(), Pass::kPlain);
+  // The next step works as usual.
+  sam.step(closure_for(sam, problem, w));
+  EXPECT_FALSE(at::equal(w[0], before[0]));
+}
+
+TEST(SAMOptimizerTest, BuffersFollowAParameterThatChangedDtype) {
+  const Problem problem;
+  Tensors w = leaves(problem.initial());
+  SAMOptimizer sam(std::make_shared<torch::optim::SGD>(w, torch::optim::SGDOptions(0.1)), SAMOptions{});
+  sam.step(closure_for(sam, problem, w));
+  // What Module::to(kDouble) does: same parameter objects, new dtype.
+  for (auto& p : w) p.set_data(p.to(at::kDouble));
+  Problem doubled = problem;
+  doubled.x = problem.x.to(at::kDouble);
+  doubled.y = problem.y.to(at::kDouble);
+  sam.step(closure_for(sam, doubled, w));
+  for (const auto& b : sam.perturbed_buffers()) EXPECT_EQ(b.scalar_type(), at::kDouble);
+  for (const auto& p : w) EXPECT_EQ(p.scalar_type(), at::kDouble);
+}
+
+TEST(SAMOptimizerTest, SaveTakesValuesSetOnTheBaseSinceTheLastStep) {
+  Tensors w = leaves({at::ones({2})});
+  auto sgd = std::make_shared<torch::optim::SGD>(w, torch::optim::SGDOptions(0.1));
+  SAMOptimizer sam(sgd, SAMOptions{});
+  sgd->param_groups()[0].options().set_lr(0.02);  // e.g. LibTorch's StepLR bound to the base
+  test::TempDir dir;
+  torch::save(sam, dir.file("sam.pt"));
+  Tensors v = leaves({at::ones({2})});
+  SAMOptimizer resumed(std::make_shared<torch::optim::SGD>(v, torch::optim::SGDOptions(0.5)), SAMOptions{});
+  torch::load(resumed, dir.file("sam.pt"));
+  EXPECT_DOUBLE_EQ(resumed.base().param_groups()[0].options().get_lr(), 0.02);
+  EXPECT_DOUBLE_EQ(resumed.param_groups()[0].options().get_lr(), 0.02);
 }
 
 TEST(SAMOptimizerTest, RejectsBadOptionsAndDoubleWrapping) {

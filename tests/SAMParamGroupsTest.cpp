@@ -181,6 +181,9 @@ TEST(SAMParamGroupsTest, GroupAddedToTheWrapperReachesTheBase) {
   } catch (const std::invalid_argument& error) {
     EXPECT_NE(std::string(error.what()).find("HyperparameterMap"), std::string::npos);
   }
+  // The rejected group is gone again: later steps are not poisoned by it.
+  EXPECT_EQ(f.sam->param_groups().size(), 2u);
+  EXPECT_NO_THROW(f.step_and_measure_lr());
 }
 
 }  // namespace

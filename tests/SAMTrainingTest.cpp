@@ -101,10 +101,29 @@ TEST(SAMTrainingTest, MicrobatchesEqualOneLargeBatchUnderSam) {
 TEST(SAMTrainingTest, PerGroupRhoFromConfig) {
   Json config = sam_config(R"({"rho": [0.05, 0.0]})");
   config["optimizer"]["param_groups"] = Json::parse(R"([{"params": "bias"}])");
-  Trainer trainer(config);
+  config["max_steps"] = 1;
+  // Records the biases as the descent pass sees them: rho 0 must leave them at w.
+  struct BiasWatcher : Callback {
+    std::string name() const override { return "bias_watcher"; }
+    bool on_before_forward(const State& state, Logger&) override {
+      std::vector<at::Tensor> biases;
+      for (const auto& item : state.model->named_parameters()) {
+        if (item.key().find("bias") != std::string::npos) biases.push_back(item.value().detach().clone());
+      }
+      (state.pass == Pass::kAscent ? at_ascent : at_descent) = biases;
+      return false;
+    }
+    std::vector<at::Tensor> at_ascent, at_descent;
+  };
+  auto watcher = std::make_shared<BiasWatcher>();
+  Trainer trainer(config, {watcher});
   auto* sam = dynamic_cast<SAMOptimizer*>(trainer.state().optimizer.get());
   ASSERT_NE(sam, nullptr);
-  EXPECT_DOUBLE_EQ(sam->param_groups()[0].options().get_lr(), 0.1);
+  EXPECT_DOUBLE_EQ(get_hyperparameter(sam->param_groups()[0].options(), "rho"), 0.05);
+  EXPECT_DOUBLE_EQ(get_hyperparameter(sam->param_groups()[1].options(), "rho"), 0.0);
+  trainer.fit();
+  ASSERT_EQ(watcher->at_descent.size(), 2u);
+  for (std::size_t i = 0; i < 2; ++i) EXPECT_TRUE(at::equal(watcher->at_ascent[i], watcher->at_descent[i]));
   EXPECT_EQ(test::trainer_config_error(sam_config(R"({"rho": [0.05, 0.1]})")).find("'algorithms.sam.rho'") != std::string::npos, true);
 }
 

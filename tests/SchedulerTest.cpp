@@ -39,13 +39,11 @@ TEST(SchedulerTest, EachScheduleFollowsItsFormula) {
   expect_near_all(factors(R"({"name": "exponential", "gamma": 0.9})", 3), {1, 0.9, 0.81});
   expect_near_all(factors(R"({"name": "linear_warmup", "warmup": 4})", 6), {0, 0.25, 0.5, 0.75, 1, 1});
   expect_near_all(factors(R"({"name": "linear_warmup", "warmup": 2, "start_factor": 0.5})", 3), {0.5, 0.75, 1});
-  // Warmup 2 from 0, then half a cosine over the remaining 4 units, to final_factor 0.1.
-  std::vector<double> cosine = {0, 0.5};
-  for (int t = 2; t <= 7; ++t) {
-    const double progress = std::min((t - 2) / 4.0, 1.0);
-    cosine.push_back(0.1 + 0.9 * 0.5 * (1 + std::cos(M_PI * progress)));
-  }
-  expect_near_all(factors(R"({"name": "cosine_warmup", "warmup": 2, "total": 6, "final_factor": 0.1})", 8), cosine);
+  // Warmup 2 from 0, then half a cosine over the remaining 4 units to final_factor 0.1,
+  // held after. The cosine values are what PyTorch's CosineAnnealingLR(T_max=4,
+  // eta_min=0.1) gives a base lr of 1.
+  expect_near_all(factors(R"({"name": "cosine_warmup", "warmup": 2, "total": 6, "final_factor": 0.1})", 8),
+                  {0, 0.5, 1.0, 0.8681980515339464, 0.55, 0.23180194846605368, 0.1, 0.1});
   expect_near_all(factors(R"({"name": "polynomial", "total": 4, "power": 2})", 6), {1, 0.5625, 0.25, 0.0625, 0, 0});
   expect_near_all(factors(R"({"name": "sequential", "milestones": [2],
       "schedules": [{"name": "linear_warmup", "warmup": 2}, {"name": "exponential", "gamma": 0.5}]})", 5),

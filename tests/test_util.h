@@ -8,6 +8,7 @@
 #include <sstream>
 #include <string>
 
+#include "basin/core/callback.h"
 #include "basin/core/config.h"
 #include "basin/core/model.h"
 #include "basin/core/trainer.h"
@@ -81,11 +82,20 @@ inline std::string trainer_config_error(const Json& config) {
 /// Trains `config` for its steps as one batch and as 4 microbatches per
 /// batch; the weights must agree to float tolerance (invariant 4).
 inline void expect_microbatches_match_one_batch(Json config) {
-  Trainer whole(config);
+  // Counts forward passes, to be sure the microbatches really ran.
+  struct ForwardCounter : Callback {
+    std::string name() const override { return "forward_counter"; }
+    bool on_before_forward(const State&, Logger&) override { return ++count, false; }
+    int64_t count = 0;
+  };
+  auto whole_forwards = std::make_shared<ForwardCounter>();
+  auto split_forwards = std::make_shared<ForwardCounter>();
+  Trainer whole(config, {whole_forwards});
   config["data"]["microbatches"] = 4;
-  Trainer split(config);
+  Trainer split(config, {split_forwards});
   whole.fit();
   split.fit();
+  EXPECT_EQ(split_forwards->count, 4 * whole_forwards->count);
   const auto a = whole.model().parameters();
   const auto b = split.model().parameters();
   ASSERT_EQ(a.size(), b.size());

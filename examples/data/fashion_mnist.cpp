@@ -31,9 +31,9 @@ TensorDataset load_split(const std::string& root, const std::string& prefix) {
 
 /// Fashion-MNIST from the gzipped IDX files of Debian's dataset-fashion-mnist:
 /// 60000 training and 10000 test images, 1x28x28, 10 classes, normalised.
-std::unique_ptr<DataSplits> fashion_mnist(Params& params, int64_t /*seed*/) {
+std::shared_ptr<DataSplits> fashion_mnist(Params& params, int64_t /*seed*/) {
   const std::string root = params.string("root", "/usr/share/datasets/fashion-mnist");
-  auto splits = std::make_unique<DataSplits>();
+  auto splits = std::make_shared<DataSplits>();
   splits->train = load_split(root, "train");
   splits->test = load_split(root, "t10k");
   splits->info = DatasetInfo{{1, 28, 28}, 10};

@@ -11,7 +11,7 @@ namespace {
 ///
 ///     {"name": "synthetic", "train_size": 512, "test_size": 256,
 ///      "input_shape": [1, 8, 8], "num_classes": 4}
-std::unique_ptr<DataSplits> synthetic(Params& params, int64_t seed) {
+std::shared_ptr<DataSplits> synthetic(Params& params, int64_t seed) {
   const int64_t train_size = params.integer("train_size", 512, 1);
   const int64_t test_size = params.integer("test_size", 256, 1);
   const auto shape = params.integers("input_shape", {1, 8, 8});
@@ -32,7 +32,7 @@ std::unique_ptr<DataSplits> synthetic(Params& params, int64_t seed) {
     sizes.insert(sizes.end(), shape.begin(), shape.end());
     return TensorDataset(x.reshape(sizes).contiguous(), y);
   };
-  auto splits = std::make_unique<DataSplits>();
+  auto splits = std::make_shared<DataSplits>();
   splits->train = make(train_size);
   splits->test = make(test_size);
   splits->info = DatasetInfo{shape, classes};

@@ -1,0 +1,48 @@
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include <ATen/core/Tensor.h>
+#include <torch/csrc/distributed/c10d/Store.hpp>
+
+namespace basin {
+
+/// The collectives training needs, over the ranks of one job. Everything
+/// distributed (gradient sync, sharded optimizers, the grad scaler's
+/// agreement on overflow) goes through it, so tests can run ranks as threads
+/// and benchmarks can count bytes.
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+
+  virtual int rank() const = 0;
+  virtual int world_size() const = 0;
+
+  /// In-place elementwise sum over ranks.
+  virtual void all_reduce_sum(std::vector<at::Tensor>& tensors) = 0;
+  /// In-place elementwise maximum over ranks.
+  virtual void all_reduce_max(std::vector<at::Tensor>& tensors) = 0;
+  /// In-place copy of `root`'s tensors to every rank.
+  virtual void broadcast(std::vector<at::Tensor>& tensors, int root) = 0;
+  virtual void barrier() = 0;
+
+  /// Payload bytes this rank has put into collectives so far.
+  int64_t bytes_moved() const { return bytes_moved_; }
+
+ protected:
+  void count(const std::vector<at::Tensor>& tensors);
+
+ private:
+  int64_t bytes_moved_ = 0;
+};
+
+/// A communicator over a Gloo process group (CPU tensors). Ranks meet
+/// through `store` (TCPStore across processes, HashStore for threads); every
+/// collective fails after `timeout` instead of hanging.
+std::shared_ptr<Communicator> make_gloo_communicator(const c10::intrusive_ptr<c10d::Store>& store, int rank,
+                                                     int world_size, std::chrono::milliseconds timeout);
+
+}  // namespace basin
