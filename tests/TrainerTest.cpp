@@ -10,19 +10,8 @@
 namespace basin {
 namespace {
 
-// Collects the loss of every step, bit for bit.
-class LossRecorder : public Callback {
- public:
-  std::string name() const override { return "loss_recorder"; }
-  bool on_batch_end(const State& state, Logger&) override {
-    losses.push_back(state.step_loss.item<float>());
-    return false;
-  }
-  std::vector<float> losses;
-};
-
 std::vector<float> losses_of(const Json& config) {
-  auto recorder = std::make_shared<LossRecorder>();
+  auto recorder = std::make_shared<test::LossRecorder>();
   Trainer trainer(config, {recorder});
   trainer.fit();
   return recorder->losses;

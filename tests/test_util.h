@@ -79,6 +79,17 @@ inline std::string trainer_config_error(const Json& config) {
   return config_error_of([&config] { Trainer trainer(config); });
 }
 
+/// Collects the loss of every step, bit for bit.
+class LossRecorder : public Callback {
+ public:
+  std::string name() const override { return "loss_recorder"; }
+  bool on_batch_end(const State& state, Logger&) override {
+    losses.push_back(state.step_loss.item<float>());
+    return false;
+  }
+  std::vector<float> losses;
+};
+
 /// Trains `config` for its steps as one batch and as 4 microbatches per
 /// batch; the weights must agree to float tolerance (invariant 4).
 inline void expect_microbatches_match_one_batch(Json config) {

@@ -1,0 +1,262 @@
+// The grad scaler and autocast inside the trainer, with and without SAM.
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <numeric>
+#include <set>
+
+#include <ATen/ATen.h>
+#include <ATen/autocast_mode.h>
+#include <torch/nn/module.h>
+
+#include "basin/algorithms/sam_optimizer.h"
+#include "basin/callbacks/grad_scaler.h"
+#include "basin/core/algorithm.h"
+#include "basin/core/autocast.h"
+#include "basin/core/data_pipeline.h"
+#include "basin/core/model.h"
+#include "basin/schedulers/scheduler.h"
+#include "test_util.h"
+
+namespace basin {
+namespace {
+
+// Writes inf into the first gradient at chosen (step, pass) points.
+class InjectOverflow : public Algorithm {
+ public:
+  InjectOverflow(std::vector<std::pair<int64_t, Pass>> at) : at_(std::move(at)) {}
+  std::string name() const override { return "inject_overflow"; }
+  bool match(Event event, const State& state) const override {
+    if (event != Event::AFTER_BACKWARD) return false;
+    for (const auto& [step, pass] : at_) {
+      if (state.timestamp.step == step && state.pass == pass) return true;
+    }
+    return false;
+  }
+  void apply(Event, State& state, Logger&) override {
+    at::NoGradGuard no_grad;
+    state.model->parameters().front().grad().view(-1)[0] = INFINITY;
+  }
+
+ private:
+  std::vector<std::pair<int64_t, Pass>> at_;
+};
+
+// Checks after every step that no inf or NaN reached the weights.
+class WeightsStayFinite : public Callback {
+ public:
+  std::string name() const override { return "weights_stay_finite"; }
+  bool on_after_step(const State& state, Logger&) override {
+    for (const auto& p : state.model->parameters()) finite = finite && p.isfinite().all().item<bool>();
+    return false;
+  }
+  bool finite = true;
+};
+
+Json scaled_sam_config() {
+  Json config = test::smoke_config();
+  config["max_steps"] = 10;
+  config["algorithms"] = Json::parse(R"({"sam": {"rho": 0.05}})");
+  config["callbacks"] = Json::parse(R"({"grad_scaler": {"init_scale": 128, "growth_interval": 1}})");
+  config["schedulers"] = Json::parse(R"([{"name": "exponential", "gamma": 0.9}])");
+  return config;
+}
+
+// The trainer's step without a scaler, skipping `skipped` steps outright:
+// the batch is consumed, the schedule advances, the optimizer does nothing.
+void run_control(Trainer& control, int64_t steps, const std::set<int64_t>& skipped) {
+  State& state = control.state();
+  auto& model = control.model();
+  const auto& train = control.data().train;
+  for (int64_t step = 0; step < steps; ++step) {
+    const int64_t epoch = step / state.steps_per_epoch, index = step % state.steps_per_epoch;
+    const auto order = epoch_order(train.size(), static_cast<uint64_t>(state.seed), epoch, true);
+    const auto first = order.begin() + index * control.batch_size();
+    const Batch batch = train.gather(std::vector<int64_t>(first, first + control.batch_size()));
+    if (skipped.count(step) == 0) {
+      state.optimizer->step([&] {
+        state.optimizer->zero_grad();
+        at::Tensor loss = at::cross_entropy_loss(model.forward(batch.inputs).to(at::kFloat), batch.targets) / 1.0;
+        loss.backward();
+        return loss.detach();
+      });
+    }
+    for (auto& scheduler : state.schedulers) scheduler->step(*state.optimizer);
+  }
+}
+
+TEST(MixedPrecisionTest, OverflowInAscentAndDescentSkipsExactlyThoseSteps) {
+  Json config = scaled_sam_config();
+  auto inject = std::make_shared<InjectOverflow>(std::vector<std::pair<int64_t, Pass>>{{3, Pass::kAscent}, {7, Pass::kDescent}});
+  Trainer scaled(config);
+  scaled.engine().add_algorithm(inject);
+  const FitSummary summary = scaled.fit();
+  EXPECT_EQ(summary.skipped_steps, 2);
+  // 128 grown on 8 clean steps, halved on 2 overflows (growth_interval 1).
+  EXPECT_EQ(scaled.state().scaler->current_scale(), 128 * std::pow(2.0, 8) * std::pow(0.5, 2));
+
+  config.erase("callbacks");
+  Trainer control(config);
+  run_control(control, 10, {3, 7});
+  const auto a = scaled.model().parameters();
+  const auto b = control.model().parameters();
+  for (std::size_t i = 0; i < a.size(); ++i) EXPECT_TRUE(at::equal(a[i], b[i])) << "parameter " << i;
+  // The schedule advanced on the skipped steps too.
+  EXPECT_DOUBLE_EQ(scaled.state().optimizer->param_groups()[0].options().get_lr(),
+                   control.state().optimizer->param_groups()[0].options().get_lr());
+}
+
+TEST(MixedPrecisionTest, PlainOptimizerSkipsOverflowedStepsToo) {
+  Json config = scaled_sam_config();
+  config.erase("algorithms");
+  auto inject = std::make_shared<InjectOverflow>(std::vector<std::pair<int64_t, Pass>>{{2, Pass::kPlain}});
+  Trainer scaled(config);
+  scaled.engine().add_algorithm(inject);
+  EXPECT_EQ(scaled.fit().skipped_steps, 1);
+  config.erase("callbacks");
+  Trainer control(config);
+  run_control(control, 10, {2});
+  const auto a = scaled.model().parameters();
+  const auto b = control.model().parameters();
+  for (std::size_t i = 0; i < a.size(); ++i) EXPECT_TRUE(at::equal(a[i], b[i])) << "parameter " << i;
+}
+
+// No injection: a real fp32 overflow. fp32 holds up to ~2^128, so scaled
+// gradients overflow only when scale * |g| gets there: here the largest
+// scale a float holds, 2^127, and unnormalised inputs (x30) whose first-layer
+// gradients exceed 2. The scaler must back off until they fit, then train.
+TEST(MixedPrecisionTest, HugeInitialScaleBacksOffThenTrains) {
+  Json config = test::smoke_config();
+  config["max_epochs"] = 4;
+  config["data"]["input_scale"] = 30;
+  config["optimizer"]["lr"] = 0.001;
+  config["algorithms"] = Json::parse(R"({"sam": {"rho": 0.05}})");
+  config["callbacks"] = Json::parse(R"({"grad_scaler": {"init_scale": 1.7014118346046923e+38, "growth_interval": 1000}})");
+  auto finite = std::make_shared<WeightsStayFinite>();
+  auto losses = std::make_shared<test::LossRecorder>();
+  Trainer trainer(config, {finite, losses});
+  const FitSummary summary = trainer.fit();
+  EXPECT_GT(summary.skipped_steps, 0);                                       // 2^127 overflowed at first
+  EXPECT_LT(summary.skipped_steps, 8);                                       // then it backed off and stayed off
+  EXPECT_LT(trainer.state().scaler->current_scale(), std::ldexp(1.0, 127));
+  EXPECT_TRUE(finite->finite);                                               // no inf ever reached the weights
+  EXPECT_LT(summary.final_train_loss, 0.3 * losses->losses.front());         // and it trained
+}
+
+class NanInputAtStep : public Algorithm {
+ public:
+  explicit NanInputAtStep(int64_t step) : step_(step) {}
+  std::string name() const override { return "nan_input"; }
+  bool match(Event event, const State& state) const override {
+    return event == Event::BATCH_START && state.timestamp.step == step_;
+  }
+  void apply(Event, State& state, Logger&) override {
+    state.batch.inputs = state.batch.inputs.clone();
+    state.batch.inputs[0][0][0][0] = NAN;
+  }
+
+ private:
+  int64_t step_;
+};
+
+TEST(MixedPrecisionTest, NanInTheInputSkipsThatStepOnly) {
+  Json config = test::smoke_config();
+  config["max_epochs"] = 4;
+  config["algorithms"] = Json::parse(R"({"sam": {}})");
+  config["callbacks"] = Json::parse(R"({"grad_scaler": {}})");
+  auto finite = std::make_shared<WeightsStayFinite>();
+  Trainer trainer(config, {finite});
+  trainer.engine().add_algorithm(std::make_shared<NanInputAtStep>(2));
+  const FitSummary summary = trainer.fit();
+  EXPECT_EQ(summary.skipped_steps, 1);
+  EXPECT_TRUE(finite->finite);
+  EXPECT_LT(summary.final_train_loss, std::log(3.0) * 0.8);
+}
+
+TEST(MixedPrecisionTest, GradientClippingActsOnUnscaledGradients) {
+  Json config = test::smoke_config();
+  config["max_steps"] = 1;
+  config["optimizer"] = Json::parse(R"({"name": "sgd", "lr": 1.0})");
+  config["grad_clip_norm"] = 0.01;
+  auto step_size = [](const Json& c) {
+    Trainer trainer(c);
+    std::vector<at::Tensor> before;
+    for (const auto& p : trainer.model().parameters()) before.push_back(p.detach().clone());
+    trainer.fit();
+    double squares = 0;
+    const auto after = trainer.model().parameters();
+    for (std::size_t i = 0; i < after.size(); ++i) squares += (after[i] - before[i]).pow(2).sum().item<double>();
+    return std::sqrt(squares);
+  };
+  const double clipped = step_size(config);
+  EXPECT_NEAR(clipped, 0.01, 1e-6);  // lr 1: the step is the clipped gradient
+  config["callbacks"] = Json::parse(R"({"grad_scaler": {"init_scale": 4096}})");
+  EXPECT_NEAR(step_size(config), clipped, 1e-9);  // clipping saw the unscaled gradients
+}
+
+// Records the dtype of the model's outputs.
+class OutputDtype : public Callback {
+ public:
+  std::string name() const override { return "output_dtype"; }
+  bool on_after_forward(const State& state, Logger&) override {
+    dtype = state.outputs.scalar_type();
+    return false;
+  }
+  at::ScalarType dtype = at::kFloat;
+};
+
+TEST(MixedPrecisionTest, Bf16AutocastTrainsTheSmallCnnOnCpu) {
+  if (!std::filesystem::exists("/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz")) {
+    GTEST_SKIP() << "Debian package dataset-fashion-mnist is not installed";
+  }
+  const Json config = Json::parse(R"({
+    "seed": 1, "threads": 2, "max_epochs": 1, "log_every": 10, "precision": "amp_bf16",
+    "data": {"name": "fashion_mnist", "batch_size": 64, "train_subset": 2048, "eval_batch_size": 2000},
+    "model": {"name": "cnn", "channels": [8, 16], "hidden": 32},
+    "optimizer": {"name": "sgd", "lr": 0.05, "momentum": 0.9},
+    "algorithms": {"sam": {"rho": 0.05}}})");
+  auto dtype = std::make_shared<OutputDtype>();
+  auto losses = std::make_shared<test::LossRecorder>();
+  Trainer trainer(config, {dtype, losses});
+  const FitSummary summary = trainer.fit();
+  EXPECT_EQ(dtype->dtype, at::kBFloat16);  // autocast was on in the forward
+  for (const auto& p : trainer.model().parameters()) EXPECT_EQ(p.scalar_type(), at::kFloat);
+  const auto& l = losses->losses;
+  ASSERT_EQ(l.size(), 32u);
+  const double first = std::accumulate(l.begin(), l.begin() + 8, 0.0) / 8;
+  const double last = std::accumulate(l.end() - 8, l.end(), 0.0) / 8;
+  EXPECT_LT(last, 0.85 * first);          // the loss fell
+  EXPECT_GT(summary.test_accuracy, 0.3);  // chance is 0.1
+  EXPECT_FALSE(at::autocast::is_cpu_enabled());  // and autocast is off again outside the step
+}
+
+TEST(MixedPrecisionTest, Fp16OnCpuIsRejectedBeforeTraining) {
+  Json config = test::smoke_config();
+  config["precision"] = "amp_fp16";
+  const std::string message = test::trainer_config_error(config);
+  EXPECT_NE(message.find("'precision'"), std::string::npos) << message;
+  EXPECT_NE(message.find("amp_bf16"), std::string::npos) << message;
+  config["precision"] = "fp8";
+  EXPECT_NE(test::trainer_config_error(config).find("fp32, amp_bf16, amp_fp16"), std::string::npos);
+}
+
+TEST(MixedPrecisionTest, Fp16AutocastWithSamOnCuda) {
+  if (!at::hasCUDA()) GTEST_SKIP() << "no CUDA device: amp_fp16 runs on a GPU machine";
+  Json config = test::smoke_config();
+  config["device"] = "cuda";
+  config["precision"] = "amp_fp16";
+  config["max_epochs"] = 4;
+  config["algorithms"] = Json::parse(R"({"sam": {"rho": 0.05}})");
+  auto dtype = std::make_shared<OutputDtype>();
+  auto finite = std::make_shared<WeightsStayFinite>();
+  Trainer trainer(config, {dtype, finite});
+  ASSERT_TRUE(trainer.state().scaler != nullptr);  // installed automatically
+  const FitSummary summary = trainer.fit();
+  EXPECT_EQ(dtype->dtype, at::kHalf);
+  EXPECT_TRUE(finite->finite);
+  EXPECT_LT(summary.final_train_loss, std::log(3.0) * 0.8);
+}
+
+}  // namespace
+}  // namespace basin
