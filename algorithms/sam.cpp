@@ -24,6 +24,7 @@ SAM::SAM(Params& params) {
   options_.eta = params.number("eta", 0.01, 0);
   options_.interval = params.integer("interval", 1, 1);
   sync_ascent_ = params.boolean("sync_ascent", false);
+  options_.sync_ascent = sync_ascent_;
   freeze_running_stats_ = params.boolean("freeze_running_stats", true);
 }
 
@@ -55,11 +56,14 @@ void SAM::wrap(State& state) {
   PassHooks hooks;
   hooks.before_pass = [this, s](Pass pass) {
     s->pass = pass;
+    // Rank-local ascent (the paper's m-sharpness): no gradient sync in this pass.
+    s->skip_gradient_sync = pass == Pass::kAscent && !sync_ascent_;
     if (pass == Pass::kDescent && freeze_running_stats_ && s->model) running_stats_.take(*s->model);
   };
   hooks.after_pass = [this, s](Pass pass) {
     if (pass == Pass::kDescent && freeze_running_stats_ && s->model) running_stats_.restore();
     s->pass = Pass::kPlain;
+    s->skip_gradient_sync = false;
   };
   optimizer_->add_pass_hooks(std::move(hooks));
   state.optimizer = optimizer_;

@@ -8,6 +8,7 @@
 
 #include "basin/core/grad_norm.h"
 #include "basin/core/hyperparameters.h"
+#include "basin/core/sharded_optimizer.h"
 
 namespace basin {
 
@@ -107,38 +108,8 @@ at::Tensor SAMOptimizer::plain_step(const LossClosure& closure) {
   return loss;
 }
 
-std::vector<SAMOptimizer::Perturbation> SAMOptimizer::perturbation(std::vector<GroupView>& groups) {
-  std::vector<Perturbation> result(groups.size());
-  std::vector<at::Tensor> normed;  // what the norm is taken over: g, or T * g for ASAM
-  for (std::size_t k = 0; k < groups.size(); ++k) {
-    auto& g = groups[k];
-    if (g.params.empty()) continue;
-    if (options_.adaptive) {
-      auto t = at::_foreach_abs(g.params);
-      at::_foreach_add_(t, g.get("eta"));
-      auto tg = at::_foreach_mul(t, g.grads);
-      normed.insert(normed.end(), tg.begin(), tg.end());
-      at::_foreach_mul_(t, tg);  // the direction is T^2 g
-      result[k].directions = std::move(t);
-    } else {
-      normed.insert(normed.end(), g.grads.begin(), g.grads.end());
-      result[k].directions = g.grads;
-    }
-  }
-  last_grad_norm_ = global_norm(normed);
-  const double norm = last_grad_norm_.item<double>();
-  if (norm == 0) return result;  // no direction to climb: every scale stays 0, no NaN
-  for (std::size_t k = 0; k < groups.size(); ++k) {
-    if (!groups[k].params.empty()) result[k].scale = groups[k].get("rho") / (norm + options_.epsilon);
-  }
-  return result;
-}
-
 void SAMOptimizer::move_to_perturbed(const std::vector<GroupView>& groups,
                                      const std::vector<Perturbation>& perturbation) {
-  std::vector<at::Tensor> params;
-  for (const auto& g : groups) params.insert(params.end(), g.params.begin(), g.params.end());
-  perturbed_.match(params);
   // Everything is checked before the first swap, so a bad perturbation leaves w as it was.
   if (perturbation.size() != groups.size()) {
     throw std::logic_error("SAM: perturbation() returned " + std::to_string(perturbation.size()) + " groups for " +
@@ -151,24 +122,76 @@ void SAMOptimizer::move_to_perturbed(const std::vector<GroupView>& groups,
                              std::to_string(k));
     }
   }
-  std::size_t i = 0;
+  auto* shards = dynamic_cast<ShardedParameters*>(base_.get());
+  auto owned = [shards](const at::Tensor& p) { return shards == nullptr || shards->owns(p); };
+  std::vector<at::Tensor> own;
+  for (const auto& g : groups) {
+    for (const auto& p : g.params) {
+      if (owned(p)) own.push_back(p);
+    }
+  }
+  perturbed_.match(own);
+  std::size_t b = 0;
   for (std::size_t k = 0; k < groups.size(); ++k) {
-    for (std::size_t j = 0; j < groups[k].params.size(); ++j, ++i) {
-      if (perturbation[k].scale == 0) continue;
+    for (std::size_t j = 0; j < groups[k].params.size(); ++j) {
       at::Tensor param = groups[k].params[j];
-      at::Tensor& buffer = perturbed_.buffers()[i];
-      at::add_out(buffer, param, perturbation[k].directions[j], perturbation[k].scale);
-      // The parameter takes the buffer's storage; its own storage, holding w,
-      // is set aside untouched until it is swapped back. No copy either way.
-      swapped_.emplace_back(param, param.data());
-      param.set_data(buffer);
+      const bool mine = owned(param);
+      if (perturbation[k].scale != 0) {
+        if (mine) {
+          at::Tensor& buffer = perturbed_.buffers()[b];
+          at::add_out(buffer, param, perturbation[k].directions[j], perturbation[k].scale);
+          // The parameter takes the buffer's storage; its own storage, holding w,
+          // is set aside untouched until it is swapped back. No copy either way.
+          swapped_.emplace_back(param, param.data());
+          param.set_data(buffer);
+        } else {
+          param.add_(perturbation[k].directions[j], perturbation[k].scale);
+          perturbed_in_place_ = true;
+        }
+      }
+      if (mine) ++b;
     }
   }
 }
 
-void SAMOptimizer::restore_weights() {
+void SAMOptimizer::restore_weights(bool base_step_follows) {
   for (auto it = swapped_.rbegin(); it != swapped_.rend(); ++it) it->first.set_data(it->second);
   swapped_.clear();
+  if (perturbed_in_place_ && !base_step_follows) dynamic_cast<ShardedParameters&>(*base_).broadcast_parameters();
+  perturbed_in_place_ = false;
+}
+
+std::vector<SAMOptimizer::Perturbation> SAMOptimizer::perturbation(std::vector<GroupView>& groups) {
+  std::vector<Perturbation> result(groups.size());
+  std::vector<at::Tensor> normed;  // what the norm is taken over: g, or T * g for ASAM
+  std::vector<at::Tensor> normed_params;
+  for (std::size_t k = 0; k < groups.size(); ++k) {
+    auto& g = groups[k];
+    if (g.params.empty()) continue;
+    normed_params.insert(normed_params.end(), g.params.begin(), g.params.end());
+    if (options_.adaptive) {
+      auto t = at::_foreach_abs(g.params);
+      at::_foreach_add_(t, g.get("eta"));
+      auto tg = at::_foreach_mul(t, g.grads);
+      normed.insert(normed.end(), tg.begin(), tg.end());
+      at::_foreach_mul_(t, tg);  // the direction is T^2 g
+      result[k].directions = std::move(t);
+    } else {
+      normed.insert(normed.end(), g.grads.begin(), g.grads.end());
+      result[k].directions = g.grads;
+    }
+  }
+  // Averaged gradients are the same on every rank: under ZeRO-1 each rank
+  // norms its own shard and one all-reduce adds them up.
+  auto* shards = dynamic_cast<ShardedParameters*>(base_.get());
+  last_grad_norm_ = shards != nullptr && options_.sync_ascent ? global_norm_over_shards(normed, normed_params, *shards)
+                                                              : global_norm(normed);
+  const double norm = last_grad_norm_.item<double>();
+  if (norm == 0) return result;  // no direction to climb: every scale stays 0, no NaN
+  for (std::size_t k = 0; k < groups.size(); ++k) {
+    if (!groups[k].params.empty()) result[k].scale = groups[k].get("rho") / (norm + options_.epsilon);
+  }
+  return result;
 }
 
 at::Tensor SAMOptimizer::step(LossClosure closure) {
@@ -197,10 +220,14 @@ at::Tensor SAMOptimizer::step(LossClosure closure) {
     run_pass(Pass::kDescent, closure);
     finite = gradients_finite(Pass::kDescent);
   } catch (...) {
-    restore_weights();  // whatever failed, the model never stays at w + e
+    try {
+      restore_weights(/*base_step_follows=*/false);  // whatever failed, the model never stays at w + e
+    } catch (...) {
+      // The first failure is the one to report (a broken collective fails twice).
+    }
     throw;
   }
-  restore_weights();
+  restore_weights(/*base_step_follows=*/finite);
   if (!finite) {
     skip_step();
     return loss;

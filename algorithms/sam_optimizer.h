@@ -21,6 +21,9 @@ struct SAMOptions {
   bool adaptive = false;   // ASAM: scale the ascent elementwise by |w| + eta
   double eta = 0.01;
   int64_t interval = 1;    // SAM step every `interval` steps, plain steps between
+  /// Whether the ascent gradients are averaged over ranks. Only then may the
+  /// norm be taken over shards (rank-local ascent needs each rank's own norm).
+  bool sync_ascent = false;
 };
 
 /// Sharpness-Aware Minimization around any LibTorch optimizer.
@@ -66,7 +69,8 @@ class SAMOptimizer : public torch::optim::Optimizer, public PassAwareOptimizer {
   /// fp32 norm the last perturbation was scaled by.
   const at::Tensor& last_grad_norm() const { return last_grad_norm_; }
   /// The buffers that hold w + e during the descent, one per parameter with
-  /// a gradient: the one extra copy of the parameters SAM keeps.
+  /// a gradient that this rank owns: the one extra copy of the parameters
+  /// (of this rank's shard under ZeRO-1) SAM keeps.
   const std::vector<at::Tensor>& perturbed_buffers() const { return perturbed_.buffers(); }
 
   /// Saves the base optimizer (its own archive), the wrapper's counters and
@@ -105,7 +109,10 @@ class SAMOptimizer : public torch::optim::Optimizer, public PassAwareOptimizer {
   at::Tensor plain_step(const LossClosure& closure);
   void skip_step();
   void move_to_perturbed(const std::vector<GroupView>& groups, const std::vector<Perturbation>& perturbation);
-  void restore_weights();
+  /// Swaps w back. Parameters this rank does not own (ZeRO-1) were perturbed
+  /// in place; their owners' broadcast restores them, in the base step or,
+  /// when no base step follows, here.
+  void restore_weights(bool base_step_follows);
 
   std::shared_ptr<torch::optim::Optimizer> base_;
   SAMOptions options_;
@@ -119,6 +126,8 @@ class SAMOptimizer : public torch::optim::Optimizer, public PassAwareOptimizer {
   ReusedBuffers perturbed_;  // w + e during the descent, one per parameter with a gradient
   /// Parameters now holding w + e, with their own storage (w) set aside.
   std::vector<std::pair<at::Tensor, at::Tensor>> swapped_;
+  /// Set when parameters of other ranks' shards were perturbed in place.
+  bool perturbed_in_place_ = false;
 };
 
 }  // namespace basin

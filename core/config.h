@@ -66,6 +66,8 @@ class Params {
   Json array(const std::string& key);
   /// The raw value at `key`, marked as read; null when absent.
   Json raw(const std::string& key);
+  /// The whole object, as given.
+  const Json& raw_object() const { return object_; }
 
   /// Keys in file order.
   std::vector<std::string> keys() const;

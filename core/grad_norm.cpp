@@ -2,6 +2,9 @@
 
 #include <ATen/ATen.h>
 
+#include "basin/core/communicator.h"
+#include "basin/core/sharded_optimizer.h"
+
 namespace basin {
 
 namespace {
@@ -32,8 +35,21 @@ at::Tensor global_norm(const std::vector<at::Tensor>& tensors) {
   return at::linalg_vector_norm(at::stack(norms_of(tensors)), 2);
 }
 
-at::Tensor clip_grad_norm(const std::vector<at::Tensor>& grads, double max_norm) {
-  const at::Tensor norm = global_norm(grads);
+at::Tensor global_norm_over_shards(const std::vector<at::Tensor>& values, const std::vector<at::Tensor>& params,
+                                   ShardedParameters& shards) {
+  std::vector<at::Tensor> owned;
+  for (std::size_t i = 0; i < values.size(); ++i) {
+    if (shards.owns(params[i])) owned.push_back(values[i]);
+  }
+  std::vector<at::Tensor> sum{sum_of_squares(owned).to(at::kCPU).reshape({1})};
+  shards.communicator().all_reduce_sum(sum);
+  const at::Device device = values.empty() ? at::Device(at::kCPU) : values.front().device();
+  return sum.front().reshape({}).sqrt().to(device);
+}
+
+at::Tensor clip_grad_norm(const std::vector<at::Tensor>& grads, double max_norm, const std::vector<at::Tensor>& params,
+                          ShardedParameters* shards) {
+  const at::Tensor norm = shards != nullptr ? global_norm_over_shards(grads, params, *shards) : global_norm(grads);
   const double total = norm.item<double>();
   if (total > max_norm && !grads.empty()) {
     at::NoGradGuard no_grad;

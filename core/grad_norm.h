@@ -14,8 +14,18 @@ at::Tensor sum_of_squares(const std::vector<at::Tensor>& tensors);
 /// The L2 norm of all `tensors` together, in fp32.
 at::Tensor global_norm(const std::vector<at::Tensor>& tensors);
 
+class ShardedParameters;
+
+/// The L2 norm of `values` (one per tensor of `params`) when each rank holds
+/// all of them but owns a disjoint part: each rank sums the squares of what it
+/// owns, one all-reduce adds the parts. Every rank gets the same fp32 norm
+/// for 1/N of the work.
+at::Tensor global_norm_over_shards(const std::vector<at::Tensor>& values, const std::vector<at::Tensor>& params,
+                                   ShardedParameters& shards);
+
 /// Scales gradients so that their global norm is at most `max_norm`; returns
-/// the norm before clipping.
-at::Tensor clip_grad_norm(const std::vector<at::Tensor>& grads, double max_norm);
+/// the norm before clipping. With `shards`, the norm is taken over shards.
+at::Tensor clip_grad_norm(const std::vector<at::Tensor>& grads, double max_norm,
+                          const std::vector<at::Tensor>& params = {}, ShardedParameters* shards = nullptr);
 
 }  // namespace basin

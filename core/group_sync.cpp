@@ -8,7 +8,8 @@ namespace basin {
 
 using torch::optim::OptimizerParamGroup;
 
-GroupSync::GroupSync(std::map<std::string, double> extras) : extras_(std::move(extras)) {}
+GroupSync::GroupSync(std::map<std::string, double> extras, BaseParams base_params)
+    : extras_(std::move(extras)), base_params_(std::move(base_params)) {}
 
 std::map<std::string, double> GroupSync::mirror_values(const torch::optim::OptimizerOptions& base_options) const {
   std::map<std::string, double> values = extras_;
@@ -67,7 +68,8 @@ void GroupSync::sync(torch::optim::Optimizer& wrapper, torch::optim::Optimizer& 
       if (!values->has_hyperparameter(name)) values->set_hyperparameter(name, value);
     }
     try {
-      base.add_param_group(OptimizerParamGroup(added.params(), std::move(options)));
+      base.add_param_group(
+          OptimizerParamGroup(base_params_ ? base_params_(added.params()) : added.params(), std::move(options)));
     } catch (...) {
       front.pop_back();
       throw;

@@ -1,5 +1,6 @@
 #pragma once
 
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
@@ -23,8 +24,12 @@ namespace basin {
 /// is what the base step uses.
 class GroupSync {
  public:
+  /// Which of a wrapper group's parameters the base holds (the sharded
+  /// optimizer's base holds this rank's shard only).
+  using BaseParams = std::function<std::vector<at::Tensor>(const std::vector<at::Tensor>&)>;
+
   /// `extras` are the wrapper-only hyper-parameters and their defaults.
-  explicit GroupSync(std::map<std::string, double> extras);
+  explicit GroupSync(std::map<std::string, double> extras, BaseParams base_params = nullptr);
 
   /// Wrapper groups mirroring `base`'s, for the wrapper's constructor.
   std::vector<torch::optim::OptimizerParamGroup> mirror_groups(const torch::optim::Optimizer& base) const;
@@ -40,6 +45,7 @@ class GroupSync {
   std::map<std::string, double> mirror_values(const torch::optim::OptimizerOptions& base_options) const;
 
   std::map<std::string, double> extras_;
+  BaseParams base_params_;
   std::vector<std::map<std::string, double>> last_synced_;  // per group: base hyper-parameters
 };
 

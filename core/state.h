@@ -69,6 +69,8 @@ struct State {
   at::Tensor outputs;
   at::Tensor loss;   // loss of the current microbatch, already divided by microbatch_count
   Pass pass = Pass::kPlain;
+  /// Set for a pass whose gradients must stay rank-local (SAM's ascent with sync_ascent false).
+  bool skip_gradient_sync = false;
 
   at::Tensor step_loss;        // training loss the last step reported (detached)
   int64_t skipped_steps = 0;   // steps whose update was skipped (overflow)

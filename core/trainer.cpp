@@ -1,22 +1,28 @@
 #include "basin/core/trainer.h"
 
 #include <chrono>
+#include <mutex>
 #include <thread>
 #include <unordered_set>
 
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
+#include <torch/csrc/distributed/c10d/HashStore.hpp>
 #include <torch/optim/optimizer.h>
 
 #include "basin/callbacks/grad_scaler.h"
 #include "basin/core/algorithm.h"
 #include "basin/core/autocast.h"
 #include "basin/core/callback.h"
+#include "basin/core/communicator.h"
+#include "basin/core/data_parallel.h"
 #include "basin/core/data_pipeline.h"
 #include "basin/core/grad_norm.h"
 #include "basin/core/hyperparameters.h"
 #include "basin/core/model.h"
 #include "basin/core/optimizers.h"
+#include "basin/core/rendezvous.h"
+#include "basin/core/sharded_optimizer.h"
 #include "basin/schedulers/scheduler.h"
 
 namespace basin {
@@ -51,15 +57,15 @@ Json FitSummary::to_json() const {
 }
 
 Trainer::Trainer(const Json& config, std::vector<std::shared_ptr<Callback>> callbacks,
-                 std::vector<std::shared_ptr<LoggerDestination>> loggers)
+                 std::vector<std::shared_ptr<LoggerDestination>> loggers, std::shared_ptr<Communicator> communicator)
     : engine_(std::make_unique<Engine>(state_)) {
-  build(config, std::move(callbacks), std::move(loggers));
+  build(config, std::move(callbacks), std::move(loggers), std::move(communicator));
 }
 
 Trainer::~Trainer() = default;
 
 void Trainer::build(const Json& config, std::vector<std::shared_ptr<Callback>> callbacks,
-                    std::vector<std::shared_ptr<LoggerDestination>> loggers) {
+                    std::vector<std::shared_ptr<LoggerDestination>> loggers, std::shared_ptr<Communicator> communicator) {
   Params root(config, "");
   state_.seed = root.integer("seed", 0, 0);
   const int64_t threads = root.integer("threads", 0, 0, 1024);
@@ -79,7 +85,28 @@ void Trainer::build(const Json& config, std::vector<std::shared_ptr<Callback>> c
   const Json schedulers = root.array("schedulers");
   Params algorithms = root.object("algorithms");
   Params callback_configs = root.object("callbacks");
+  Params parallel = root.object("parallel");
   root.finish();
+
+  parallel_mode_ = parallel.choice("mode", "none", {"none", "ddp", "zero1"});
+  const auto timeout = std::chrono::milliseconds(
+      static_cast<int64_t>(1000 * parallel.positive("timeout_seconds", 300)));
+  bucket_bytes_ = static_cast<int64_t>(parallel.positive("bucket_mb", 25) * (1 << 20));
+  parallel.finish();
+  if (!communicator && parallel_mode_ != "none" && in_multi_process_job()) {
+    communicator = connect_job(read_job_environment(), timeout);
+  } else if (!communicator && parallel_mode_ == "none" && in_multi_process_job()) {
+    throw ConfigError("config key 'parallel.mode': this process is one rank of a " +
+                      std::string(std::getenv("WORLD_SIZE")) + "-process job (WORLD_SIZE), so it must be \"ddp\" or "
+                      "\"zero1\", not \"none\"");
+  }
+  if (!communicator && parallel_mode_ == "zero1") {
+    // A one-rank group keeps single-process zero1 on the same code path.
+    communicator = make_gloo_communicator(c10::make_intrusive<c10d::HashStore>(), 0, 1, timeout);
+  }
+  state_.communicator = communicator;
+  state_.rank = communicator ? communicator->rank() : 0;
+  state_.world_size = communicator ? communicator->world_size() : 1;
 
   // LibTorch starts with one intra-op thread here; 0 means every core.
   at::set_num_threads(threads > 0 ? static_cast<int>(threads)
@@ -106,10 +133,23 @@ void Trainer::build(const Json& config, std::vector<std::shared_ptr<Callback>> c
   }
   add_label_noise(data_.train.mutable_targets(), label_noise, data_.info.num_classes,
                   static_cast<uint64_t>(state_.seed));
-  state_.steps_per_epoch = data_.train.size() / batch_size_;
+  // Each step takes batch_size samples on every rank: world_size * batch_size in all.
+  state_.steps_per_epoch = data_.train.size() / (batch_size_ * state_.world_size);
+  if (state_.steps_per_epoch == 0) {
+    throw ConfigError("config key 'data.batch_size': " + std::to_string(batch_size_) + " per rank on " +
+                      std::to_string(state_.world_size) + " ranks needs more than the " +
+                      std::to_string(data_.train.size()) + " training samples");
+  }
   state_.microbatch_count = microbatches_;
 
-  model_ = model_registry().create(model.string("name"), model, data_.info);
+  {
+    // Module constructors draw from LibTorch's one global generator: trainers
+    // built side by side (ranks as threads) would interleave their draws.
+    static std::mutex global_generator;
+    std::lock_guard<std::mutex> lock(global_generator);
+    at::manual_seed(static_cast<uint64_t>(state_.seed));
+    model_ = model_registry().create(model.string("name"), model, data_.info);
+  }
   model_->to(state_.device);
   state_.model = model_;
   state_.optimizer = make_optimizer(optimizer, *model_);
@@ -134,7 +174,7 @@ void Trainer::build(const Json& config, std::vector<std::shared_ptr<Callback>> c
   for (auto& logger : loggers) engine_->add_logger(std::move(logger));
 
   engine_->run(Event::INIT);
-  // Distribution wraps the model and optimizer here (data-parallel, ZeRO-1).
+  wrap_for_distribution(optimizer);
   engine_->run(Event::AFTER_SHARDING);
   // An optimizer that runs its own passes (SAM) calls the trainer's checks itself.
   if (auto* pass_aware = dynamic_cast<PassAwareOptimizer*>(state_.optimizer.get())) {
@@ -154,6 +194,24 @@ void Trainer::build(const Json& config, std::vector<std::shared_ptr<Callback>> c
       throw ConfigError("config key 'schedulers[" + std::to_string(i) + "].hyperparameter': " + error.what());
     }
   }
+}
+
+void Trainer::wrap_for_distribution(Params& optimizer_config) {
+  if (!state_.communicator) return;
+  data_parallel_ = std::make_unique<DataParallel>(state_.communicator, bucket_bytes_);
+  data_parallel_->broadcast_model(*model_);  // replicas start from rank 0's weights and buffers
+  if (parallel_mode_ != "zero1") return;
+  const std::string name = optimizer_config.string("name");
+  const Json settings = optimizer_config.raw_object();
+  auto make_local = [name, settings](std::vector<torch::optim::OptimizerParamGroup> groups) {
+    Params params(settings, "optimizer");
+    params.claim("name");
+    params.claim("param_groups");  // the groups come with their options already
+    return optimizer_registry().create(name, params, std::move(groups));
+  };
+  auto sharded = std::make_shared<ShardedOptimizer>(*state_.optimizer, make_local, state_.communicator);
+  sharded_ = sharded.get();
+  state_.optimizer = sharded;
 }
 
 double Trainer::current_lr() const {
@@ -178,7 +236,21 @@ PassHooks Trainer::pass_hooks() {
     return !state_.scaler || state_.scaler->unscale_and_check(gradients(), state_.communicator.get());
   };
   hooks.before_base_step = [this] {
-    if (grad_clip_norm_ > 0) clip_grad_norm(gradients(), grad_clip_norm_);
+    if (grad_clip_norm_ <= 0) return;
+    if (sharded_ == nullptr) {
+      clip_grad_norm(gradients(), grad_clip_norm_);
+      return;
+    }
+    std::vector<at::Tensor> grads, params;  // under ZeRO-1 the norm is taken over shards
+    for (const auto& group : state_.optimizer->param_groups()) {
+      for (const auto& p : group.params()) {
+        if (p.grad().defined()) {
+          grads.push_back(p.grad());
+          params.push_back(p);
+        }
+      }
+    }
+    clip_grad_norm(grads, grad_clip_norm_, params, sharded_);
   };
   return hooks;
 }
@@ -209,6 +281,9 @@ at::Tensor Trainer::closure() {
     (state_.scaler ? state_.scaler->scale(state_.loss) : state_.loss).backward();
     engine_->run(Event::AFTER_BACKWARD);
   }
+  // Microbatches accumulate locally; ranks sync once, unless this pass's
+  // gradients must stay rank-local (SAM's ascent with sync_ascent false).
+  if (data_parallel_ && !state_.skip_gradient_sync) data_parallel_->average_gradients(gradients());
   return total;
 }
 
@@ -319,9 +394,11 @@ FitSummary Trainer::fit() {
     epoch_loss_sum_ = at::zeros({}, at::TensorOptions(at::kFloat).device(state_.device));
     epoch_steps_ = 0;
     engine_->run(Event::EPOCH_START);
+    // Every rank draws the same epoch order; step b's global batch is split
+    // into one contiguous slice per rank (a disjoint, deterministic shard).
     const auto order = epoch_order(data_.train.size(), static_cast<uint64_t>(state_.seed), ts.epoch, shuffle_);
     for (int64_t b = 0; b < state_.steps_per_epoch; ++b) {
-      const auto first = order.begin() + b * batch_size_;
+      const auto first = order.begin() + (b * state_.world_size + state_.rank) * batch_size_;
       train_batch(data_.train.gather(std::vector<int64_t>(first, first + batch_size_)));
       if ((state_.max_steps > 0 && ts.step >= state_.max_steps) || state_.stop_requested) {
         done = true;

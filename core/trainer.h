@@ -12,6 +12,9 @@
 namespace basin {
 
 class Callback;
+class Communicator;
+class DataParallel;
+class ShardedOptimizer;
 class LoggerDestination;
 class Model;
 class Scheduler;
@@ -44,8 +47,12 @@ struct FitSummary {
 /// and before anything is written. `fit()` then trains.
 class Trainer {
  public:
+  /// `communicator`: the job's ranks, for tests that run ranks as threads;
+  /// when null and "parallel.mode" is ddp or zero1, the trainer joins the job
+  /// its environment describes (RANK, WORLD_SIZE, MASTER_ADDR, ...).
   explicit Trainer(const Json& config, std::vector<std::shared_ptr<Callback>> callbacks = {},
-                   std::vector<std::shared_ptr<LoggerDestination>> loggers = {});
+                   std::vector<std::shared_ptr<LoggerDestination>> loggers = {},
+                   std::shared_ptr<Communicator> communicator = nullptr);
   ~Trainer();
 
   FitSummary fit();
@@ -61,7 +68,10 @@ class Trainer {
 
  private:
   void build(const Json& config, std::vector<std::shared_ptr<Callback>> callbacks,
-             std::vector<std::shared_ptr<LoggerDestination>> loggers);
+             std::vector<std::shared_ptr<LoggerDestination>> loggers, std::shared_ptr<Communicator> communicator);
+  /// The "wrap for distribution" point of the loop: replicas made equal,
+  /// gradient sync set up, the optimizer sharded under zero1.
+  void wrap_for_distribution(Params& optimizer_config);
   void train_batch(const Batch& batch);
   at::Tensor closure();
   /// One optimizer step: the optimizer's own passes when it runs the closure
@@ -80,6 +90,10 @@ class Trainer {
   int64_t microbatches_ = 1;
   int64_t eval_batch_size_ = 0;
   bool shuffle_ = true;
+  std::string parallel_mode_ = "none";
+  int64_t bucket_bytes_ = 0;
+  std::unique_ptr<DataParallel> data_parallel_;
+  ShardedOptimizer* sharded_ = nullptr;  // the zero1 optimizer, when there is one
   double grad_clip_norm_ = 0;  // 0: no clipping
   at::Tensor epoch_loss_sum_;
   int64_t epoch_steps_ = 0;

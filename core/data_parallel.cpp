@@ -1,0 +1,50 @@
+#include "basin/core/data_parallel.h"
+
+#include <ATen/ATen.h>
+#include <torch/nn/module.h>
+
+#include "basin/core/communicator.h"
+
+namespace basin {
+
+DataParallel::DataParallel(std::shared_ptr<Communicator> communicator, int64_t bucket_bytes)
+    : communicator_(std::move(communicator)), bucket_bytes_(bucket_bytes) {}
+
+void DataParallel::broadcast_model(torch::nn::Module& model) {
+  at::NoGradGuard no_grad;
+  std::vector<at::Tensor> tensors;
+  for (const auto& p : model.parameters()) tensors.push_back(p.detach());
+  for (const auto& b : model.buffers()) tensors.push_back(b);
+  communicator_->broadcast(tensors, 0);
+}
+
+void DataParallel::average_gradients(const std::vector<at::Tensor>& grads) {
+  if (communicator_->world_size() == 1 || grads.empty()) return;
+  at::NoGradGuard no_grad;
+  const double world = static_cast<double>(communicator_->world_size());
+  // Buckets of same-dtype, same-device gradients, flattened into one tensor each.
+  std::size_t begin = 0;
+  while (begin < grads.size()) {
+    std::size_t end = begin;
+    int64_t bytes = 0;
+    while (end < grads.size() && grads[end].scalar_type() == grads[begin].scalar_type() &&
+           grads[end].device() == grads[begin].device() && (end == begin || bytes < bucket_bytes_)) {
+      bytes += grads[end].numel() * static_cast<int64_t>(grads[end].element_size());
+      ++end;
+    }
+    std::vector<at::Tensor> flat_parts;
+    for (std::size_t i = begin; i < end; ++i) flat_parts.push_back(grads[i].reshape(-1));
+    std::vector<at::Tensor> bucket{at::cat(flat_parts)};
+    communicator_->all_reduce_sum(bucket);
+    bucket.front().div_(world);
+    int64_t offset = 0;
+    for (std::size_t i = begin; i < end; ++i) {
+      const int64_t n = grads[i].numel();
+      grads[i].copy_(bucket.front().narrow(0, offset, n).view_as(grads[i]));
+      offset += n;
+    }
+    begin = end;
+  }
+}
+
+}  // namespace basin

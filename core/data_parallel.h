@@ -1,0 +1,36 @@
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include <ATen/core/Tensor.h>
+
+namespace torch::nn { class Module; }
+
+namespace basin {
+
+class Communicator;
+
+/// Data-parallel training over a Communicator: replicas start equal and
+/// their gradients are averaged after backward, in buckets.
+class DataParallel {
+ public:
+  /// `bucket_bytes`: gradients are flattened into buckets of about this size,
+  /// so a model with many small tensors makes few collectives.
+  DataParallel(std::shared_ptr<Communicator> communicator, int64_t bucket_bytes);
+
+  /// Copies rank 0's parameters and buffers to every rank.
+  void broadcast_model(torch::nn::Module& model);
+
+  /// Replaces each gradient by its mean over ranks (Gloo has no AVG: a sum,
+  /// then a division).
+  void average_gradients(const std::vector<at::Tensor>& grads);
+
+  Communicator& communicator() { return *communicator_; }
+
+ private:
+  std::shared_ptr<Communicator> communicator_;
+  int64_t bucket_bytes_;
+};
+
+}  // namespace basin

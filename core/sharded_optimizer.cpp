@@ -1,0 +1,120 @@
+#include "basin/core/sharded_optimizer.h"
+
+#include <algorithm>
+#include <numeric>
+#include <stdexcept>
+
+#include <ATen/ATen.h>
+
+#include "basin/core/communicator.h"
+
+namespace basin {
+
+using torch::optim::OptimizerParamGroup;
+
+std::vector<int> ShardedOptimizer::partition(const std::vector<int64_t>& sizes, int world_size) {
+  std::vector<std::size_t> order(sizes.size());
+  std::iota(order.begin(), order.end(), 0);
+  // Largest first; equal sizes keep their order, so every rank computes the same partition.
+  std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) { return sizes[a] > sizes[b]; });
+  std::vector<int64_t> load(static_cast<std::size_t>(world_size), 0);
+  std::vector<int> owner(sizes.size(), 0);
+  for (std::size_t i : order) {
+    const int rank = static_cast<int>(std::min_element(load.begin(), load.end()) - load.begin());
+    owner[i] = rank;
+    load[static_cast<std::size_t>(rank)] += sizes[i];
+  }
+  return owner;
+}
+
+namespace {
+
+GroupSync::BaseParams owned_by(const ShardedOptimizer* sharded) {
+  return [sharded](const std::vector<at::Tensor>& params) {
+    std::vector<at::Tensor> owned;
+    for (const auto& p : params) {
+      if (sharded->owns(p)) owned.push_back(p);
+    }
+    return owned;
+  };
+}
+
+}  // namespace
+
+ShardedOptimizer::ShardedOptimizer(const torch::optim::Optimizer& full, const LocalFactory& make_local,
+                                   std::shared_ptr<Communicator> communicator)
+    : Optimizer(GroupSync({}).mirror_groups(full), GroupSync({}).mirror_defaults(full)),
+      communicator_(std::move(communicator)),
+      sync_({}, owned_by(this)) {
+  std::vector<int64_t> sizes;
+  for (const auto& group : full.param_groups()) {
+    for (const auto& p : group.params()) {
+      params_.push_back(p);
+      sizes.push_back(p.numel());
+    }
+  }
+  const auto owner = partition(sizes, communicator_->world_size());
+  for (std::size_t i = 0; i < params_.size(); ++i) owners_[params_[i].unsafeGetTensorImpl()] = owner[i];
+
+  std::vector<OptimizerParamGroup> local_groups;
+  for (const auto& group : full.param_groups()) {
+    std::vector<at::Tensor> owned;
+    for (const auto& p : group.params()) {
+      if (owns(p)) owned.push_back(p);
+    }
+    local_groups.emplace_back(owned, group.options().clone());
+  }
+  local_ = make_local(std::move(local_groups));
+  sync_.start(*this, *local_);
+}
+
+bool ShardedOptimizer::owns(const at::Tensor& param) const { return owner(param) == communicator_->rank(); }
+
+int ShardedOptimizer::owner(const at::Tensor& param) const {
+  auto it = owners_.find(param.unsafeGetTensorImpl());
+  if (it == owners_.end()) {
+    throw std::invalid_argument("ShardedOptimizer: a parameter that was not partitioned (groups cannot be added after sharding)");
+  }
+  return it->second;
+}
+
+int64_t ShardedOptimizer::owned_numel() const {
+  int64_t n = 0;
+  for (const auto& p : params_) n += owns(p) ? p.numel() : 0;
+  return n;
+}
+
+void ShardedOptimizer::broadcast_parameters() {
+  at::NoGradGuard no_grad;
+  for (int rank = 0; rank < communicator_->world_size(); ++rank) {
+    std::vector<at::Tensor> shard;
+    for (const auto& p : params_) {
+      if (owner(p) == rank) shard.push_back(p.detach());
+    }
+    if (shard.empty()) continue;
+    // One flat buffer per owner: one collective, whatever the number of tensors.
+    std::vector<at::Tensor> parts;
+    for (const auto& t : shard) parts.push_back(t.reshape(-1));
+    std::vector<at::Tensor> flat{at::cat(parts)};
+    communicator_->broadcast(flat, rank);
+    int64_t offset = 0;
+    for (auto& t : shard) {
+      t.copy_(flat.front().narrow(0, offset, t.numel()).view_as(t));
+      offset += t.numel();
+    }
+  }
+}
+
+at::Tensor ShardedOptimizer::step(LossClosure closure) {
+  at::Tensor loss;
+  if (closure) {
+    at::AutoGradMode enable_grad(true);
+    loss = closure();
+  }
+  sync_.sync(*this, *local_);
+  local_->step();
+  broadcast_parameters();
+  return loss;
+}
+
+}  // namespace basin

@@ -1,0 +1,72 @@
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <unordered_map>
+#include <vector>
+
+#include <torch/optim/optimizer.h>
+
+#include "basin/core/group_sync.h"
+
+namespace basin {
+
+class Communicator;
+
+/// Parameters partitioned across ranks, each one updated by its owner.
+/// SAM asks it which parameters this rank must back up and restore.
+class ShardedParameters {
+ public:
+  virtual ~ShardedParameters() = default;
+  virtual bool owns(const at::Tensor& param) const = 0;
+  /// Copies every parameter from its owner to all ranks.
+  virtual void broadcast_parameters() = 0;
+  virtual Communicator& communicator() = 0;
+};
+
+/// ZeRO-1: optimizer state sharded across ranks.
+///
+/// Parameters are partitioned greedily by size (largest first, to the rank
+/// holding least so far; a tensor is never split). Each rank's local base
+/// optimizer holds state for its own shard only; after it steps, each shard
+/// is broadcast from its owner. The wrapper's param groups mirror the full
+/// model's and stay one source of truth with the local optimizer's
+/// (GroupSync), so schedulers reach every rank's local optimizer.
+///
+/// Gradients must be averaged over ranks before `step` (the data-parallel
+/// sync does it; Gloo has no reduce-scatter, so every rank holds them all).
+class ShardedOptimizer : public torch::optim::Optimizer, public ShardedParameters {
+ public:
+  /// Builds the base optimizer over this rank's shard of each group (groups
+  /// carry their options; a group may be empty on a rank).
+  using LocalFactory = std::function<std::shared_ptr<torch::optim::Optimizer>(std::vector<torch::optim::OptimizerParamGroup>)>;
+
+  /// `full` is the optimizer the config built over all parameters; only its
+  /// groups and options are used.
+  ShardedOptimizer(const torch::optim::Optimizer& full, const LocalFactory& make_local,
+                   std::shared_ptr<Communicator> communicator);
+
+  /// Runs the closure (if any), steps this rank's shard, broadcasts shards.
+  at::Tensor step(LossClosure closure = nullptr) override;
+
+  bool owns(const at::Tensor& param) const override;
+  int owner(const at::Tensor& param) const;
+  void broadcast_parameters() override;
+  Communicator& communicator() override { return *communicator_; }
+
+  torch::optim::Optimizer& local() { return *local_; }
+  /// Number of elements this rank owns.
+  int64_t owned_numel() const;
+
+  /// Owner rank of each size, greedy: largest first, to the least-loaded rank.
+  static std::vector<int> partition(const std::vector<int64_t>& sizes, int world_size);
+
+ private:
+  std::shared_ptr<Communicator> communicator_;
+  std::vector<at::Tensor> params_;  // every parameter once, in group order
+  std::unordered_map<const c10::TensorImpl*, int> owners_;
+  std::shared_ptr<torch::optim::Optimizer> local_;
+  GroupSync sync_;
+};
+
+}  // namespace basin
