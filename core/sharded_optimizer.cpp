@@ -111,7 +111,7 @@ at::Tensor ShardedOptimizer::step(LossClosure closure) {
     at::AutoGradMode enable_grad(true);
     loss = closure();
   }
-  sync_.sync(*this, *local_);
+  sync_param_groups();
   local_->step();
   broadcast_parameters();
   return loss;

@@ -55,6 +55,8 @@ class ShardedOptimizer : public torch::optim::Optimizer, public ShardedParameter
   Communicator& communicator() override { return *communicator_; }
 
   torch::optim::Optimizer& local() { return *local_; }
+  /// Copies hyper-parameters changed on the wrapper or the local optimizer to the other.
+  void sync_param_groups() { sync_.sync(*this, *local_); }
   /// Number of elements this rank owns.
   int64_t owned_numel() const;
 

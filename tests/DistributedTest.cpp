@@ -1,0 +1,331 @@
+// Data-parallel and ZeRO-1 training with ranks as threads (invariants 3, 5, 6).
+
+#include <gtest/gtest.h>
+
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <mutex>
+
+#include <ATen/ATen.h>
+#include <torch/csrc/autograd/autograd.h>
+#include <torch/optim/sgd.h>
+
+#include "basin/algorithms/sam_optimizer.h"
+#include "basin/core/algorithm.h"
+#include "basin/core/grad_norm.h"
+#include "basin/core/hyperparameters.h"
+#include "basin/core/model.h"
+#include "basin/core/rendezvous.h"
+#include "basin/core/sharded_optimizer.h"
+#include "distributed_util.h"
+#include "test_util.h"
+
+namespace basin {
+namespace {
+
+using Weights = std::vector<at::Tensor>;
+
+Weights weights_of(Trainer& trainer) {
+  Weights out;
+  for (const auto& p : trainer.model().parameters()) out.push_back(p.detach().clone());
+  return out;
+}
+
+double max_difference(const Weights& a, const Weights& b) {
+  double worst = 0;
+  for (std::size_t i = 0; i < a.size(); ++i) worst = std::max(worst, (a[i] - b[i]).abs().max().item<double>());
+  return worst;
+}
+
+Json sam_config(const std::string& sam, const std::string& mode) {
+  Json config = test::smoke_config();
+  config["max_steps"] = 5;
+  config["algorithms"] = Json::parse(R"({"sam": )" + sam + "}");
+  config["parallel"] = Json::parse(R"({"mode": ")" + mode + R"(", "timeout_seconds": 60})");
+  return config;
+}
+
+// Trains `config` on `world` ranks; returns each rank's final weights.
+std::vector<Weights> train_on_ranks(int world, const Json& config,
+                                    const std::function<void(int, Trainer&)>& setup = nullptr) {
+  std::vector<Weights> result(static_cast<std::size_t>(world));
+  test::run_ranks(world, [&](int rank, std::shared_ptr<Communicator> communicator) {
+    Trainer trainer(config, {}, {}, communicator);
+    if (setup) setup(rank, trainer);
+    trainer.fit();
+    result[static_cast<std::size_t>(rank)] = weights_of(trainer);
+  });
+  return result;
+}
+
+TEST(DistributedTest, SyncedAscentSamOnTwoRanksEqualsOneRankOnTheJoinedBatch) {
+  const auto ranks = train_on_ranks(2, sam_config(R"({"rho": 0.05, "sync_ascent": true})", "ddp"));
+  Json single = sam_config(R"({"rho": 0.05, "sync_ascent": true})", "none");
+  single["data"]["batch_size"] = 32;  // both ranks' 16 together
+  Trainer one(single);
+  one.fit();
+  EXPECT_LE(max_difference(ranks[0], weights_of(one)), 1e-5);
+  EXPECT_EQ(max_difference(ranks[0], ranks[1]), 0.0);
+}
+
+TEST(DistributedTest, PlainDataParallelEqualsOneRankOnTheJoinedBatch) {
+  Json config = test::smoke_config();
+  config["max_steps"] = 5;
+  config["parallel"] = Json::parse(R"({"mode": "ddp"})");
+  config["data"]["microbatches"] = 2;  // accumulation syncs once, after the last microbatch
+  const auto ranks = train_on_ranks(2, config);
+  config.erase("parallel");
+  config["data"]["batch_size"] = 32;
+  Trainer one(config);
+  one.fit();
+  EXPECT_LE(max_difference(ranks[0], weights_of(one)), 1e-5);
+}
+
+// Records, per step, the weights at w, the rank's batch, and the weights the descent ran at.
+class PerturbationProbe : public Callback {
+ public:
+  std::string name() const override { return "perturbation_probe"; }
+  bool on_batch_start(const State& state, Logger&) override {
+    at_w.push_back(parameters(state));
+    batches.push_back(state.batch);
+    return false;
+  }
+  bool on_before_forward(const State& state, Logger&) override {
+    if (state.pass == Pass::kDescent) at_descent.push_back(parameters(state));
+    return false;
+  }
+  bool on_batch_end(const State& state, Logger&) override {
+    after_step.push_back(parameters(state));
+    return false;
+  }
+  static Weights parameters(const State& state) {
+    Weights out;
+    for (const auto& p : state.model->parameters()) out.push_back(p.detach().clone());
+    return out;
+  }
+  std::vector<Weights> at_w, at_descent, after_step;
+  std::vector<Batch> batches;
+};
+
+TEST(DistributedTest, RankLocalAscentPerturbsWithEachRanksOwnGradient) {
+  const Json config = sam_config(R"({"rho": 0.1, "sync_ascent": false})", "ddp");
+  std::vector<std::shared_ptr<PerturbationProbe>> probes = {std::make_shared<PerturbationProbe>(),
+                                                            std::make_shared<PerturbationProbe>()};
+  std::vector<Weights> expected_descent(2);
+  std::mutex lock;
+  test::run_ranks(2, [&](int rank, std::shared_ptr<Communicator> communicator) {
+    auto& probe = probes[static_cast<std::size_t>(rank)];
+    Trainer trainer(config, {probe}, {}, communicator);
+    trainer.fit();
+    // Reference for step 0, from plain LibTorch: this rank's gradient at w on its own batch.
+    std::lock_guard<std::mutex> guard(lock);
+    auto& model = trainer.model();
+    const auto params = model.parameters();
+    {
+      at::NoGradGuard no_grad;
+      for (std::size_t i = 0; i < params.size(); ++i) params[i].copy_(probe->at_w[0][i]);
+    }
+    const Batch& batch = probe->batches[0];
+    const at::Tensor loss = at::cross_entropy_loss(model.forward(batch.inputs), batch.targets);
+    const auto g = torch::autograd::grad({loss}, params);
+    double squares = 0;
+    for (const auto& t : g) squares += t.pow(2).sum().item<double>();
+    for (std::size_t i = 0; i < params.size(); ++i) {
+      expected_descent[static_cast<std::size_t>(rank)].push_back(probe->at_w[0][i] + g[i] * (0.1 / std::sqrt(squares)));
+    }
+  });
+  for (int rank = 0; rank < 2; ++rank) {
+    const auto& probe = probes[static_cast<std::size_t>(rank)];
+    EXPECT_LE(max_difference(probe->at_descent[0], expected_descent[static_cast<std::size_t>(rank)]), 1e-6) << rank;
+  }
+  // The ranks climbed in different directions (different batches) ...
+  EXPECT_GT(max_difference(probes[0]->at_descent[0], probes[1]->at_descent[0]), 1e-4);
+  // ... yet the replicas are bit-identical after every step.
+  ASSERT_EQ(probes[0]->after_step.size(), 5u);
+  for (std::size_t step = 0; step < 5; ++step) {
+    EXPECT_EQ(max_difference(probes[0]->after_step[step], probes[1]->after_step[step]), 0.0) << "step " << step;
+  }
+}
+
+// Writes inf into a gradient at one step's ascent; added to one rank only.
+class InjectOverflowAtStep : public Algorithm {
+ public:
+  explicit InjectOverflowAtStep(int64_t step) : step_(step) {}
+  std::string name() const override { return "inject_overflow"; }
+  bool match(Event event, const State& state) const override {
+    return event == Event::AFTER_BACKWARD && state.timestamp.step == step_ && state.pass == Pass::kAscent;
+  }
+  void apply(Event, State& state, Logger&) override {
+    at::NoGradGuard no_grad;
+    state.model->parameters().front().grad().view(-1)[0] = INFINITY;
+  }
+
+ private:
+  int64_t step_;
+};
+
+TEST(DistributedTest, OverflowOnOneRankSkipsTheStepOnEveryRank) {
+  Json config = sam_config(R"({"rho": 0.05})", "ddp");
+  config["callbacks"] = Json::parse(R"({"grad_scaler": {"init_scale": 256}})");
+  std::vector<int64_t> skipped(2, -1);
+  std::vector<Weights> weights(2);
+  test::run_ranks(2, [&](int rank, std::shared_ptr<Communicator> communicator) {
+    Trainer trainer(config, {}, {}, communicator);
+    if (rank == 1) trainer.engine().add_algorithm(std::make_shared<InjectOverflowAtStep>(2));
+    skipped[static_cast<std::size_t>(rank)] = trainer.fit().skipped_steps;
+    weights[static_cast<std::size_t>(rank)] = weights_of(trainer);
+  });
+  EXPECT_EQ(skipped, (std::vector<int64_t>{1, 1}));
+  EXPECT_EQ(max_difference(weights[0], weights[1]), 0.0);
+}
+
+struct TwoGroupCase {
+  std::string name;
+  std::string optimizer;
+};
+
+void PrintTo(const TwoGroupCase& c, std::ostream* os) { *os << c.name; }
+
+class ZeroOneTest : public ::testing::TestWithParam<TwoGroupCase> {};
+
+TEST_P(ZeroOneTest, ZeroOneSamEqualsUnshardedSam) {
+  Json config = sam_config(R"({"rho": 0.05, "sync_ascent": true})", "ddp");
+  config["optimizer"] = Json::parse(GetParam().optimizer);
+  config["schedulers"] = Json::parse(R"([{"name": "linear_warmup", "warmup": 3}])");
+  const auto replicated = train_on_ranks(2, config);
+  config["parallel"]["mode"] = "zero1";
+  std::vector<double> local_lrs(4, -1);
+  std::vector<int64_t> owned(2, 0), buffered(2, 0), total(2, 0);
+  std::vector<Weights> sharded(2);
+  test::run_ranks(2, [&](int rank, std::shared_ptr<Communicator> communicator) {
+    Trainer trainer(config, {}, {}, communicator);
+    trainer.fit();
+    sharded[static_cast<std::size_t>(rank)] = weights_of(trainer);
+    auto& sam = dynamic_cast<SAMOptimizer&>(*trainer.state().optimizer);
+    auto& zero = dynamic_cast<ShardedOptimizer&>(sam.base());
+    sam.sync_param_groups();
+    zero.sync_param_groups();
+    for (int g = 0; g < 2; ++g) local_lrs[static_cast<std::size_t>(rank * 2 + g)] = zero.local().param_groups()[g].options().get_lr();
+    owned[static_cast<std::size_t>(rank)] = zero.owned_numel();
+    for (const auto& b : sam.perturbed_buffers()) buffered[static_cast<std::size_t>(rank)] += b.numel();
+    for (const auto& p : trainer.model().parameters()) total[static_cast<std::size_t>(rank)] += p.numel();
+  });
+  EXPECT_LE(max_difference(sharded[0], replicated[0]), 1e-5) << GetParam().name;
+  EXPECT_EQ(max_difference(sharded[0], sharded[1]), 0.0);
+  // Invariant 1: the warmup (5 steps, 3 of warmup) reached each rank's local optimizer, per group.
+  for (int rank = 0; rank < 2; ++rank) {
+    EXPECT_DOUBLE_EQ(local_lrs[static_cast<std::size_t>(rank * 2)], 0.1);
+    EXPECT_DOUBLE_EQ(local_lrs[static_cast<std::size_t>(rank * 2 + 1)], 0.02);
+  }
+  // Memory: SAM's buffers on each rank hold that rank's shard, and the shards cover the model.
+  EXPECT_EQ(buffered, owned);
+  EXPECT_EQ(owned[0] + owned[1], total[0]);
+  EXPECT_LT(owned[0], total[0]);
+  EXPECT_LT(owned[1], total[0]);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Optimizers, ZeroOneTest,
+    ::testing::Values(TwoGroupCase{"sgd_momentum", R"({"name": "sgd", "lr": 0.1, "momentum": 0.9,
+                                      "param_groups": [{"params": "bias", "lr": 0.02}]})"},
+                      TwoGroupCase{"adam", R"({"name": "adam", "lr": 0.1,
+                                      "param_groups": [{"params": "bias", "lr": 0.02}]})"}),
+    [](const auto& info) { return info.param.name; });
+
+TEST(DistributedTest, PartitionIsGreedyBySizeAndNeverSplitsATensor) {
+  EXPECT_EQ(ShardedOptimizer::partition({10, 7, 5, 3, 1}, 2), (std::vector<int>{0, 1, 1, 0, 1}));
+  EXPECT_EQ(ShardedOptimizer::partition({4, 4, 4}, 3), (std::vector<int>{0, 1, 2}));
+  EXPECT_EQ(ShardedOptimizer::partition({5}, 4), (std::vector<int>{0}));
+}
+
+TEST(DistributedTest, NormOverShardsEqualsTheFullNorm) {
+  std::vector<double> norms(2);
+  test::run_ranks(2, [&](int rank, std::shared_ptr<Communicator> communicator) {
+    // The same tensors on both ranks (no shared random generator across threads).
+    std::vector<at::Tensor> params = {at::arange(7, at::kFloat).sin(), at::arange(9, at::kFloat).cos().reshape({3, 3}),
+                                      at::arange(20, at::kFloat).mul(0.3).sin()};
+    torch::optim::SGD full(params, torch::optim::SGDOptions(0.1));
+    ShardedOptimizer sharded(full, [](std::vector<torch::optim::OptimizerParamGroup> groups) {
+      return std::make_shared<torch::optim::SGD>(std::move(groups), torch::optim::SGDOptions(0.1));
+    }, communicator);
+    norms[static_cast<std::size_t>(rank)] = global_norm_over_shards(params, params, sharded).item<double>();
+    if (rank == 0) {
+      EXPECT_NEAR(norms[0], global_norm(params).item<double>(), 1e-5);
+    }
+  });
+  EXPECT_EQ(norms[0], norms[1]);
+}
+
+// Bad job environments name the variable.
+class EnvironmentGuard {
+ public:
+  explicit EnvironmentGuard(std::vector<std::pair<std::string, std::string>> values) {
+    for (const char* name : {"RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"}) {
+      const char* old = std::getenv(name);
+      saved_.emplace_back(name, old == nullptr ? std::optional<std::string>() : std::string(old));
+      unsetenv(name);
+    }
+    for (const auto& [name, value] : values) setenv(name.c_str(), value.c_str(), 1);
+  }
+  ~EnvironmentGuard() {
+    for (const auto& [name, value] : saved_) {
+      if (value) setenv(name.c_str(), value->c_str(), 1);
+      else unsetenv(name.c_str());
+    }
+  }
+
+ private:
+  std::vector<std::pair<std::string, std::optional<std::string>>> saved_;
+};
+
+TEST(DistributedTest, BadJobEnvironmentNamesTheVariable) {
+  auto error_for = [](std::vector<std::pair<std::string, std::string>> env) {
+    EnvironmentGuard guard(std::move(env));
+    return test::config_error_of([] { read_job_environment(); });
+  };
+  EXPECT_NE(error_for({{"WORLD_SIZE", "2"}, {"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", "1234"}}).find("RANK is not set"),
+            std::string::npos);
+  EXPECT_NE(error_for({{"WORLD_SIZE", "2"}, {"RANK", "2"}, {"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", "1234"}})
+                .find("inconsistent"),
+            std::string::npos);
+  EXPECT_NE(error_for({{"WORLD_SIZE", "two"}}).find("WORLD_SIZE='two'"), std::string::npos);
+  EXPECT_NE(error_for({{"WORLD_SIZE", "2"}, {"RANK", "0"}, {"MASTER_PORT", "1234"}}).find("MASTER_ADDR"), std::string::npos);
+  EXPECT_NE(error_for({{"WORLD_SIZE", "2"}, {"RANK", "0"}, {"MASTER_ADDR", "x"}, {"MASTER_PORT", "99999"}}).find("MASTER_PORT"),
+            std::string::npos);
+  EXPECT_EQ(error_for({}), "(no error)");  // a single process needs none of them
+
+  // A rank of a job must choose a parallel mode.
+  EnvironmentGuard guard({{"WORLD_SIZE", "2"}, {"RANK", "0"}, {"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", "1234"}});
+  EXPECT_NE(test::trainer_config_error(test::smoke_config()).find("'parallel.mode'"), std::string::npos);
+}
+
+TEST(DistributedTest, PortInUseIsNamed) {
+  // Hold a port (the OS picks a free one), then ask rank 0 to host the store there.
+  const int held = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  address.sin_port = 0;
+  ASSERT_EQ(bind(held, reinterpret_cast<sockaddr*>(&address), sizeof address), 0);
+  ASSERT_EQ(listen(held, 1), 0);
+  socklen_t length = sizeof address;
+  getsockname(held, reinterpret_cast<sockaddr*>(&address), &length);
+  JobEnvironment job;
+  job.world_size = 2;
+  job.master_port = ntohs(address.sin_port);
+  const std::string message = test::config_error_of([&] { connect_job(job, std::chrono::seconds(5)); });
+  close(held);
+  EXPECT_NE(message.find("MASTER_PORT " + std::to_string(job.master_port)), std::string::npos) << message;
+}
+
+TEST(DistributedTest, UnknownParallelModeListsTheModes) {
+  Json config = test::smoke_config();
+  config["parallel"] = Json::parse(R"({"mode": "fsdp"})");
+  EXPECT_NE(test::trainer_config_error(config).find("none, ddp, zero1"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace basin
