@@ -15,6 +15,8 @@
 #include "basin/callbacks/metrics_file.h"
 #include "basin/callbacks/progress.h"
 #include "basin/core/config.h"
+#include "basin/core/model.h"
+#include "basin/core/rendezvous.h"
 #include "basin/core/trainer.h"
 
 namespace fs = std::filesystem;
@@ -40,6 +42,19 @@ void check_run_dir(const fs::path& dir, bool overwrite) {
                                "); choose another directory or pass --overwrite");
     }
   }
+}
+
+// FNV-1a over the bytes of every parameter: equal digests mean bit-equal weights.
+uint64_t weights_digest(torch::nn::Module& model) {
+  uint64_t hash = 14695981039346656037ULL;
+  for (const auto& p : model.parameters()) {
+    const at::Tensor bytes = p.detach().contiguous().cpu();
+    const auto* data = static_cast<const unsigned char*>(bytes.data_ptr());
+    for (int64_t i = 0; i < bytes.numel() * static_cast<int64_t>(bytes.element_size()); ++i) {
+      hash = (hash ^ data[i]) * 1099511628211ULL;
+    }
+  }
+  return hash;
 }
 
 void write_json(const fs::path& path, const basin::Json& value) {
@@ -76,19 +91,33 @@ int main(int argc, char** argv) {
   spdlog::set_pattern("[%H:%M:%S] %v");
 
   try {
+    // In a multi-process job (basin-run, torchrun, a cluster launcher) rank 0
+    // alone writes the run directory and shows progress.
+    const basin::JobEnvironment job = basin::read_job_environment();
+    const bool writer = job.rank == 0;
     basin::Json config = basin::load_config_file(config_path);
     for (const auto& assignment : overrides) basin::apply_override(config, assignment);
     if (run_dir.empty()) run_dir = default_run_dir(config_path);
-    check_run_dir(run_dir, overwrite);
+    if (writer) check_run_dir(run_dir, overwrite);
 
-    auto metrics = std::make_shared<basin::MetricsFile>((fs::path(run_dir) / "metrics.jsonl").string());
-    auto progress = std::make_shared<basin::Progress>(0, isatty(fileno(stderr)) != 0);
-    basin::Trainer trainer(config, {progress}, {metrics});  // validates everything, writes nothing
+    std::vector<std::shared_ptr<basin::Callback>> callbacks;
+    std::vector<std::shared_ptr<basin::LoggerDestination>> loggers;
+    if (writer) {
+      callbacks.push_back(std::make_shared<basin::Progress>(0, isatty(fileno(stderr)) != 0));
+      loggers.push_back(std::make_shared<basin::MetricsFile>((fs::path(run_dir) / "metrics.jsonl").string()));
+    }
+    basin::Trainer trainer(config, callbacks, loggers);  // validates everything, writes nothing
 
-    fs::create_directories(run_dir);
-    write_json(fs::path(run_dir) / "config.json", config);
-    spdlog::info("run directory: {}", run_dir);
+    if (writer) {
+      fs::create_directories(run_dir);
+      write_json(fs::path(run_dir) / "config.json", config);
+      spdlog::info("run directory: {}", run_dir);
+    }
     const basin::FitSummary summary = trainer.fit();
+    if (job.world_size > 1) {
+      spdlog::info("rank {}/{}: final weights digest {:016x}", job.rank, job.world_size, weights_digest(trainer.model()));
+    }
+    if (!writer) return 0;
     write_json(fs::path(run_dir) / "summary.json", summary.to_json());
     std::cout << "test accuracy " << summary.test_accuracy << " after " << summary.steps << " steps ("
               << summary.epochs << " epochs, " << summary.wall_seconds << " s); run directory " << run_dir

@@ -1,0 +1,209 @@
+// basin-run: starts N local processes of a command as the ranks of one job,
+// with the variables torchrun sets (RANK, WORLD_SIZE, LOCAL_RANK,
+// MASTER_ADDR, MASTER_PORT). Each output line is prefixed with its rank. If
+// a rank fails, the others are stopped and basin-run exits non-zero, naming it.
+//
+//   basin-run --nproc 2 -- basin-train --config examples/configs/synthetic_ddp.json
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstring>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+
+namespace {
+
+constexpr int kBadInput = 2;
+
+struct Rank {
+  pid_t pid = -1;
+  int output = -1;      // read end of the rank's stdout+stderr pipe
+  std::string partial;  // an unfinished last line
+  bool running = true;
+  int status = 0;
+};
+
+// A port the OS reports free on loopback now (it may be taken again before
+// rank 0 binds it; then rank 0 fails with a clear message).
+int free_port() {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof address);
+  socklen_t length = sizeof address;
+  getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length);
+  close(fd);
+  return ntohs(address.sin_port);
+}
+
+void print_lines(int rank, Rank& r, const char* data, std::size_t size, bool flush_partial) {
+  r.partial.append(data, size);
+  std::size_t start = 0;
+  for (std::size_t nl; (nl = r.partial.find('\n', start)) != std::string::npos; start = nl + 1) {
+    std::cout << "[rank " << rank << "] " << r.partial.substr(start, nl - start) << '\n';
+  }
+  r.partial.erase(0, start);
+  if (flush_partial && !r.partial.empty()) {
+    std::cout << "[rank " << rank << "] " << r.partial << '\n';
+    r.partial.clear();
+  }
+  std::cout.flush();
+}
+
+std::string describe(int status) {
+  if (WIFSIGNALED(status)) return std::string("was killed by signal ") + std::to_string(WTERMSIG(status)) + " (" + strsignal(WTERMSIG(status)) + ")";
+  return "exited with code " + std::to_string(WEXITSTATUS(status));
+}
+
+volatile sig_atomic_t interrupted = 0;
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"basin-run: run a command as N local ranks of one job (torchrun-style variables)"};
+  int nproc = 1;
+  int master_port = 0;
+  std::string master_addr = "127.0.0.1";
+  double grace_seconds = 5;
+  std::vector<std::string> command;
+  app.add_option("--nproc", nproc, "Number of processes (ranks)")->required()->check(CLI::Range(1, 1024));
+  app.add_option("--master-port", master_port, "Port of rank 0's rendezvous store (default: a free port)")
+      ->check(CLI::Range(1, 65535));
+  app.add_option("--master-addr", master_addr, "Address of rank 0 (default 127.0.0.1)");
+  app.add_option("--grace", grace_seconds, "Seconds the other ranks get to stop after one fails, before SIGKILL");
+  app.add_option("command", command, "The command each rank runs, after --")->required();
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& error) {
+    const int code = app.exit(error);
+    return code == 0 ? 0 : kBadInput;
+  }
+  if (master_port == 0) master_port = free_port();
+
+  std::vector<Rank> ranks(static_cast<std::size_t>(nproc));
+  for (int rank = 0; rank < nproc; ++rank) {
+    int pipe_fds[2];
+    if (pipe(pipe_fds) != 0) {
+      std::cerr << "basin-run: pipe failed: " << strerror(errno) << std::endl;
+      return 1;
+    }
+    const pid_t pid = fork();
+    if (pid == 0) {
+      setpgid(0, 0);  // a group per rank: stopping a rank stops whatever it started
+      dup2(pipe_fds[1], STDOUT_FILENO);
+      dup2(pipe_fds[1], STDERR_FILENO);
+      close(pipe_fds[0]);
+      close(pipe_fds[1]);
+      setenv("RANK", std::to_string(rank).c_str(), 1);
+      setenv("LOCAL_RANK", std::to_string(rank).c_str(), 1);
+      setenv("WORLD_SIZE", std::to_string(nproc).c_str(), 1);
+      setenv("MASTER_ADDR", master_addr.c_str(), 1);
+      setenv("MASTER_PORT", std::to_string(master_port).c_str(), 1);
+      std::vector<char*> args;
+      for (auto& part : command) args.push_back(part.data());
+      args.push_back(nullptr);
+      execvp(args[0], args.data());
+      std::fprintf(stderr, "basin-run: cannot run '%s': %s\n", args[0], strerror(errno));
+      _exit(127);
+    }
+    close(pipe_fds[1]);
+    setpgid(pid, pid);  // also here, so the group exists before any signal is sent
+    ranks[static_cast<std::size_t>(rank)].pid = pid;
+    ranks[static_cast<std::size_t>(rank)].output = pipe_fds[0];
+  }
+  signal(SIGINT, [](int) { interrupted = 1; });
+  signal(SIGTERM, [](int) { interrupted = 1; });
+
+  int failed = -1;  // the first rank that failed
+  bool stopping = false;
+  auto stop_deadline = std::chrono::steady_clock::now();
+  // Signals go to each rank's process group, exited ranks included: a rank
+  // that was a shell may have left its program running.
+  auto stop_others = [&](int signal_number) {
+    for (auto& r : ranks) kill(-r.pid, signal_number);
+  };
+  auto all_exited_at = std::chrono::steady_clock::time_point::max();
+  while (true) {
+    std::vector<pollfd> fds;
+    std::vector<int> owners;
+    for (int rank = 0; rank < nproc; ++rank) {
+      if (ranks[static_cast<std::size_t>(rank)].output >= 0) {
+        fds.push_back({ranks[static_cast<std::size_t>(rank)].output, POLLIN, 0});
+        owners.push_back(rank);
+      }
+    }
+    bool any_running = false;
+    for (auto& r : ranks) any_running = any_running || r.running;
+    if (fds.empty() && !any_running) break;
+    if (!any_running) {
+      // Every rank has exited; output still open belongs to processes they
+      // left behind. Drain it briefly, then stop them and close it.
+      const auto now = std::chrono::steady_clock::now();
+      if (all_exited_at == std::chrono::steady_clock::time_point::max()) all_exited_at = now;
+      if (now - all_exited_at > std::chrono::seconds(1)) {
+        stop_others(SIGKILL);
+        for (int rank = 0; rank < nproc; ++rank) {
+          Rank& r = ranks[static_cast<std::size_t>(rank)];
+          if (r.output < 0) continue;
+          print_lines(rank, r, "", 0, true);
+          close(r.output);
+          r.output = -1;
+        }
+        break;
+      }
+    }
+    if (!fds.empty()) poll(fds.data(), fds.size(), 100);
+    else usleep(100000);
+    for (std::size_t i = 0; i < fds.size(); ++i) {
+      if ((fds[i].revents & (POLLIN | POLLHUP | POLLERR)) == 0) continue;
+      Rank& r = ranks[static_cast<std::size_t>(owners[i])];
+      char buffer[4096];
+      const ssize_t got = read(r.output, buffer, sizeof buffer);
+      if (got > 0) {
+        print_lines(owners[i], r, buffer, static_cast<std::size_t>(got), false);
+      } else {
+        print_lines(owners[i], r, "", 0, true);
+        close(r.output);
+        r.output = -1;
+      }
+    }
+    for (int rank = 0; rank < nproc; ++rank) {
+      Rank& r = ranks[static_cast<std::size_t>(rank)];
+      if (!r.running || waitpid(r.pid, &r.status, WNOHANG) != r.pid) continue;
+      r.running = false;
+      const bool ok = WIFEXITED(r.status) && WEXITSTATUS(r.status) == 0;
+      if (!ok && failed < 0 && !stopping) {
+        failed = rank;
+        std::cerr << "basin-run: rank " << rank << " " << describe(r.status) << "; stopping the other ranks" << std::endl;
+        stopping = true;
+        stop_deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(static_cast<int>(grace_seconds * 1000));
+        stop_others(SIGTERM);
+      }
+    }
+    if (interrupted && !stopping) {
+      stopping = true;
+      stop_deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(static_cast<int>(grace_seconds * 1000));
+      stop_others(SIGTERM);
+    }
+    if (stopping && std::chrono::steady_clock::now() > stop_deadline) stop_others(SIGKILL);
+  }
+  if (failed >= 0) {
+    std::cerr << "basin-run: failed: rank " << failed << " " << describe(ranks[static_cast<std::size_t>(failed)].status)
+              << std::endl;
+    const int status = ranks[static_cast<std::size_t>(failed)].status;
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  }
+  if (interrupted) return 130;
+  return 0;
+}

@@ -1,0 +1,79 @@
+// Real processes on loopback, started by basin-run.
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <regex>
+#include <set>
+
+#include "test_util.h"
+
+namespace basin {
+namespace {
+
+const std::string kRun = BASIN_RUN_EXE;
+const std::string kTrain = BASIN_TRAIN_EXE;
+const std::string kConfigs = std::string(BASIN_SOURCE_DIR) + "/examples/configs";
+
+TEST(BasinRunTest, TwoProcessesTrainAndAgreeOnTheFinalWeights) {
+  test::TempDir dir;
+  const auto result = test::run_command(kRun + " --nproc 2 -- " + kTrain + " --config " + kConfigs +
+                                        "/synthetic_ddp.json --run-dir " + dir.file("run"));
+  ASSERT_EQ(result.exit_code, 0) << result.output;
+  const std::regex digest(R"(\[rank (\d)\] .*rank \d/2: final weights digest ([0-9a-f]{16}))");
+  std::vector<std::string> digests(2);
+  for (std::sregex_iterator it(result.output.begin(), result.output.end(), digest), end; it != end; ++it) {
+    digests[std::stoul((*it)[1])] = (*it)[2];
+  }
+  EXPECT_FALSE(digests[0].empty()) << result.output;
+  EXPECT_EQ(digests[0], digests[1]) << result.output;
+  // Rank 0 alone wrote the run directory.
+  const Json summary = Json::parse(test::read_text(dir.file("run/summary.json")));
+  EXPECT_EQ(summary["steps"], 48);  // 512 samples / (16 per rank * 2 ranks) * 3 epochs
+  EXPECT_NE(result.output.find("[rank 0] test accuracy"), std::string::npos);
+  EXPECT_EQ(result.output.find("[rank 1] test accuracy"), std::string::npos);
+}
+
+TEST(BasinRunTest, KilledRankStopsTheJobAndIsNamed) {
+  test::TempDir dir;
+  // Rank 1 is killed two seconds into a run that would otherwise last for hours.
+  const std::string rank_command = kTrain + " --config " + kConfigs + "/synthetic_ddp.json --run-dir " + dir.file("run") +
+                                   " --set max_epochs=1000000 --set log_every=1000000 & pid=$!; "
+                                   "if [ \"$RANK\" = 1 ]; then sleep 2; kill -9 $pid; fi; wait $pid";
+  const auto start = std::chrono::steady_clock::now();
+  const auto result = test::run_command(kRun + " --nproc 2 --grace 2 -- sh -c '" + rank_command + "'", 60);
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_NE(result.exit_code, 0) << result.output;
+  EXPECT_NE(result.exit_code, 124) << "timed out:\n" << result.output;  // coreutils timeout's code
+  EXPECT_NE(result.output.find("basin-run: failed: rank 1"), std::string::npos) << result.output;
+  EXPECT_LT(seconds, 30);
+}
+
+TEST(BasinRunTest, BadLauncherInputExitsTwo) {
+  auto result = test::run_command(kRun + " --nproc 2");
+  EXPECT_EQ(result.exit_code, 2) << result.output;
+  EXPECT_NE(result.output.find("command"), std::string::npos) << result.output;
+  result = test::run_command(kRun + " --nproc 0 -- true");
+  EXPECT_EQ(result.exit_code, 2) << result.output;
+  result = test::run_command(kRun + " --nproc 2 -- /nonexistent/program");
+  EXPECT_NE(result.exit_code, 0);
+  EXPECT_NE(result.output.find("cannot run '/nonexistent/program'"), std::string::npos) << result.output;
+}
+
+TEST(BasinRunTest, RanksSeeTorchrunVariables) {
+  // No port given: basin-run asks the OS for a free one and gives every rank the same.
+  const auto result = test::run_command(kRun + " --nproc 3 -- sh -c 'echo $RANK/$WORLD_SIZE/$LOCAL_RANK@$MASTER_ADDR:$MASTER_PORT'");
+  ASSERT_EQ(result.exit_code, 0) << result.output;
+  std::set<std::string> ports;
+  for (int rank = 0; rank < 3; ++rank) {
+    const std::regex line("\\[rank " + std::to_string(rank) + "\\] " + std::to_string(rank) + "/3/" + std::to_string(rank) +
+                          "@127\\.0\\.0\\.1:(\\d+)");
+    std::smatch match;
+    ASSERT_TRUE(std::regex_search(result.output, match, line)) << result.output;
+    ports.insert(match[1]);
+  }
+  EXPECT_EQ(ports.size(), 1u);
+}
+
+}  // namespace
+}  // namespace basin
