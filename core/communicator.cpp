@@ -24,6 +24,7 @@ class ProcessGroupCommunicator : public Communicator {
   void all_reduce_max(std::vector<at::Tensor>& tensors) override { all_reduce(tensors, c10d::ReduceOp::MAX); }
 
   void broadcast(std::vector<at::Tensor>& tensors, int root) override {
+    if (world_size() == 1) return;  // nothing to move
     count(tensors);
     for (auto& t : tensors) {
       std::vector<at::Tensor> one{t};
@@ -37,6 +38,7 @@ class ProcessGroupCommunicator : public Communicator {
 
  private:
   void all_reduce(std::vector<at::Tensor>& tensors, c10d::ReduceOp op) {
+    if (world_size() == 1) return;  // the reduction of one rank is itself
     count(tensors);
     c10d::AllreduceOptions options;
     options.reduceOp = op;

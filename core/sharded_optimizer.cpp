@@ -85,6 +85,7 @@ int64_t ShardedOptimizer::owned_numel() const {
 }
 
 void ShardedOptimizer::broadcast_parameters() {
+  if (communicator_->world_size() == 1) return;
   at::NoGradGuard no_grad;
   for (int rank = 0; rank < communicator_->world_size(); ++rank) {
     std::vector<at::Tensor> shard;

@@ -1,0 +1,129 @@
+// Cost model of data-parallel SAM, one process per rank (run it under
+// basin-run; bench/distributed.sh does, at 1, 2 and 4 ranks). For each mode it
+// trains the small CNN (Fashion-MNIST shapes, synthetic data, batch 32 per
+// rank) and reports, from rank 0:
+//   - bytes this rank put into collectives per step, and the ratio to
+//     data-parallel SGD (rank-local SAM: 1.0 plus a few scalars; synced: 2.0)
+//   - peak bytes held during training above what was held before it
+//   - median step time
+// Threads per rank: BASIN_BENCH_THREADS (default 1).
+
+#include <cstdlib>
+#include <iostream>
+#include <map>
+
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+#include <fmt/format.h>
+
+#include "basin/core/callback.h"
+#include "basin/core/communicator.h"
+#include "basin/core/rendezvous.h"
+#include "basin/core/trainer.h"
+#include "tracking_allocator.h"
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// Times each step, from BATCH_START to BATCH_END.
+class StepTimer : public basin::Callback {
+ public:
+  std::string name() const override { return "step_timer"; }
+  bool on_batch_start(const basin::State&, basin::Logger&) override { return start_ = Clock::now(), false; }
+  bool on_batch_end(const basin::State&, basin::Logger&) override {
+    seconds.push_back(std::chrono::duration<double>(Clock::now() - start_).count());
+    return false;
+  }
+  double median() {
+    std::sort(seconds.begin(), seconds.end());
+    return seconds[seconds.size() / 2];
+  }
+  std::vector<double> seconds;
+
+ private:
+  Clock::time_point start_;
+};
+
+struct Mode {
+  std::string name;
+  std::string parallel;
+  std::string algorithms;
+};
+
+struct Result {
+  double bytes_per_step = 0;
+  double peak_bytes = 0;  // this rank's
+  double peak_max = 0;    // over ranks
+  double peak_min = 0;
+  double step_ms = 0;
+};
+
+Result measure(const Mode& mode, int threads, const std::shared_ptr<basin::Communicator>& job) {
+  constexpr int64_t kSteps = 12;
+  const basin::Json config = basin::Json::parse(fmt::format(R"({{
+    "seed": 0, "threads": {}, "max_steps": {}, "log_every": 1000,
+    "data": {{"name": "synthetic", "train_size": 4096, "test_size": 32, "input_shape": [1, 28, 28],
+             "num_classes": 10, "batch_size": 32}},
+    "model": {{"name": "cnn"}},
+    "optimizer": {{"name": "sgd", "lr": 0.01, "momentum": 0.9}},
+    "algorithms": {},
+    "parallel": {{"mode": "{}", "timeout_seconds": 120}}}})",
+                                                            threads, kSteps, mode.algorithms, mode.parallel));
+  auto& tracker = basin::bench::TrackingAllocator::install();
+  auto timer = std::make_shared<StepTimer>();
+  basin::Trainer trainer(config, {timer}, {}, job);
+  // One process with ddp has no communicator: it moves nothing.
+  basin::Communicator* communicator = trainer.state().communicator.get();
+  const int64_t bytes_before = communicator != nullptr ? communicator->bytes_moved() : 0;
+  tracker.reset_peak();
+  const size_t held_before = tracker.current();
+  trainer.fit();
+  Result r;
+  // fit() also evaluates once; evaluation moves no bytes.
+  r.bytes_per_step = communicator != nullptr ? static_cast<double>(communicator->bytes_moved() - bytes_before) / kSteps : 0;
+  r.peak_bytes = static_cast<double>(tracker.peak() - held_before);
+  timer->seconds.erase(timer->seconds.begin());  // the first step allocates state
+  r.step_ms = timer->median() * 1e3;
+  r.peak_max = r.peak_min = r.peak_bytes;
+  if (communicator != nullptr) {
+    // Every rank's peak to every rank: one slot each in a summed vector.
+    std::vector<at::Tensor> peaks{at::zeros({communicator->world_size()}, at::kDouble)};
+    peaks.front()[communicator->rank()] = r.peak_bytes;
+    communicator->all_reduce_sum(peaks);
+    r.peak_max = peaks.front().max().item<double>();
+    r.peak_min = peaks.front().min().item<double>();
+  }
+  return r;
+}
+
+}  // namespace
+
+int main() {
+  const char* threads_env = std::getenv("BASIN_BENCH_THREADS");
+  const int threads = threads_env != nullptr ? std::atoi(threads_env) : 1;
+  const basin::JobEnvironment job = basin::read_job_environment();
+  const std::vector<Mode> modes = {
+      {"ddp sgd", "ddp", "{}"},
+      {"ddp sam, rank-local ascent", "ddp", R"({"sam": {"sync_ascent": false}})"},
+      {"ddp sam, synced ascent", "ddp", R"({"sam": {"sync_ascent": true}})"},
+      {"zero1 sam, rank-local ascent", "zero1", R"({"sam": {"sync_ascent": false}})"},
+      {"zero1 sam, synced ascent", "zero1", R"({"sam": {"sync_ascent": true}})"},
+  };
+  // One rendezvous for all modes: each trainer gets the same communicator.
+  const auto communicator = job.world_size > 1 ? basin::connect_job(job, std::chrono::seconds(120)) : nullptr;
+  std::map<std::string, Result> results;
+  for (const auto& mode : modes) results[mode.name] = measure(mode, threads, communicator);
+  if (job.rank != 0) return 0;
+  const double baseline = results["ddp sgd"].bytes_per_step;
+  fmt::print("ranks {}, torch threads per rank {}, small CNN, batch 32 per rank\n", job.world_size, threads);
+  fmt::print("{:<30} {:>12} {:>10} {:>22} {:>9}\n", "mode", "bytes/step", "vs ddp sgd", "peak MiB (max / min)",
+             "step ms");
+  for (const auto& mode : modes) {
+    const Result& r = results[mode.name];
+    fmt::print("{:<30} {:>12.0f} {:>10.3f} {:>13.2f} / {:>6.2f} {:>9.1f}\n", mode.name, r.bytes_per_step,
+               baseline > 0 ? r.bytes_per_step / baseline : 0.0, r.peak_max / (1 << 20), r.peak_min / (1 << 20),
+               r.step_ms);
+  }
+  return 0;
+}
