@@ -82,9 +82,9 @@ bool GradScaler::unscale_and_check(const std::vector<at::Tensor>& grads, Communi
     }
   }
   if (communicator != nullptr && communicator->world_size() > 1) {
-    std::vector<at::Tensor> verdict{found.cpu()};
+    std::vector<at::Tensor> verdict{found};
     communicator->all_reduce_max(verdict);  // any rank's overflow is every rank's
-    found = verdict.front().to(found.device());
+    found = verdict.front();
   }
   found_inf_ = at::maximum(found_inf_, found);
   return found.item<float>() == 0.0f;

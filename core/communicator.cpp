@@ -1,9 +1,17 @@
-// Gloo's process group header is compiled only with this defined.
+// The process group headers are compiled only with these defined.
 #define USE_C10D_GLOO 1
+#ifdef BASIN_HAVE_NCCL
+#define USE_C10D_NCCL 1
+#endif
 
 #include "basin/core/communicator.h"
 
+#include <stdexcept>
+
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+#ifdef BASIN_HAVE_NCCL
+#include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
+#endif
 
 namespace basin {
 
@@ -60,6 +68,27 @@ std::shared_ptr<Communicator> make_gloo_communicator(const c10::intrusive_ptr<c1
   options->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1"));
   auto group = c10::make_intrusive<c10d::ProcessGroupGloo>(store, rank, world_size, options);
   return std::make_shared<ProcessGroupCommunicator>(std::move(group));
+}
+
+bool nccl_available() {
+#ifdef BASIN_HAVE_NCCL
+  return true;
+#else
+  return false;
+#endif
+}
+
+std::shared_ptr<Communicator> make_nccl_communicator(const c10::intrusive_ptr<c10d::Store>& store, int rank,
+                                                     int world_size, std::chrono::milliseconds timeout) {
+#ifdef BASIN_HAVE_NCCL
+  auto options = c10d::ProcessGroupNCCL::Options::create();
+  options->timeout = timeout;
+  return std::make_shared<ProcessGroupCommunicator>(
+      c10::make_intrusive<c10d::ProcessGroupNCCL>(store, rank, world_size, options));
+#else
+  (void)store, (void)rank, (void)world_size, (void)timeout;
+  throw std::runtime_error("this basin was built without NCCL (Debian's LibTorch is CPU-only); use Gloo on CPU");
+#endif
 }
 
 }  // namespace basin

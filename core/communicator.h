@@ -45,4 +45,12 @@ class Communicator {
 std::shared_ptr<Communicator> make_gloo_communicator(const c10::intrusive_ptr<c10d::Store>& store, int rank,
                                                      int world_size, std::chrono::milliseconds timeout);
 
+/// Whether this build has NCCL (a CUDA LibTorch; see BASIN_WITH_NCCL).
+bool nccl_available();
+
+/// A communicator over an NCCL process group (CUDA tensors). Throws when
+/// the build has no NCCL.
+std::shared_ptr<Communicator> make_nccl_communicator(const c10::intrusive_ptr<c10d::Store>& store, int rank,
+                                                     int world_size, std::chrono::milliseconds timeout);
+
 }  // namespace basin

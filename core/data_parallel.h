@@ -5,11 +5,29 @@
 
 #include <ATen/core/Tensor.h>
 
+#include "basin/core/state.h"
+
 namespace torch::nn { class Module; }
 
 namespace basin {
 
 class Communicator;
+
+/// Keeps the gradients of the passes run while it lives rank-local (no
+/// all-reduce), as PyTorch's no_sync() does; the trainer honours it.
+class NoGradientSync {
+ public:
+  explicit NoGradientSync(State& state) : state_(state), previous_(state.skip_gradient_sync) {
+    state.skip_gradient_sync = true;
+  }
+  ~NoGradientSync() { state_.skip_gradient_sync = previous_; }
+  NoGradientSync(const NoGradientSync&) = delete;
+  NoGradientSync& operator=(const NoGradientSync&) = delete;
+
+ private:
+  State& state_;
+  bool previous_;
+};
 
 /// Data-parallel training over a Communicator: replicas start equal and
 /// their gradients are averaged after backward, in buckets.

@@ -41,10 +41,10 @@ at::Tensor global_norm_over_shards(const std::vector<at::Tensor>& values, const 
   for (std::size_t i = 0; i < values.size(); ++i) {
     if (shards.owns(params[i])) owned.push_back(values[i]);
   }
-  std::vector<at::Tensor> sum{sum_of_squares(owned).to(at::kCPU).reshape({1})};
-  shards.communicator().all_reduce_sum(sum);
   const at::Device device = values.empty() ? at::Device(at::kCPU) : values.front().device();
-  return sum.front().reshape({}).sqrt().to(device);
+  std::vector<at::Tensor> sum{sum_of_squares(owned).to(device).reshape({1})};
+  shards.communicator().all_reduce_sum(sum);
+  return sum.front().reshape({}).sqrt();
 }
 
 at::Tensor clip_grad_norm(const std::vector<at::Tensor>& grads, double max_norm, const std::vector<at::Tensor>& params,

@@ -50,7 +50,7 @@ JobEnvironment read_job_environment() {
   return job;
 }
 
-std::shared_ptr<Communicator> connect_job(const JobEnvironment& job, std::chrono::milliseconds timeout) {
+std::shared_ptr<Communicator> connect_job(const JobEnvironment& job, std::chrono::milliseconds timeout, bool cuda) {
   c10d::TCPStoreOptions options;
   options.port = static_cast<std::uint16_t>(job.master_port);
   options.isServer = job.rank == 0;
@@ -69,6 +69,7 @@ std::shared_ptr<Communicator> connect_job(const JobEnvironment& job, std::chrono
     throw std::runtime_error("rank " + std::to_string(job.rank) + " could not meet the job at " + job.master_addr +
                              ":" + std::to_string(job.master_port) + ": " + what.substr(0, what.find('\n')));
   }
+  if (cuda && nccl_available()) return make_nccl_communicator(store, job.rank, job.world_size, timeout);
   return make_gloo_communicator(store, job.rank, job.world_size, timeout);
 }
 

@@ -30,6 +30,8 @@ bool in_multi_process_job();
 /// MASTER_ADDR:MASTER_PORT and returns a communicator over them. Fails
 /// after `timeout` rather than waiting for a rank that never comes; a port
 /// already in use is a ConfigError naming it.
-std::shared_ptr<Communicator> connect_job(const JobEnvironment& job, std::chrono::milliseconds timeout);
+/// CUDA training uses NCCL where the build has it; everything else Gloo.
+std::shared_ptr<Communicator> connect_job(const JobEnvironment& job, std::chrono::milliseconds timeout,
+                                          bool cuda = false);
 
 }  // namespace basin

@@ -2,7 +2,10 @@
 
 #include <algorithm>
 #include <numeric>
+#include <sstream>
 #include <stdexcept>
+
+#include <torch/serialize.h>
 
 #include <ATen/ATen.h>
 
@@ -104,6 +107,33 @@ void ShardedOptimizer::broadcast_parameters() {
       offset += t.numel();
     }
   }
+}
+
+std::vector<at::Tensor> ShardedOptimizer::shard_of(int rank) const {
+  std::vector<at::Tensor> shard;
+  for (const auto& p : params_) {
+    if (owner(p) == rank) shard.push_back(p);
+  }
+  return shard;
+}
+
+std::vector<std::string> ShardedOptimizer::consolidate_state(int root) {
+  std::ostringstream mine;
+  torch::save(*local_, mine);
+  const std::string bytes = mine.str();
+  std::vector<std::string> archives;
+  for (int rank = 0; rank < communicator_->world_size(); ++rank) {
+    // Each archive in turn from its owner: its size, then its bytes.
+    const bool sender = rank == communicator_->rank();
+    std::vector<at::Tensor> size{at::full({1}, sender ? static_cast<int64_t>(bytes.size()) : 0, at::kLong)};
+    communicator_->broadcast(size, rank);
+    const int64_t n = size.front().item<int64_t>();
+    std::vector<at::Tensor> data{sender ? at::from_blob(const_cast<char*>(bytes.data()), {n}, at::kByte).clone()
+                                        : at::empty({n}, at::kByte)};
+    communicator_->broadcast(data, rank);
+    if (communicator_->rank() == root) archives.emplace_back(static_cast<const char*>(data.front().data_ptr()), n);
+  }
+  return archives;
 }
 
 at::Tensor ShardedOptimizer::step(LossClosure closure) {

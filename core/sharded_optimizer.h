@@ -60,6 +60,13 @@ class ShardedOptimizer : public torch::optim::Optimizer, public ShardedParameter
   /// Number of elements this rank owns.
   int64_t owned_numel() const;
 
+  /// Every rank's local optimizer state (torch::save archives, indexed by
+  /// rank) gathered on `root`, for a checkpoint; other ranks get an empty
+  /// vector. Each archive loads into an optimizer over that rank's shard.
+  std::vector<std::string> consolidate_state(int root);
+  /// The parameters `rank` owns, in group order.
+  std::vector<at::Tensor> shard_of(int rank) const;
+
   /// Owner rank of each size, greedy: largest first, to the least-loaded rank.
   static std::vector<int> partition(const std::vector<int64_t>& sizes, int world_size);
 

@@ -94,7 +94,7 @@ void Trainer::build(const Json& config, std::vector<std::shared_ptr<Callback>> c
   bucket_bytes_ = static_cast<int64_t>(parallel.positive("bucket_mb", 25) * (1 << 20));
   parallel.finish();
   if (!communicator && parallel_mode_ != "none" && in_multi_process_job()) {
-    communicator = connect_job(read_job_environment(), timeout);
+    communicator = connect_job(read_job_environment(), timeout, state_.device == c10::DeviceType::CUDA);
   } else if (!communicator && parallel_mode_ == "none" && in_multi_process_job()) {
     throw ConfigError("config key 'parallel.mode': this process is one rank of a " +
                       std::string(std::getenv("WORLD_SIZE")) + "-process job (WORLD_SIZE), so it must be \"ddp\" or "

@@ -7,14 +7,17 @@
 #include <unistd.h>
 
 #include <cstdlib>
+#include <sstream>
 #include <mutex>
 
 #include <ATen/ATen.h>
 #include <torch/csrc/autograd/autograd.h>
 #include <torch/optim/sgd.h>
+#include <torch/serialize.h>
 
 #include "basin/algorithms/sam_optimizer.h"
 #include "basin/core/algorithm.h"
+#include "basin/core/data_parallel.h"
 #include "basin/core/grad_norm.h"
 #include "basin/core/hyperparameters.h"
 #include "basin/core/model.h"
@@ -234,6 +237,59 @@ INSTANTIATE_TEST_SUITE_P(
                       TwoGroupCase{"adam", R"({"name": "adam", "lr": 0.1,
                                       "param_groups": [{"params": "bias", "lr": 0.02}]})"}),
     [](const auto& info) { return info.param.name; });
+
+TEST(DistributedTest, ZeroOneStateConsolidatesOnRankZero) {
+  Json config = sam_config(R"({"rho": 0.05})", "zero1");
+  config["max_steps"] = 3;
+  std::vector<std::string> own(2), gathered;
+  std::vector<std::size_t> loaded_states(2, 0), shard_sizes(2, 0);
+  test::run_ranks(2, [&](int rank, std::shared_ptr<Communicator> communicator) {
+    Trainer trainer(config, {}, {}, communicator);
+    trainer.fit();
+    auto& zero = dynamic_cast<ShardedOptimizer&>(dynamic_cast<SAMOptimizer&>(*trainer.state().optimizer).base());
+    std::ostringstream bytes;
+    torch::save(zero.local(), bytes);
+    own[static_cast<std::size_t>(rank)] = bytes.str();
+    auto archives = zero.consolidate_state(0);
+    if (rank != 0) {
+      EXPECT_TRUE(archives.empty());
+      return;
+    }
+    gathered = archives;
+    // Each archive loads into a fresh optimizer over that rank's shard, momentum buffers and all.
+    for (int r = 0; r < 2; ++r) {
+      Weights shard;
+      for (const auto& p : zero.shard_of(r)) shard.push_back(at::zeros_like(p).requires_grad_(true));
+      shard_sizes[static_cast<std::size_t>(r)] = shard.size();
+      torch::optim::SGD restored(shard, torch::optim::SGDOptions(0.1).momentum(0.9));
+      std::istringstream in(archives[static_cast<std::size_t>(r)]);
+      torch::load(restored, in);
+      loaded_states[static_cast<std::size_t>(r)] = restored.state().size();
+    }
+  });
+  ASSERT_EQ(gathered.size(), 2u);
+  EXPECT_EQ(gathered, own);
+  EXPECT_EQ(loaded_states, shard_sizes);
+  EXPECT_GT(shard_sizes[0], 0u);
+  EXPECT_GT(shard_sizes[1], 0u);
+}
+
+TEST(DistributedTest, NoGradientSyncScopeKeepsGradientsRankLocal) {
+  Json config = test::smoke_config();
+  config["max_steps"] = 1;
+  config["parallel"] = Json::parse(R"({"mode": "ddp"})");
+  std::vector<Weights> weights(2);
+  test::run_ranks(2, [&](int rank, std::shared_ptr<Communicator> communicator) {
+    Trainer trainer(config, {}, {}, communicator);
+    {
+      NoGradientSync local(trainer.state());
+      trainer.fit();
+    }
+    EXPECT_FALSE(trainer.state().skip_gradient_sync);  // the scope put the flag back
+    weights[static_cast<std::size_t>(rank)] = weights_of(trainer);
+  });
+  EXPECT_GT(max_difference(weights[0], weights[1]), 0.0);  // each rank stepped on its own gradient
+}
 
 TEST(DistributedTest, PartitionIsGreedyBySizeAndNeverSplitsATensor) {
   EXPECT_EQ(ShardedOptimizer::partition({10, 7, 5, 3, 1}, 2), (std::vector<int>{0, 1, 1, 0, 1}));
