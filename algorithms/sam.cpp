@@ -56,14 +56,16 @@ void SAM::wrap(State& state) {
   PassHooks hooks;
   hooks.before_pass = [this, s](Pass pass) {
     s->pass = pass;
-    // Rank-local ascent (the paper's m-sharpness): no gradient sync in this pass.
-    s->skip_gradient_sync = pass == Pass::kAscent && !sync_ascent_;
+    // Rank-local ascent (the paper's m-sharpness): no gradient sync in this
+    // pass; an enclosing NoGradientSync scope keeps every pass local.
+    outer_skip_gradient_sync_ = s->skip_gradient_sync;
+    s->skip_gradient_sync = outer_skip_gradient_sync_ || (pass == Pass::kAscent && !sync_ascent_);
     if (pass == Pass::kDescent && freeze_running_stats_ && s->model) running_stats_.take(*s->model);
   };
   hooks.after_pass = [this, s](Pass pass) {
     if (pass == Pass::kDescent && freeze_running_stats_ && s->model) running_stats_.restore();
     s->pass = Pass::kPlain;
-    s->skip_gradient_sync = false;
+    s->skip_gradient_sync = outer_skip_gradient_sync_;
   };
   optimizer_->add_pass_hooks(std::move(hooks));
   state.optimizer = optimizer_;

@@ -52,6 +52,7 @@ class SAM : public Algorithm {
   bool freeze_running_stats_ = true;
   std::shared_ptr<SAMOptimizer> optimizer_;
   BufferSnapshot running_stats_;
+  bool outer_skip_gradient_sync_ = false;
 };
 
 }  // namespace basin

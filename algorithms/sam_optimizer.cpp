@@ -146,7 +146,6 @@ void SAMOptimizer::move_to_perturbed(const std::vector<GroupView>& groups,
           param.set_data(buffer);
         } else {
           param.add_(perturbation[k].directions[j], perturbation[k].scale);
-          perturbed_in_place_ = true;
         }
       }
       if (mine) ++b;
@@ -154,11 +153,13 @@ void SAMOptimizer::move_to_perturbed(const std::vector<GroupView>& groups,
   }
 }
 
-void SAMOptimizer::restore_weights(bool base_step_follows) {
+void SAMOptimizer::restore_weights(bool base_step_follows, bool collectives_allowed) {
   for (auto it = swapped_.rbegin(); it != swapped_.rend(); ++it) it->first.set_data(it->second);
   swapped_.clear();
-  if (perturbed_in_place_ && !base_step_follows) dynamic_cast<ShardedParameters&>(*base_).broadcast_parameters();
-  perturbed_in_place_ = false;
+  // Under ZeRO-1 the skip decision is agreed by every rank, so every rank
+  // (whether or not it perturbed anything) joins the owners' broadcast.
+  auto* shards = dynamic_cast<ShardedParameters*>(base_.get());
+  if (shards != nullptr && !base_step_follows && collectives_allowed) shards->broadcast_parameters();
 }
 
 std::vector<SAMOptimizer::Perturbation> SAMOptimizer::perturbation(std::vector<GroupView>& groups) {
@@ -220,11 +221,9 @@ at::Tensor SAMOptimizer::step(LossClosure closure) {
     run_pass(Pass::kDescent, closure);
     finite = gradients_finite(Pass::kDescent);
   } catch (...) {
-    try {
-      restore_weights(/*base_step_follows=*/false);  // whatever failed, the model never stays at w + e
-    } catch (...) {
-      // The first failure is the one to report (a broken collective fails twice).
-    }
+    // Whatever failed, this rank's own weights return to w. No collective:
+    // the other ranks may be elsewhere; the run is failing anyway.
+    restore_weights(/*base_step_follows=*/false, /*collectives_allowed=*/false);
     throw;
   }
   restore_weights(/*base_step_follows=*/finite);

@@ -112,7 +112,7 @@ class SAMOptimizer : public torch::optim::Optimizer, public PassAwareOptimizer {
   /// Swaps w back. Parameters this rank does not own (ZeRO-1) were perturbed
   /// in place; their owners' broadcast restores them, in the base step or,
   /// when no base step follows, here.
-  void restore_weights(bool base_step_follows);
+  void restore_weights(bool base_step_follows, bool collectives_allowed = true);
 
   std::shared_ptr<torch::optim::Optimizer> base_;
   SAMOptions options_;
@@ -126,8 +126,7 @@ class SAMOptimizer : public torch::optim::Optimizer, public PassAwareOptimizer {
   ReusedBuffers perturbed_;  // w + e during the descent, one per parameter with a gradient
   /// Parameters now holding w + e, with their own storage (w) set aside.
   std::vector<std::pair<at::Tensor, at::Tensor>> swapped_;
-  /// Set when parameters of other ranks' shards were perturbed in place.
-  bool perturbed_in_place_ = false;
+
 };
 
 }  // namespace basin

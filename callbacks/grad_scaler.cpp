@@ -62,10 +62,9 @@ at::Tensor GradScaler::scale(const at::Tensor& loss) {
 
 bool GradScaler::unscale_and_check(const std::vector<at::Tensor>& grads, Communicator* communicator) {
   if (!options_.enabled) return true;
-  at::Tensor found = at::zeros({1}, at::kFloat);
+  if (!grads.empty()) to_device(grads.front().device());
+  at::Tensor found = at::zeros({1}, at::TensorOptions(at::kFloat).device(scale_.device()));
   if (!grads.empty()) {
-    to_device(grads.front().device());
-    found = found.to(grads.front().device());
     const at::Tensor inv_scale = scale_.to(at::kDouble).reciprocal().to(at::kFloat);
     if (grads.front().is_cuda()) {
       // The fused kernel wants one dtype per call.

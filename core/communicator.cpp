@@ -62,10 +62,11 @@ class ProcessGroupCommunicator : public Communicator {
 }  // namespace
 
 std::shared_ptr<Communicator> make_gloo_communicator(const c10::intrusive_ptr<c10d::Store>& store, int rank,
-                                                     int world_size, std::chrono::milliseconds timeout) {
+                                                     int world_size, std::chrono::milliseconds timeout, bool loopback) {
   auto options = c10d::ProcessGroupGloo::Options::create();
   options->timeout = timeout;
-  options->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1"));
+  options->devices.push_back(loopback ? c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1")
+                                      : c10d::ProcessGroupGloo::createDefaultDevice());
   auto group = c10::make_intrusive<c10d::ProcessGroupGloo>(store, rank, world_size, options);
   return std::make_shared<ProcessGroupCommunicator>(std::move(group));
 }

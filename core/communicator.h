@@ -39,11 +39,13 @@ class Communicator {
   int64_t bytes_moved_ = 0;
 };
 
-/// A communicator over a Gloo process group (CPU tensors). Ranks meet
-/// through `store` (TCPStore across processes, HashStore for threads); every
-/// collective fails after `timeout` instead of hanging.
+/// A communicator over a Gloo process group. Ranks meet through `store`
+/// (TCPStore across processes, HashStore for threads); every collective fails
+/// after `timeout` instead of hanging. Gloo talks over loopback for a job on
+/// one machine, else over the interface the host name resolves to.
 std::shared_ptr<Communicator> make_gloo_communicator(const c10::intrusive_ptr<c10d::Store>& store, int rank,
-                                                     int world_size, std::chrono::milliseconds timeout);
+                                                     int world_size, std::chrono::milliseconds timeout,
+                                                     bool loopback = true);
 
 /// Whether this build has NCCL (a CUDA LibTorch; see BASIN_WITH_NCCL).
 bool nccl_available();

@@ -1,5 +1,7 @@
 #include "basin/core/data_parallel.h"
 
+#include <map>
+
 #include <ATen/ATen.h>
 #include <torch/nn/module.h>
 
@@ -16,6 +18,26 @@ void DataParallel::broadcast_model(torch::nn::Module& model) {
   for (const auto& p : model.parameters()) tensors.push_back(p.detach());
   for (const auto& b : model.buffers()) tensors.push_back(b);
   communicator_->broadcast(tensors, 0);
+}
+
+void DataParallel::broadcast_buffers(torch::nn::Module& model) {
+  const auto buffers = model.buffers();
+  if (buffers.empty() || communicator_->world_size() == 1) return;
+  at::NoGradGuard no_grad;
+  // Buffers mix dtypes (BatchNorm's batch count is int64): one broadcast per dtype.
+  std::map<at::ScalarType, std::vector<at::Tensor>> by_dtype;
+  for (const auto& b : buffers) by_dtype[b.scalar_type()].push_back(b);
+  for (auto& [dtype, group] : by_dtype) {
+    std::vector<at::Tensor> parts;
+    for (const auto& b : group) parts.push_back(b.reshape(-1));
+    std::vector<at::Tensor> flat{at::cat(parts)};
+    communicator_->broadcast(flat, 0);
+    int64_t offset = 0;
+    for (auto& b : group) {
+      b.copy_(flat.front().narrow(0, offset, b.numel()).view_as(b));
+      offset += b.numel();
+    }
+  }
 }
 
 void DataParallel::average_gradients(const std::vector<at::Tensor>& grads) {

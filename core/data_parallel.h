@@ -39,6 +39,9 @@ class DataParallel {
 
   /// Copies rank 0's parameters and buffers to every rank.
   void broadcast_model(torch::nn::Module& model);
+  /// Copies rank 0's buffers to every rank (one flat collective; none when
+  /// the model has no buffers).
+  void broadcast_buffers(torch::nn::Module& model);
 
   /// Replaces each gradient by its mean over ranks (Gloo has no AVG: a sum,
   /// then a division).

@@ -70,7 +70,8 @@ std::shared_ptr<Communicator> connect_job(const JobEnvironment& job, std::chrono
                              ":" + std::to_string(job.master_port) + ": " + what.substr(0, what.find('\n')));
   }
   if (cuda && nccl_available()) return make_nccl_communicator(store, job.rank, job.world_size, timeout);
-  return make_gloo_communicator(store, job.rank, job.world_size, timeout);
+  const bool local = job.master_addr == "localhost" || job.master_addr.rfind("127.", 0) == 0;
+  return make_gloo_communicator(store, job.rank, job.world_size, timeout, local);
 }
 
 }  // namespace basin

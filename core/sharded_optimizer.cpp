@@ -125,13 +125,18 @@ std::vector<std::string> ShardedOptimizer::consolidate_state(int root) {
   for (int rank = 0; rank < communicator_->world_size(); ++rank) {
     // Each archive in turn from its owner: its size, then its bytes.
     const bool sender = rank == communicator_->rank();
-    std::vector<at::Tensor> size{at::full({1}, sender ? static_cast<int64_t>(bytes.size()) : 0, at::kLong)};
+    // On the parameters' device: NCCL takes CUDA tensors only.
+    const at::Device device = params_.empty() ? at::Device(at::kCPU) : params_.front().device();
+    std::vector<at::Tensor> size{at::full({1}, sender ? static_cast<int64_t>(bytes.size()) : 0, at::kLong).to(device)};
     communicator_->broadcast(size, rank);
     const int64_t n = size.front().item<int64_t>();
-    std::vector<at::Tensor> data{sender ? at::from_blob(const_cast<char*>(bytes.data()), {n}, at::kByte).clone()
-                                        : at::empty({n}, at::kByte)};
+    std::vector<at::Tensor> data{sender ? at::from_blob(const_cast<char*>(bytes.data()), {n}, at::kByte).to(device)
+                                        : at::empty({n}, at::TensorOptions(at::kByte).device(device))};
     communicator_->broadcast(data, rank);
-    if (communicator_->rank() == root) archives.emplace_back(static_cast<const char*>(data.front().data_ptr()), n);
+    if (communicator_->rank() == root) {
+      const at::Tensor host = data.front().cpu();
+      archives.emplace_back(static_cast<const char*>(host.data_ptr()), n);
+    }
   }
   return archives;
 }

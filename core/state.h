@@ -6,7 +6,7 @@
 #include <vector>
 
 #include <ATen/core/Tensor.h>
-#include <c10/core/DeviceType.h>
+#include <c10/core/Device.h>
 
 namespace torch {
 namespace nn { class Module; }
@@ -82,8 +82,8 @@ struct State {
   int world_size = 1;
   /// The job's ranks; null in a single process.
   std::shared_ptr<Communicator> communicator;
-  /// Where the model and batches live.
-  c10::DeviceType device = c10::DeviceType::CPU;
+  /// Where the model and batches live (cuda:LOCAL_RANK for a CUDA job).
+  c10::Device device = c10::Device(c10::DeviceType::CPU);
 
   /// Set by the engine when a callback asks to stop; the loop ends after the batch.
   bool stop_requested = false;

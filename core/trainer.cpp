@@ -69,9 +69,13 @@ void Trainer::build(const Json& config, std::vector<std::shared_ptr<Callback>> c
   Params root(config, "");
   state_.seed = root.integer("seed", 0, 0);
   const int64_t threads = root.integer("threads", 0, 0, 1024);
-  state_.device = parse_device(root);
+  const c10::DeviceType device_type = parse_device(root);
+  // A CUDA job puts each local rank on its own GPU.
+  state_.device = device_type == c10::DeviceType::CUDA
+                      ? c10::Device(device_type, static_cast<c10::DeviceIndex>(read_job_environment().local_rank))
+                      : c10::Device(device_type);
   state_.precision = precision_from_name(root.string("precision", "fp32"), "precision");
-  if (state_.precision == Precision::kAmpFp16 && state_.device != c10::DeviceType::CUDA) {
+  if (state_.precision == Precision::kAmpFp16 && !state_.device.is_cuda()) {
     throw ConfigError("config key 'precision': amp_fp16 needs \"device\": \"cuda\" (LibTorch 1.13's CPU autocast "
                       "has no float16); use amp_bf16 on CPU");
   }
@@ -94,7 +98,7 @@ void Trainer::build(const Json& config, std::vector<std::shared_ptr<Callback>> c
   bucket_bytes_ = static_cast<int64_t>(parallel.positive("bucket_mb", 25) * (1 << 20));
   parallel.finish();
   if (!communicator && parallel_mode_ != "none" && in_multi_process_job()) {
-    communicator = connect_job(read_job_environment(), timeout, state_.device == c10::DeviceType::CUDA);
+    communicator = connect_job(read_job_environment(), timeout, state_.device.is_cuda());
   } else if (!communicator && parallel_mode_ == "none" && in_multi_process_job()) {
     throw ConfigError("config key 'parallel.mode': this process is one rank of a " +
                       std::string(std::getenv("WORLD_SIZE")) + "-process job (WORLD_SIZE), so it must be \"ddp\" or "
@@ -196,6 +200,15 @@ void Trainer::build(const Json& config, std::vector<std::shared_ptr<Callback>> c
   }
 }
 
+void Trainer::agree_on_stop() {
+  // A callback that asks one rank to stop stops every rank: a rank that left
+  // alone would leave the others waiting in their next collective.
+  if (!state_.communicator || state_.communicator->world_size() == 1) return;
+  std::vector<at::Tensor> flag{at::full({1}, state_.stop_requested ? 1.0f : 0.0f).to(state_.device)};
+  state_.communicator->all_reduce_max(flag);
+  state_.stop_requested = flag.front().item<float>() > 0;
+}
+
 void Trainer::wrap_for_distribution(Params& optimizer_config) {
   if (!state_.communicator) return;
   data_parallel_ = std::make_unique<DataParallel>(state_.communicator, bucket_bytes_);
@@ -264,7 +277,7 @@ at::Tensor Trainer::closure() {
     state_.microbatch = {inputs[i], targets[i]};
     state_.microbatch_index = i;
     {
-      AutocastGuard autocast(state_.precision, state_.device);
+      AutocastGuard autocast(state_.precision, state_.device.type());
       engine_->run(Event::BEFORE_FORWARD);
       state_.outputs = model_->forward(state_.microbatch.inputs);
       engine_->run(Event::AFTER_FORWARD);
@@ -313,6 +326,9 @@ void Trainer::train_batch(const Batch& batch) {
   engine_->run(Event::BEFORE_STEP);
   const double lr = current_lr();
   at::Tensor loss = optimizer_step();
+  // Buffers (BatchNorm statistics) follow rank 0's after every step, so the
+  // next step, evaluation and saved outputs do not depend on the rank.
+  if (data_parallel_) data_parallel_->broadcast_buffers(*model_);
   state_.step_loss = loss.defined() ? loss.detach() : at::full({}, NAN);
   state_.pass = Pass::kPlain;
   bool skipped = false;
@@ -361,7 +377,7 @@ EvalResult Trainer::evaluate() {
     const at::Tensor targets = batch.targets.to(state_.device);
     at::Tensor logits;
     {
-      AutocastGuard autocast(state_.precision, state_.device);
+      AutocastGuard autocast(state_.precision, state_.device.type());
       logits = model_->forward(batch.inputs.to(state_.device));
     }
     logits = logits.to(at::kFloat);
@@ -385,7 +401,8 @@ FitSummary Trainer::fit() {
   auto& ts = state_.timestamp;
   // Random draws during training (dropout, ...) depend only on the seed, not
   // on what ran in this process since construction.
-  at::manual_seed(static_cast<uint64_t>(state_.seed) + 0x5EED);
+  // Each rank draws its own masks (dropout, ...), reproducibly.
+  at::manual_seed(static_cast<uint64_t>(state_.seed) + 0x5EED + static_cast<uint64_t>(state_.rank));
   model_->train();
   engine_->run(Event::FIT_START);
   bool done = state_.stop_requested;
@@ -400,6 +417,7 @@ FitSummary Trainer::fit() {
     for (int64_t b = 0; b < state_.steps_per_epoch; ++b) {
       const auto first = order.begin() + (b * state_.world_size + state_.rank) * batch_size_;
       train_batch(data_.train.gather(std::vector<int64_t>(first, first + batch_size_)));
+      agree_on_stop();
       if ((state_.max_steps > 0 && ts.step >= state_.max_steps) || state_.stop_requested) {
         done = true;
         break;
@@ -413,6 +431,7 @@ FitSummary Trainer::fit() {
                                 {"test_accuracy", eval.accuracy},
                                 {"test_loss", eval.loss}});
     engine_->run(Event::EPOCH_END);
+    agree_on_stop();
     for (auto& scheduler : state_.schedulers) {
       if (scheduler->interval() == Scheduler::Interval::kEpoch) scheduler->step(*state_.optimizer);
     }

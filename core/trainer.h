@@ -81,6 +81,7 @@ class Trainer {
   PassHooks pass_hooks();
   std::vector<at::Tensor> gradients() const;
   double current_lr() const;
+  void agree_on_stop();
 
   State state_;
   std::unique_ptr<Engine> engine_;

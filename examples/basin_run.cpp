@@ -7,8 +7,10 @@
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -91,16 +93,30 @@ int main(int argc, char** argv) {
   }
   if (master_port == 0) master_port = free_port();
 
-  std::vector<Rank> ranks(static_cast<std::size_t>(nproc));
+  // Children must be waitable (an inherited SIG_IGN would reap them behind our
+  // back); a closed stdout must not kill the launcher while ranks run.
+  signal(SIGCHLD, SIG_DFL);
+  signal(SIGPIPE, SIG_IGN);
+  for (int s : {SIGINT, SIGTERM, SIGHUP}) signal(s, [](int) { interrupted = 1; });
+
+  std::vector<Rank> ranks;
+  auto abandon_start = [&](const char* what) {
+    std::cerr << "basin-run: " << what << " failed: " << strerror(errno) << "; stopping the ranks started" << std::endl;
+    for (auto& r : ranks) kill(-r.pid, SIGKILL);
+    for (auto& r : ranks) waitpid(r.pid, nullptr, 0);
+    return 1;
+  };
+  const pid_t launcher = getpid();
   for (int rank = 0; rank < nproc; ++rank) {
     int pipe_fds[2];
-    if (pipe(pipe_fds) != 0) {
-      std::cerr << "basin-run: pipe failed: " << strerror(errno) << std::endl;
-      return 1;
-    }
+    if (pipe2(pipe_fds, O_CLOEXEC) != 0) return abandon_start("pipe");
     const pid_t pid = fork();
+    if (pid < 0) return abandon_start("fork");
     if (pid == 0) {
       setpgid(0, 0);  // a group per rank: stopping a rank stops whatever it started
+      prctl(PR_SET_PDEATHSIG, SIGKILL);  // and a launcher that dies takes its ranks along
+      if (getppid() != launcher) _exit(1);  // it died before prctl took effect
+      for (int s : {SIGINT, SIGTERM, SIGHUP, SIGPIPE}) signal(s, SIG_DFL);
       dup2(pipe_fds[1], STDOUT_FILENO);
       dup2(pipe_fds[1], STDERR_FILENO);
       close(pipe_fds[0]);
@@ -119,13 +135,13 @@ int main(int argc, char** argv) {
     }
     close(pipe_fds[1]);
     setpgid(pid, pid);  // also here, so the group exists before any signal is sent
-    ranks[static_cast<std::size_t>(rank)].pid = pid;
-    ranks[static_cast<std::size_t>(rank)].output = pipe_fds[0];
+    ranks.emplace_back();
+    ranks.back().pid = pid;
+    ranks.back().output = pipe_fds[0];
   }
-  signal(SIGINT, [](int) { interrupted = 1; });
-  signal(SIGTERM, [](int) { interrupted = 1; });
 
-  int failed = -1;  // the first rank that failed
+  int failed = -1;           // the first rank seen to fail
+  std::vector<int> failures;  // every failed rank, in the order seen
   bool stopping = false;
   auto stop_deadline = std::chrono::steady_clock::now();
   // Signals go to each rank's process group, exited ranks included: a rank
@@ -163,8 +179,8 @@ int main(int argc, char** argv) {
         break;
       }
     }
-    if (!fds.empty()) poll(fds.data(), fds.size(), 100);
-    else usleep(100000);
+    if (!fds.empty()) poll(fds.data(), fds.size(), 20);
+    else usleep(20000);
     for (std::size_t i = 0; i < fds.size(); ++i) {
       if ((fds[i].revents & (POLLIN | POLLHUP | POLLERR)) == 0) continue;
       Rank& r = ranks[static_cast<std::size_t>(owners[i])];
@@ -180,9 +196,13 @@ int main(int argc, char** argv) {
     }
     for (int rank = 0; rank < nproc; ++rank) {
       Rank& r = ranks[static_cast<std::size_t>(rank)];
-      if (!r.running || waitpid(r.pid, &r.status, WNOHANG) != r.pid) continue;
+      if (!r.running) continue;
+      const pid_t waited = waitpid(r.pid, &r.status, WNOHANG);
+      if (waited == 0) continue;
+      if (waited < 0) r.status = 1 << 8;  // ECHILD: it is gone, how is unknown; count it as a failure
       r.running = false;
       const bool ok = WIFEXITED(r.status) && WEXITSTATUS(r.status) == 0;
+      if (!ok) failures.push_back(rank);
       if (!ok && failed < 0 && !stopping) {
         failed = rank;
         std::cerr << "basin-run: rank " << rank << " " << describe(r.status) << "; stopping the other ranks" << std::endl;
@@ -199,8 +219,12 @@ int main(int argc, char** argv) {
     if (stopping && std::chrono::steady_clock::now() > stop_deadline) stop_others(SIGKILL);
   }
   if (failed >= 0) {
+    std::string others;
+    for (int rank : failures) {
+      if (rank != failed) others += "; then rank " + std::to_string(rank) + " " + describe(ranks[static_cast<std::size_t>(rank)].status);
+    }
     std::cerr << "basin-run: failed: rank " << failed << " " << describe(ranks[static_cast<std::size_t>(failed)].status)
-              << std::endl;
+              << others << std::endl;
     const int status = ranks[static_cast<std::size_t>(failed)].status;
     return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
   }

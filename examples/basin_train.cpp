@@ -44,10 +44,13 @@ void check_run_dir(const fs::path& dir, bool overwrite) {
   }
 }
 
-// FNV-1a over the bytes of every parameter: equal digests mean bit-equal weights.
+// FNV-1a over the bytes of every parameter and buffer: equal digests mean
+// bit-equal models.
 uint64_t weights_digest(torch::nn::Module& model) {
   uint64_t hash = 14695981039346656037ULL;
-  for (const auto& p : model.parameters()) {
+  auto tensors = model.parameters();
+  for (const auto& b : model.buffers()) tensors.push_back(b);
+  for (const auto& p : tensors) {
     const at::Tensor bytes = p.detach().contiguous().cpu();
     const auto* data = static_cast<const unsigned char*>(bytes.data_ptr());
     for (int64_t i = 0; i < bytes.numel() * static_cast<int64_t>(bytes.element_size()); ++i) {

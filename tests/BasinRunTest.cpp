@@ -49,6 +49,21 @@ TEST(BasinRunTest, KilledRankStopsTheJobAndIsNamed) {
   EXPECT_LT(seconds, 30);
 }
 
+TEST(BasinRunTest, RankThatIgnoresSigtermIsKilledAfterTheGrace) {
+  // Rank 1 fails; rank 0 ignores SIGTERM and would sleep for ten minutes.
+  const std::string rank_command =
+      "if [ \"$RANK\" = 0 ]; then trap \"\" TERM; sleep 600; else sleep 1; exit 3; fi";
+  const auto start = std::chrono::steady_clock::now();
+  const auto result = test::run_command(kRun + " --nproc 2 --grace 1 -- sh -c '" + rank_command + "'", 60);
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_EQ(result.exit_code, 3) << result.output;  // the failing rank's own code
+  EXPECT_NE(result.output.find("basin-run: failed: rank 1 exited with code 3; then rank 0 was killed by signal 9"),
+            std::string::npos)
+      << result.output;
+  EXPECT_GE(seconds, 2.0);  // 1 s of work, then the full grace
+  EXPECT_LT(seconds, 20.0);
+}
+
 TEST(BasinRunTest, BadLauncherInputExitsTwo) {
   auto result = test::run_command(kRun + " --nproc 2");
   EXPECT_EQ(result.exit_code, 2) << result.output;

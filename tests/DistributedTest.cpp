@@ -275,20 +275,69 @@ TEST(DistributedTest, ZeroOneStateConsolidatesOnRankZero) {
 }
 
 TEST(DistributedTest, NoGradientSyncScopeKeepsGradientsRankLocal) {
+  for (const bool with_sam : {false, true}) {
+    Json config = test::smoke_config();
+    config["max_steps"] = 2;
+    config["parallel"] = Json::parse(R"({"mode": "ddp"})");
+    if (with_sam) config["algorithms"] = Json::parse(R"({"sam": {"sync_ascent": true}})");
+    std::vector<Weights> weights(2);
+    test::run_ranks(2, [&](int rank, std::shared_ptr<Communicator> communicator) {
+      Trainer trainer(config, {}, {}, communicator);
+      {
+        NoGradientSync local(trainer.state());
+        trainer.fit();
+        EXPECT_TRUE(trainer.state().skip_gradient_sync);  // SAM's passes kept the outer scope's flag
+      }
+      EXPECT_FALSE(trainer.state().skip_gradient_sync);  // the scope put the flag back
+      weights[static_cast<std::size_t>(rank)] = weights_of(trainer);
+    });
+    // Each rank stepped on its own gradient, even SAM's synced passes.
+    EXPECT_GT(max_difference(weights[0], weights[1]), 0.0) << (with_sam ? "sam" : "plain");
+  }
+}
+
+TEST(DistributedTest, BatchNormBuffersFollowRankZero) {
   Json config = test::smoke_config();
-  config["max_steps"] = 1;
+  config["max_steps"] = 4;
+  config["model"] = Json::parse(R"({"name": "resnet", "width": 4, "blocks": [1]})");
   config["parallel"] = Json::parse(R"({"mode": "ddp"})");
-  std::vector<Weights> weights(2);
+  std::vector<Weights> buffers(2);
   test::run_ranks(2, [&](int rank, std::shared_ptr<Communicator> communicator) {
     Trainer trainer(config, {}, {}, communicator);
-    {
-      NoGradientSync local(trainer.state());
-      trainer.fit();
-    }
-    EXPECT_FALSE(trainer.state().skip_gradient_sync);  // the scope put the flag back
-    weights[static_cast<std::size_t>(rank)] = weights_of(trainer);
+    trainer.fit();
+    for (const auto& b : trainer.model().buffers()) buffers[static_cast<std::size_t>(rank)].push_back(b.clone());
   });
-  EXPECT_GT(max_difference(weights[0], weights[1]), 0.0);  // each rank stepped on its own gradient
+  ASSERT_FALSE(buffers[0].empty());
+  for (std::size_t i = 0; i < buffers[0].size(); ++i) EXPECT_TRUE(at::equal(buffers[0][i], buffers[1][i])) << i;
+}
+
+// Writes inf into a gradient at one step's descent; added to one rank only.
+class InjectDescentOverflow : public Algorithm {
+ public:
+  std::string name() const override { return "inject_descent_overflow"; }
+  bool match(Event event, const State& state) const override {
+    return event == Event::AFTER_BACKWARD && state.timestamp.step == 2 && state.pass == Pass::kDescent;
+  }
+  void apply(Event, State& state, Logger&) override {
+    at::NoGradGuard no_grad;
+    state.model->parameters().back().grad().view(-1)[0] = INFINITY;
+  }
+};
+
+// Rank-local ascent under ZeRO-1 perturbs the parameters a rank does not own
+// in place; after a descent overflow only the owners' broadcast restores them.
+TEST(DistributedTest, ZeroOneRankLocalAscentAndDescentOverflowEqualDdp) {
+  Json config = sam_config(R"({"rho": 0.05, "sync_ascent": false})", "ddp");
+  config["callbacks"] = Json::parse(R"({"grad_scaler": {"init_scale": 256}})");
+  auto inject_on_rank_one = [](int rank, Trainer& trainer) {
+    if (rank == 1) trainer.engine().add_algorithm(std::make_shared<InjectDescentOverflow>());
+  };
+  const auto replicated = train_on_ranks(2, config, inject_on_rank_one);
+  config["parallel"]["mode"] = "zero1";
+  const auto sharded = train_on_ranks(2, config, inject_on_rank_one);
+  EXPECT_LE(max_difference(sharded[0], replicated[0]), 1e-5);
+  EXPECT_EQ(max_difference(sharded[0], sharded[1]), 0.0);
+  EXPECT_EQ(max_difference(replicated[0], replicated[1]), 0.0);
 }
 
 TEST(DistributedTest, PartitionIsGreedyBySizeAndNeverSplitsATensor) {

@@ -192,7 +192,15 @@ TEST(MixedPrecisionTest, GradientClippingActsOnUnscaledGradients) {
   const double clipped = step_size(config);
   EXPECT_NEAR(clipped, 0.01, 1e-6);  // lr 1: the step is the clipped gradient
   config["callbacks"] = Json::parse(R"({"grad_scaler": {"init_scale": 4096}})");
-  EXPECT_NEAR(step_size(config), clipped, 1e-9);  // clipping saw the unscaled gradients
+  EXPECT_NEAR(step_size(config), clipped, 1e-9);
+  // A threshold above the true gradient norm but far below the scaled one:
+  // clipping must not act, which it would if it saw scaled gradients.
+  config.erase("callbacks");
+  config["grad_clip_norm"] = 0;
+  const double free_step = step_size(config);
+  config["grad_clip_norm"] = 1.5 * free_step;
+  config["callbacks"] = Json::parse(R"({"grad_scaler": {"init_scale": 4096}})");
+  EXPECT_NEAR(step_size(config), free_step, 1e-6);
 }
 
 // Records the dtype of the model's outputs.
