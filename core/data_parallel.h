@@ -47,7 +47,6 @@ class DataParallel {
   /// then a division).
   void average_gradients(const std::vector<at::Tensor>& grads);
 
-  Communicator& communicator() { return *communicator_; }
 
  private:
   std::shared_ptr<Communicator> communicator_;
