@@ -47,7 +47,6 @@ class DataParallel {
   /// then a division).
   void average_gradients(const std::vector<at::Tensor>& grads);
 
-
  private:
   std::shared_ptr<Communicator> communicator_;
   int64_t bucket_bytes_;
