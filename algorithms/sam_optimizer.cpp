@@ -6,9 +6,9 @@
 #include <ATen/ATen.h>
 #include <torch/serialize/archive.h>
 
-#include "basin/core/grad_norm.h"
 #include "basin/core/hyperparameters.h"
-#include "basin/core/sharded_optimizer.h"
+#include "basin/core/parallel/grad_norm.h"
+#include "basin/core/parallel/sharded_optimizer.h"
 
 namespace basin {
 

@@ -17,9 +17,9 @@
 #include <fmt/format.h>
 
 #include "basin/core/callback.h"
-#include "basin/core/communicator.h"
-#include "basin/core/rendezvous.h"
-#include "basin/core/trainer.h"
+#include "basin/core/parallel/communicator.h"
+#include "basin/core/parallel/rendezvous.h"
+#include "basin/core/train/trainer.h"
 #include "tracking_allocator.h"
 
 namespace {

@@ -21,7 +21,7 @@
 #include <torch/optim/sgd.h>
 
 #include "basin/algorithms/sam_optimizer.h"
-#include "basin/core/model.h"
+#include "basin/core/train/model.h"
 #include "tracking_allocator.h"
 
 namespace {

@@ -6,8 +6,8 @@
 
 #include <ATen/ATen.h>
 
-#include "basin/core/communicator.h"
 #include "basin/core/logger.h"
+#include "basin/core/parallel/communicator.h"
 
 namespace basin {
 

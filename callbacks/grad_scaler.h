@@ -6,10 +6,9 @@
 #include <ATen/core/Tensor.h>
 
 #include "basin/core/callback.h"
+#include "basin/core/loss_scaler.h"
 
 namespace basin {
-
-class Communicator;
 
 struct GradScalerOptions {
   double init_scale = 65536.0;
@@ -33,7 +32,7 @@ struct GradScalerOptions {
 ///     clean steps, never grown to inf.
 /// On CUDA it uses ATen's fused kernels; on CPU (where 1.13 has none) the
 /// same arithmetic in portable ops.
-class GradScaler : public Callback, public std::enable_shared_from_this<GradScaler> {
+class GradScaler : public Callback, public LossScaler, public std::enable_shared_from_this<GradScaler> {
  public:
   explicit GradScaler(GradScalerOptions options = {});
   explicit GradScaler(Params& params);
@@ -44,16 +43,16 @@ class GradScaler : public Callback, public std::enable_shared_from_this<GradScal
 
   bool enabled() const { return options_.enabled; }
   /// loss * scale; the loss itself when disabled.
-  at::Tensor scale(const at::Tensor& loss);
+  at::Tensor scale(const at::Tensor& loss) override;
   /// Unscales `grads` in place and reports whether they are finite on every
   /// rank of `communicator` (null: this process only). Always true when disabled.
-  bool unscale_and_check(const std::vector<at::Tensor>& grads, Communicator* communicator);
+  bool unscale_and_check(const std::vector<at::Tensor>& grads, Communicator* communicator) override;
   /// Whether any pass of the step in progress overflowed (reset by update()).
-  bool step_found_inf() const;
+  bool step_found_inf() const override;
   /// The once-per-step scale update.
-  void update();
+  void update() override;
 
-  double current_scale() const;
+  double current_scale() const override;
   int64_t growth_tracker() const;
   const GradScalerOptions& options() const { return options_; }
 

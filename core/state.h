@@ -16,7 +16,7 @@ namespace optim { class Optimizer; }
 namespace basin {
 
 class Communicator;
-class GradScaler;
+class LossScaler;
 class Scheduler;
 
 /// Which pass of the step the closure is running: a plain step runs it once,
@@ -51,7 +51,7 @@ struct State {
   std::shared_ptr<torch::optim::Optimizer> optimizer;
   std::vector<std::shared_ptr<Scheduler>> schedulers;
   /// Loss scaling slot, filled by the grad_scaler callback under amp_fp16.
-  std::shared_ptr<GradScaler> scaler;
+  std::shared_ptr<LossScaler> scaler;
   Precision precision = Precision::kFp32;
   /// Seed of the run: algorithms that draw random numbers derive from it.
   int64_t seed = 0;

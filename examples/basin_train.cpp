@@ -15,9 +15,9 @@
 #include "basin/callbacks/metrics_file.h"
 #include "basin/callbacks/progress.h"
 #include "basin/core/config.h"
-#include "basin/core/model.h"
-#include "basin/core/rendezvous.h"
-#include "basin/core/trainer.h"
+#include "basin/core/parallel/rendezvous.h"
+#include "basin/core/train/model.h"
+#include "basin/core/train/trainer.h"
 
 namespace fs = std::filesystem;
 

@@ -1,4 +1,4 @@
-#include "basin/schedulers/schedule.h"
+#include "basin/core/schedule.h"
 
 namespace basin {
 namespace {

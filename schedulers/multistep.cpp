@@ -1,7 +1,7 @@
 #include <algorithm>
 #include <cmath>
 
-#include "basin/schedulers/schedule.h"
+#include "basin/core/schedule.h"
 
 namespace basin {
 namespace {

@@ -2,7 +2,7 @@
 #include <memory>
 #include <vector>
 
-#include "basin/schedulers/schedule.h"
+#include "basin/core/schedule.h"
 
 namespace basin {
 namespace {

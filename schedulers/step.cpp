@@ -1,6 +1,6 @@
 #include <cmath>
 
-#include "basin/schedulers/schedule.h"
+#include "basin/core/schedule.h"
 
 namespace basin {
 namespace {

@@ -17,12 +17,12 @@
 
 #include "basin/algorithms/sam_optimizer.h"
 #include "basin/core/algorithm.h"
-#include "basin/core/data_parallel.h"
-#include "basin/core/grad_norm.h"
 #include "basin/core/hyperparameters.h"
-#include "basin/core/model.h"
-#include "basin/core/rendezvous.h"
-#include "basin/core/sharded_optimizer.h"
+#include "basin/core/parallel/data_parallel.h"
+#include "basin/core/parallel/grad_norm.h"
+#include "basin/core/parallel/rendezvous.h"
+#include "basin/core/parallel/sharded_optimizer.h"
+#include "basin/core/train/model.h"
 #include "distributed_util.h"
 #include "test_util.h"
 

@@ -4,7 +4,7 @@
 
 #include <ATen/ATen.h>
 
-#include "basin/core/dataset.h"
+#include "basin/core/train/dataset.h"
 #include "basin/examples/data/idx_file.h"
 #include "test_util.h"
 

@@ -13,10 +13,10 @@
 #include "basin/algorithms/sam_optimizer.h"
 #include "basin/callbacks/grad_scaler.h"
 #include "basin/core/algorithm.h"
-#include "basin/core/autocast.h"
-#include "basin/core/data_pipeline.h"
-#include "basin/core/model.h"
-#include "basin/schedulers/scheduler.h"
+#include "basin/core/scheduler.h"
+#include "basin/core/train/autocast.h"
+#include "basin/core/train/data_pipeline.h"
+#include "basin/core/train/model.h"
 #include "test_util.h"
 
 namespace basin {

@@ -9,11 +9,11 @@
 
 #include "basin/core/algorithm.h"
 #include "basin/core/callback.h"
-#include "basin/core/dataset.h"
 #include "basin/core/hyperparameters.h"
-#include "basin/core/model.h"
-#include "basin/core/optimizers.h"
-#include "basin/schedulers/scheduler.h"
+#include "basin/core/scheduler.h"
+#include "basin/core/train/dataset.h"
+#include "basin/core/train/model.h"
+#include "basin/core/train/optimizers.h"
 #include "test_util.h"
 
 namespace basin {

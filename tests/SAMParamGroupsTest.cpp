@@ -10,7 +10,7 @@
 
 #include "basin/algorithms/sam_optimizer.h"
 #include "basin/core/hyperparameters.h"
-#include "basin/schedulers/scheduler.h"
+#include "basin/core/scheduler.h"
 
 namespace basin {
 namespace {

@@ -11,8 +11,8 @@
 #include "basin/algorithms/sam.h"
 #include "basin/core/engine.h"
 #include "basin/core/hyperparameters.h"
-#include "basin/core/model.h"
-#include "basin/core/trainer.h"
+#include "basin/core/train/model.h"
+#include "basin/core/train/trainer.h"
 #include "test_util.h"
 
 namespace basin {

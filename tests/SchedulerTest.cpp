@@ -6,7 +6,7 @@
 #include <torch/optim/sgd.h>
 
 #include "basin/core/hyperparameters.h"
-#include "basin/schedulers/scheduler.h"
+#include "basin/core/scheduler.h"
 #include "test_util.h"
 
 namespace basin {

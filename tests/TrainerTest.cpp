@@ -3,8 +3,8 @@
 #include <torch/nn/module.h>
 
 #include "basin/core/callback.h"
-#include "basin/core/model.h"
-#include "basin/core/trainer.h"
+#include "basin/core/train/model.h"
+#include "basin/core/train/trainer.h"
 #include "test_util.h"
 
 namespace basin {

@@ -8,7 +8,7 @@
 
 #include <torch/csrc/distributed/c10d/HashStore.hpp>
 
-#include "basin/core/communicator.h"
+#include "basin/core/parallel/communicator.h"
 
 namespace basin::test {
 

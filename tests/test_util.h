@@ -10,8 +10,8 @@
 
 #include "basin/core/callback.h"
 #include "basin/core/config.h"
-#include "basin/core/model.h"
-#include "basin/core/trainer.h"
+#include "basin/core/train/model.h"
+#include "basin/core/train/trainer.h"
 
 namespace basin::test {
 

@@ -2,7 +2,7 @@
 
 #include <ATen/ATen.h>
 
-#include "basin/core/dataset.h"
+#include "basin/core/train/dataset.h"
 #include "basin/examples/data/idx_file.h"
 
 namespace basin {

@@ -10,9 +10,8 @@ namespace basin {
 /// optimizer group had when its Scheduler attached. `t` counts the
 /// scheduler's units (steps or epochs) from 0.
 ///
-/// Kinds register by name (constant, step, multistep, exponential,
-/// linear_warmup, cosine_warmup, polynomial, sequential); a Scheduler applies
-/// one to an optimizer's groups.
+/// The contract of schedulers/: each kind registers by name in
+/// `schedule_registry()`; a Scheduler applies one to an optimizer's groups.
 class Schedule {
  public:
   virtual ~Schedule() = default;

@@ -1,4 +1,4 @@
-#include "basin/core/sharded_optimizer.h"
+#include "basin/core/parallel/sharded_optimizer.h"
 
 #include <algorithm>
 #include <numeric>
@@ -9,7 +9,7 @@
 
 #include <ATen/ATen.h>
 
-#include "basin/core/communicator.h"
+#include "basin/core/parallel/communicator.h"
 
 namespace basin {
 

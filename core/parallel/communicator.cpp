@@ -4,7 +4,7 @@
 #define USE_C10D_NCCL 1
 #endif
 
-#include "basin/core/communicator.h"
+#include "basin/core/parallel/communicator.h"
 
 #include <stdexcept>
 

@@ -5,8 +5,8 @@
 #include <vector>
 
 #include "basin/core/config.h"
+#include "basin/core/schedule.h"
 #include "basin/core/state_dict.h"
-#include "basin/schedulers/schedule.h"
 
 namespace torch::optim { class Optimizer; }
 
@@ -14,6 +14,8 @@ namespace basin {
 
 /// Drives one numeric group hyper-parameter ("lr" by default; "rho",
 /// "weight_decay", "momentum", ... work too) of an optimizer along a Schedule.
+/// It lives in core, beside the engine, because the loop steps it; the
+/// shapes it follows are the plug-ins of schedulers/.
 ///
 ///     {"name": "cosine_warmup", "warmup": 100, "hyperparameter": "lr", "interval": "step"}
 ///

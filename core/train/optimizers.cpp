@@ -1,4 +1,4 @@
-#include "basin/core/optimizers.h"
+#include "basin/core/train/optimizers.h"
 
 #include <regex>
 #include <unordered_set>

@@ -1,4 +1,4 @@
-#include "basin/core/dataset.h"
+#include "basin/core/train/dataset.h"
 
 #include <stdexcept>
 

@@ -1,12 +1,12 @@
-#include "basin/core/rendezvous.h"
+#include "basin/core/parallel/rendezvous.h"
 
 #include <cstdlib>
 #include <stdexcept>
 
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
-#include "basin/core/communicator.h"
 #include "basin/core/config_error.h"
+#include "basin/core/parallel/communicator.h"
 
 namespace basin {
 

@@ -2,8 +2,8 @@
 
 #include <torch/nn/module.h>
 
-#include "basin/core/dataset.h"
 #include "basin/core/registry.h"
+#include "basin/core/train/dataset.h"
 
 namespace basin {
 

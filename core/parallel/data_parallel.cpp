@@ -1,11 +1,11 @@
-#include "basin/core/data_parallel.h"
+#include "basin/core/parallel/data_parallel.h"
 
 #include <map>
 
 #include <ATen/ATen.h>
 #include <torch/nn/module.h>
 
-#include "basin/core/communicator.h"
+#include "basin/core/parallel/communicator.h"
 
 namespace basin {
 

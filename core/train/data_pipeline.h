@@ -3,7 +3,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "basin/core/dataset.h"
+#include "basin/core/train/dataset.h"
 
 namespace basin {
 

@@ -4,10 +4,10 @@
 #include <vector>
 
 #include "basin/core/config.h"
-#include "basin/core/dataset.h"
 #include "basin/core/engine.h"
 #include "basin/core/pass_hooks.h"
 #include "basin/core/state.h"
+#include "basin/core/train/dataset.h"
 
 namespace basin {
 

@@ -1,4 +1,4 @@
-#include "basin/schedulers/scheduler.h"
+#include "basin/core/scheduler.h"
 
 #include <stdexcept>
 

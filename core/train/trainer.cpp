@@ -1,4 +1,4 @@
-#include "basin/core/trainer.h"
+#include "basin/core/train/trainer.h"
 
 #include <chrono>
 #include <mutex>
@@ -10,20 +10,20 @@
 #include <torch/csrc/distributed/c10d/HashStore.hpp>
 #include <torch/optim/optimizer.h>
 
-#include "basin/callbacks/grad_scaler.h"
 #include "basin/core/algorithm.h"
-#include "basin/core/autocast.h"
 #include "basin/core/callback.h"
-#include "basin/core/communicator.h"
-#include "basin/core/data_parallel.h"
-#include "basin/core/data_pipeline.h"
-#include "basin/core/grad_norm.h"
 #include "basin/core/hyperparameters.h"
-#include "basin/core/model.h"
-#include "basin/core/optimizers.h"
-#include "basin/core/rendezvous.h"
-#include "basin/core/sharded_optimizer.h"
-#include "basin/schedulers/scheduler.h"
+#include "basin/core/loss_scaler.h"
+#include "basin/core/parallel/communicator.h"
+#include "basin/core/parallel/data_parallel.h"
+#include "basin/core/parallel/grad_norm.h"
+#include "basin/core/parallel/rendezvous.h"
+#include "basin/core/parallel/sharded_optimizer.h"
+#include "basin/core/scheduler.h"
+#include "basin/core/train/autocast.h"
+#include "basin/core/train/data_pipeline.h"
+#include "basin/core/train/model.h"
+#include "basin/core/train/optimizers.h"
 
 namespace basin {
 
@@ -168,9 +168,10 @@ void Trainer::build(const Json& config, std::vector<std::shared_ptr<Callback>> c
     Params params = callback_configs.object(name);
     configured.push_back(callback_registry().create(name, params));
   }
-  // fp16 needs loss scaling: a scaler with the default settings unless the config has one.
+  // fp16 needs loss scaling: the registered scaler with its defaults, unless the config has one.
   if (state_.precision == Precision::kAmpFp16 && !callback_configs.has("grad_scaler")) {
-    configured.push_back(std::make_shared<GradScaler>());
+    Params defaults(Json::object(), "callbacks.grad_scaler");
+    configured.push_back(callback_registry().create("grad_scaler", defaults));
   }
   callback_configs.finish();
   for (auto& callback : configured) engine_->add_callback(std::move(callback));

@@ -1,4 +1,4 @@
-#include "basin/core/autocast.h"
+#include "basin/core/train/autocast.h"
 
 #include <ATen/autocast_mode.h>
 

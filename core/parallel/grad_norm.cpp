@@ -1,9 +1,9 @@
-#include "basin/core/grad_norm.h"
+#include "basin/core/parallel/grad_norm.h"
 
 #include <ATen/ATen.h>
 
-#include "basin/core/communicator.h"
-#include "basin/core/sharded_optimizer.h"
+#include "basin/core/parallel/communicator.h"
+#include "basin/core/parallel/sharded_optimizer.h"
 
 namespace basin {
 

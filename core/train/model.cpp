@@ -1,4 +1,4 @@
-#include "basin/core/model.h"
+#include "basin/core/train/model.h"
 
 namespace basin {
 

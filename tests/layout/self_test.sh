@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# Plants one violation of each rule in a copy of the tree and checks that
+# check_layout.sh reports every one of them, and nothing that is allowed.
+set -euo pipefail
+source_root=$(cd "${1:?usage: self_test.sh SOURCE_ROOT}" && pwd)
+checker=$(cd "$(dirname "$0")" && pwd)/check_layout.sh
+scratch=$(mktemp -d)
+trap 'rm -rf "$scratch"' EXIT
+cp -r "$source_root"/{core,algorithms,callbacks,schedulers} "$scratch"
+
+plant() {  # file, line to append; prints the file:line it lands on
+  echo "$2" >> "$scratch/$1"
+  echo "$1:$(wc -l < "$scratch/$1")"
+}
+expected=(
+  "$(plant core/engine.h '#include "basin/callbacks/progress.h"'): core includes a plug-in"
+  "$(plant core/train/trainer.cpp '#include <basin/algorithms/sam.h>'): core includes a plug-in"
+  "$(plant core/parallel/communicator.cpp '#include "basin/core/train/trainer.h"'): core/ and core/parallel/ include nothing of core/train/"
+  "$(plant core/group_sync.cpp 'basin::GradScaler* planted = nullptr;'): core names the plug-in type GradScaler"
+  "$(plant algorithms/sam.cpp '#include "basin/callbacks/grad_scaler.h"'): algorithms/ includes only core/, core/parallel/ and algorithms/"
+  "$(plant schedulers/step.cpp '#include "basin/core/train/model.h"'): schedulers/ includes only core/, core/parallel/ and schedulers/"
+)
+# Allowed: a plug-in named in a comment or a message, core/train including core/parallel.
+plant core/engine.cpp '// SAMOptimizer calls this; "GradScaler" too' > /dev/null
+plant core/config.cpp 'static const char* planted_message = "wrapped by SAM";' > /dev/null
+plant core/train/model.cpp '#include "basin/core/parallel/communicator.h"' > /dev/null
+
+set +e
+report=$("$checker" "$scratch")
+status=$?
+set -e
+fail=0
+[ $status -eq 1 ] || { echo "self-test: checker exited $status, expected 1"; fail=1; }
+for line in "${expected[@]}"; do
+  grep -qxF "$line" <<< "$report" || { echo "self-test: not reported: $line"; fail=1; }
+done
+reported=$(grep -c . <<< "$report")
+[ "$reported" -eq ${#expected[@]} ] || { echo "self-test: $reported reports for ${#expected[@]} planted:"; echo "$report"; fail=1; }
+[ $fail -eq 0 ] && echo "self-test: all ${#expected[@]} planted violations reported, nothing else"
+exit $fail
