@@ -2,6 +2,7 @@
 
 #include <atomic>
 #include <cstddef>
+#include <cstring>
 #include <mutex>
 #include <unordered_map>
 
@@ -25,7 +26,13 @@ class TrackingAllocator : public c10::Allocator {
     return allocator;
   }
 
-  c10::DataPtr allocate(size_t bytes) const override {
+  // LibTorch 2.x dropped allocate()'s const and made copy_data() required:
+  // one of the two allocate() overloads overrides, whichever this LibTorch has.
+  c10::DataPtr allocate(size_t bytes) { return allocate_bytes(bytes); }
+  c10::DataPtr allocate(size_t bytes) const { return allocate_bytes(bytes); }
+  void copy_data(void* dest, const void* src, std::size_t count) const { std::memcpy(dest, src, count); }
+
+  c10::DataPtr allocate_bytes(size_t bytes) const {
     void* data = c10::alloc_cpu(bytes);
     {
       std::lock_guard<std::mutex> lock(mutex_);

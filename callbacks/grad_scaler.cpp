@@ -7,6 +7,7 @@
 #include <ATen/ATen.h>
 
 #include "basin/core/logger.h"
+#include "basin/core/torch_compat.h"
 #include "basin/core/parallel/communicator.h"
 
 namespace basin {
@@ -21,6 +22,7 @@ GradScalerOptions options_from(Params& p) {
   if (o.backoff_factor <= 0 || o.backoff_factor >= 1) p.fail("backoff_factor", "a number in (0, 1)", p.raw("backoff_factor"));
   o.growth_interval = p.integer("growth_interval", o.growth_interval, 1);
   o.enabled = p.boolean("enabled", o.enabled);
+  o.fused = p.boolean("fused", o.fused);
   return o;
 }
 
@@ -66,7 +68,7 @@ bool GradScaler::unscale_and_check(const std::vector<at::Tensor>& grads, Communi
   at::Tensor found = at::zeros({1}, at::TensorOptions(at::kFloat).device(scale_.device()));
   if (!grads.empty()) {
     const at::Tensor inv_scale = scale_.to(at::kDouble).reciprocal().to(at::kFloat);
-    if (grads.front().is_cuda()) {
+    if (options_.fused && compat::fused_amp_kernels_on(grads.front().device().type())) {
       // The fused kernel wants one dtype per call.
       std::map<at::ScalarType, std::vector<at::Tensor>> by_dtype;
       for (const auto& g : grads) by_dtype[g.scalar_type()].push_back(g);
@@ -93,11 +95,11 @@ bool GradScaler::step_found_inf() const { return found_inf_.item<float>() != 0.0
 
 void GradScaler::update() {
   if (!options_.enabled) return;
-  if (scale_.is_cuda()) {
+  if (options_.fused && compat::fused_amp_kernels_on(scale_.device().type())) {
     at::_amp_update_scale_(scale_, growth_tracker_, found_inf_, options_.growth_factor, options_.backoff_factor,
                            options_.growth_interval);
   } else {
-    // The arithmetic of ATen's CUDA kernel: products in double, stored as float.
+    // The arithmetic of ATen's kernels: products in double, stored as float.
     float scale = scale_.item<float>();
     int tracker = growth_tracker_.item<int>();
     if (step_found_inf()) {

@@ -16,6 +16,9 @@ struct GradScalerOptions {
   double backoff_factor = 0.5;
   int64_t growth_interval = 2000;
   bool enabled = true;
+  /// ATen's fused kernels where this LibTorch has them for the gradients'
+  /// device (CUDA; CPU from 2.3), else the same arithmetic in portable ops.
+  bool fused = true;
 };
 
 /// Dynamic loss scaling that understands closures and multi-pass steps.
@@ -30,8 +33,8 @@ struct GradScalerOptions {
 ///   - `update()` once per optimizer step, from the verdicts of all its
 ///     passes: backoff after an overflow, growth after `growth_interval`
 ///     clean steps, never grown to inf.
-/// On CUDA it uses ATen's fused kernels; on CPU (where 1.13 has none) the
-/// same arithmetic in portable ops.
+/// It uses ATen's fused kernels where LibTorch has them (CUDA; CPU from 2.3),
+/// else the same arithmetic in portable ops.
 class GradScaler : public Callback, public LossScaler, public std::enable_shared_from_this<GradScaler> {
  public:
   explicit GradScaler(GradScalerOptions options = {});

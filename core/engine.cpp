@@ -3,11 +3,11 @@
 #include <array>
 
 #include <boost/signals2/signal.hpp>
-#include <spdlog/spdlog.h>
 
 #include "basin/core/algorithm.h"
 #include "basin/core/callback.h"
 #include "basin/core/config.h"
+#include "basin/core/console.h"
 
 namespace basin {
 
@@ -34,7 +34,7 @@ void Engine::add_algorithm(std::shared_ptr<Algorithm> algorithm) {
     auto slot = [this, algorithm, event] {
       if (!algorithm->match(event, state_)) return;
       trace_.push_back(algorithm->name() + "/" + event_name(event));
-      spdlog::debug("engine: {}", trace_.back());
+      if (console::enabled(console::Level::kDebug)) console::debug("engine: " + trace_.back());
       try {
         algorithm->apply(event, state_, logger_);
       } catch (const ConfigError& error) {

@@ -4,7 +4,6 @@
 
 #include <ATen/ATen.h>
 #include <nlohmann/json.hpp>
-#include <spdlog/spdlog.h>
 #include <torch/nn/module.h>
 #include <torch/optim/optimizer.h>
 

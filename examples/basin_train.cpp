@@ -2,6 +2,7 @@
 // metrics.jsonl, summary.json and resolved config.json into a run directory.
 
 #include <chrono>
+#include <cstdio>
 #include <ctime>
 #include <filesystem>
 #include <fstream>
@@ -10,11 +11,11 @@
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
-#include <spdlog/spdlog.h>
 
 #include "basin/callbacks/metrics_file.h"
 #include "basin/callbacks/progress.h"
 #include "basin/core/config.h"
+#include "basin/core/console.h"
 #include "basin/core/parallel/rendezvous.h"
 #include "basin/core/train/model.h"
 #include "basin/core/train/trainer.h"
@@ -60,6 +61,12 @@ uint64_t weights_digest(torch::nn::Module& model) {
   return hash;
 }
 
+std::string hex16(uint64_t value) {
+  char text[17];
+  std::snprintf(text, sizeof text, "%016llx", static_cast<unsigned long long>(value));
+  return text;
+}
+
 void write_json(const fs::path& path, const basin::Json& value) {
   std::ofstream out(path);
   out << value.dump(2) << '\n';
@@ -90,8 +97,8 @@ int main(int argc, char** argv) {
     const int code = app.exit(error);
     return code == 0 ? 0 : kBadInput;
   }
-  spdlog::set_level(spdlog::level::from_str(log_level));
-  spdlog::set_pattern("[%H:%M:%S] %v");
+  basin::console::set_level(log_level);
+  basin::console::set_pattern("[%H:%M:%S] %v");
 
   try {
     // In a multi-process job (basin-run, torchrun, a cluster launcher) rank 0
@@ -114,11 +121,12 @@ int main(int argc, char** argv) {
     if (writer) {
       fs::create_directories(run_dir);
       write_json(fs::path(run_dir) / "config.json", config);
-      spdlog::info("run directory: {}", run_dir);
+      basin::console::info("run directory: " + run_dir);
     }
     const basin::FitSummary summary = trainer.fit();
     if (job.world_size > 1) {
-      spdlog::info("rank {}/{}: final weights digest {:016x}", job.rank, job.world_size, weights_digest(trainer.model()));
+      basin::console::info("rank " + std::to_string(job.rank) + "/" + std::to_string(job.world_size) +
+                       ": final weights digest " + hex16(weights_digest(trainer.model())));
     }
     if (!writer) return 0;
     write_json(fs::path(run_dir) / "summary.json", summary.to_json());

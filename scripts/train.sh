@@ -4,4 +4,5 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/build.sh --target basin-train
-build/examples/basin-train --config examples/configs/fashion_mnist_sam.json "$@"
+source scripts/build_dir.sh
+"$build_dir/examples/basin-train" --config examples/configs/fashion_mnist_sam.json "$@"

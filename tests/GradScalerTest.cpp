@@ -129,7 +129,9 @@ TEST(GradScalerTest, FusedCudaKernelsAgreeWithThePortablePath) {
     const bool a = cpu.unscale_and_check({g_cpu}, nullptr);
     const bool b = cuda.unscale_and_check({g_cuda}, nullptr);
     EXPECT_EQ(a, b) << step;
-    if (a) EXPECT_TRUE(at::equal(g_cpu, g_cuda.cpu())) << step;
+    if (a) {
+      EXPECT_TRUE(at::equal(g_cpu, g_cuda.cpu())) << step;
+    }
     cpu.update();
     cuda.update();
     EXPECT_EQ(cpu.current_scale(), cuda.current_scale()) << step;

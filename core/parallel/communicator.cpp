@@ -1,10 +1,14 @@
-// The process group headers are compiled only with these defined.
+// The process group headers are compiled only with these defined (LibTorch
+// 2.x's CMake package defines them itself).
+#ifndef USE_C10D_GLOO
 #define USE_C10D_GLOO 1
-#ifdef BASIN_HAVE_NCCL
+#endif
+#if defined(BASIN_HAVE_NCCL) && !defined(USE_C10D_NCCL)
 #define USE_C10D_NCCL 1
 #endif
 
 #include "basin/core/parallel/communicator.h"
+#include "basin/core/torch_compat.h"
 
 #include <stdexcept>
 
@@ -23,7 +27,7 @@ namespace {
 
 class ProcessGroupCommunicator : public Communicator {
  public:
-  explicit ProcessGroupCommunicator(c10::intrusive_ptr<c10d::ProcessGroup> group) : group_(std::move(group)) {}
+  explicit ProcessGroupCommunicator(c10::intrusive_ptr<compat::CollectiveBackend> group) : group_(std::move(group)) {}
 
   int rank() const override { return group_->getRank(); }
   int world_size() const override { return group_->getSize(); }
@@ -56,7 +60,7 @@ class ProcessGroupCommunicator : public Communicator {
     }
   }
 
-  c10::intrusive_ptr<c10d::ProcessGroup> group_;
+  c10::intrusive_ptr<compat::CollectiveBackend> group_;
 };
 
 }  // namespace

@@ -18,7 +18,11 @@ std::vector<at::Tensor> norms_of(const std::vector<at::Tensor>& tensors) {
   std::vector<at::Tensor> norms;
   norms.reserve(tensors.size());
   for (const auto& t : tensors) {
-    norms.push_back(at::linalg_vector_norm(t, 2, c10::nullopt, false, at::kFloat).to(tensors.front().device()));
+    // Narrower floats accumulate in fp32; double keeps its own precision until
+    // the result (LibTorch 2.x refuses a norm that narrows its input).
+    const bool narrow = c10::elementSize(t.scalar_type()) < c10::elementSize(at::kFloat);
+    norms.push_back(at::linalg_vector_norm(t, 2, c10::nullopt, false, narrow ? at::kFloat : t.scalar_type())
+                        .to(at::TensorOptions(at::kFloat).device(tensors.front().device())));
   }
   return norms;
 }

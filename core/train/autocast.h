@@ -10,7 +10,8 @@ namespace basin {
 /// Turns autocast on for `precision` on `device` for its lifetime, and puts
 /// the previous autocast state back after (LibTorch has no C++ guard for it).
 /// fp32 does nothing; amp_bf16 autocasts to bfloat16 (CPU and CUDA);
-/// amp_fp16 to float16 (CUDA only: LibTorch 1.13's CPU autocast has no fp16).
+/// amp_fp16 to float16 (CUDA; CPU too where LibTorch's CPU autocast has
+/// float16, see compat::kCpuAutocastFp16).
 class AutocastGuard {
  public:
   AutocastGuard(Precision precision, c10::DeviceType device);
@@ -19,8 +20,8 @@ class AutocastGuard {
   AutocastGuard& operator=(const AutocastGuard&) = delete;
 
  private:
+  c10::DeviceType device_;
   bool active_ = false;
-  bool cuda_ = false;
   bool previous_enabled_ = false;
   at::ScalarType previous_dtype_ = at::kFloat;
 };

@@ -20,6 +20,7 @@
 #include "basin/core/parallel/rendezvous.h"
 #include "basin/core/parallel/sharded_optimizer.h"
 #include "basin/core/scheduler.h"
+#include "basin/core/torch_compat.h"
 #include "basin/core/train/autocast.h"
 #include "basin/core/train/data_pipeline.h"
 #include "basin/core/train/model.h"
@@ -75,9 +76,10 @@ void Trainer::build(const Json& config, std::vector<std::shared_ptr<Callback>> c
                       ? c10::Device(device_type, static_cast<c10::DeviceIndex>(read_job_environment().local_rank))
                       : c10::Device(device_type);
   state_.precision = precision_from_name(root.string("precision", "fp32"), "precision");
-  if (state_.precision == Precision::kAmpFp16 && !state_.device.is_cuda()) {
-    throw ConfigError("config key 'precision': amp_fp16 needs \"device\": \"cuda\" (LibTorch 1.13's CPU autocast "
-                      "has no float16); use amp_bf16 on CPU");
+  if (state_.precision == Precision::kAmpFp16 && !state_.device.is_cuda() && !compat::kCpuAutocastFp16) {
+    throw ConfigError(std::string("config key 'precision': amp_fp16 needs \"device\": \"cuda\" with LibTorch ") +
+                      compat::torch_version() + " (its CPU autocast has no float16; 2.5 and later have); use "
+                      "amp_bf16 on CPU");
   }
   grad_clip_norm_ = root.number("grad_clip_norm", 0.0, 0.0);
   state_.max_epochs = root.integer("max_epochs", 1, 1);

@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# Prints the root of the LibTorch to build against (the folder with lib/ and
+# include/), installing it first if it is missing.
+#   BASIN_LIBTORCH=debian (default)  Debian's libtorch-dev 1.13.1: prints nothing,
+#                                    CMake finds it in the system's folders.
+#   BASIN_LIBTORCH=pypi              PyPI's torch wheel (BASIN_TORCH_VERSION,
+#                                    default 2.11.0) in a virtual environment
+#                                    under BASIN_CACHE (default ~/.cache/basin),
+#                                    shared by every clone; a second run
+#                                    installs nothing.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+kind=${BASIN_LIBTORCH:-debian}
+case "$kind" in
+  debian) exit 0 ;;
+  pypi) ;;
+  *) echo "libtorch.sh: BASIN_LIBTORCH='$kind': expected debian or pypi" >&2; exit 2 ;;
+esac
+
+version=${BASIN_TORCH_VERSION:-2.11.0}
+cache=${BASIN_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/basin}
+venv=$cache/torch-$version
+done_marker=$venv/.basin-installed  # written last: a broken install is redone
+
+if [ ! -f "$done_marker" ]; then
+  echo "libtorch.sh: installing torch==$version from PyPI into $venv (about 3 GB with its CUDA libraries)" >&2
+  mkdir -p "$cache"
+  rm -rf "$venv"
+  if ! python3 -m venv "$venv" 2> /dev/null; then
+    # Debian's python3 makes virtual environments only with python3-venv.
+    sudo=""
+    [ "$(id -u)" -eq 0 ] || sudo="sudo"
+    $sudo apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends python3-venv python3-pip >&2
+    python3 -m venv "$venv"
+  fi
+  "$venv/bin/python" -m pip install --quiet --disable-pip-version-check --no-cache-dir "torch==$version" >&2
+  touch "$done_marker"
+fi
+# The package's own folder is a LibTorch root: lib/, include/, share/cmake/Torch.
+"$venv/bin/python" -c 'import os, sys, importlib.util; print(os.path.dirname(importlib.util.find_spec("torch").origin))'
