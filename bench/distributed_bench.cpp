@@ -2,13 +2,20 @@
 // basin-run; bench/distributed.sh does, at 1, 2 and 4 ranks). For each mode it
 // trains the small CNN (Fashion-MNIST shapes, synthetic data, batch 32 per
 // rank) and reports, from rank 0:
-//   - bytes this rank put into collectives per step, and the ratio to
-//     data-parallel SGD (rank-local SAM: 1.0 plus a few scalars; synced: 2.0)
+//   - bytes per rank per step, as the communicator counts them (what a
+//     bandwidth-optimal ring implementation sends, see Communicator), and
+//     the ratio to data-parallel SGD (rank-local SAM and ZeRO-1: 1.0 plus a
+//     few scalars; synced ascent: 2.0)
+//   - bytes per rank per step as measured on the loopback interface
+//     (/proc/net/dev; all ranks share it, so it is their total over N): what
+//     Gloo's own algorithms really send, TCP headers included
 //   - peak bytes held during training above what was held before it
 //   - median step time
 // Threads per rank: BASIN_BENCH_THREADS (default 1).
 
 #include <cstdlib>
+#include <fstream>
+#include <sstream>
 #include <iostream>
 #include <map>
 
@@ -51,8 +58,24 @@ struct Mode {
   std::string algorithms;
 };
 
+// Bytes sent on the loopback interface since boot, all processes together.
+double loopback_bytes_sent() {
+  std::ifstream dev("/proc/net/dev");
+  std::string line;
+  while (std::getline(dev, line)) {
+    const auto colon = line.find(':');
+    if (colon == std::string::npos || line.substr(0, colon).find("lo") == std::string::npos) continue;
+    std::istringstream fields(line.substr(colon + 1));
+    double value = 0;
+    for (int i = 0; i <= 8; ++i) fields >> value;  // receive: 8 fields, then transmit bytes
+    return value;
+  }
+  return 0;
+}
+
 struct Result {
   double bytes_per_step = 0;
+  double wire_bytes_per_step = 0;  // measured on loopback, per rank
   double peak_bytes = 0;  // this rank's
   double peak_max = 0;    // over ranks
   double peak_min = 0;
@@ -75,13 +98,19 @@ Result measure(const Mode& mode, int threads, const std::shared_ptr<basin::Commu
   basin::Trainer trainer(config, {timer}, {}, job);
   // One process with ddp has no communicator: it moves nothing.
   basin::Communicator* communicator = trainer.state().communicator.get();
-  const int64_t bytes_before = communicator != nullptr ? communicator->bytes_moved() : 0;
+  const double bytes_before = communicator != nullptr ? communicator->bytes_moved() : 0;
+  if (communicator != nullptr) communicator->barrier();
+  const double wire_before = loopback_bytes_sent();
   tracker.reset_peak();
   const size_t held_before = tracker.current();
   trainer.fit();
+  if (communicator != nullptr) communicator->barrier();
+  const double wire_after = loopback_bytes_sent();
   Result r;
   // fit() also evaluates once; evaluation moves no bytes.
-  r.bytes_per_step = communicator != nullptr ? static_cast<double>(communicator->bytes_moved() - bytes_before) / kSteps : 0;
+  r.bytes_per_step = communicator != nullptr ? (communicator->bytes_moved() - bytes_before) / kSteps : 0;
+  const int world = communicator != nullptr ? communicator->world_size() : 1;
+  r.wire_bytes_per_step = communicator != nullptr ? (wire_after - wire_before) / world / kSteps : 0;
   r.peak_bytes = static_cast<double>(tracker.peak() - held_before);
   timer->seconds.erase(timer->seconds.begin());  // the first step allocates state
   r.step_ms = timer->median() * 1e3;
@@ -116,14 +145,17 @@ int main() {
   for (const auto& mode : modes) results[mode.name] = measure(mode, threads, communicator);
   if (job.rank != 0) return 0;
   const double baseline = results["ddp sgd"].bytes_per_step;
-  fmt::print("ranks {}, torch threads per rank {}, small CNN, batch 32 per rank\n", job.world_size, threads);
-  fmt::print("{:<30} {:>12} {:>10} {:>22} {:>9}\n", "mode", "bytes/step", "vs ddp sgd", "peak MiB (max / min)",
-             "step ms");
+  const double wire_baseline = results["ddp sgd"].wire_bytes_per_step;
+  fmt::print("ranks {}, torch threads per rank {}, small CNN, batch 32 per rank; bytes per rank per step\n",
+             job.world_size, threads);
+  fmt::print("{:<30} {:>12} {:>7} {:>12} {:>7} {:>22} {:>9}\n", "mode", "ring model", "vs ddp", "loopback",
+             "vs ddp", "peak MiB (max / min)", "step ms");
   for (const auto& mode : modes) {
     const Result& r = results[mode.name];
-    fmt::print("{:<30} {:>12.0f} {:>10.3f} {:>13.2f} / {:>6.2f} {:>9.1f}\n", mode.name, r.bytes_per_step,
-               baseline > 0 ? r.bytes_per_step / baseline : 0.0, r.peak_max / (1 << 20), r.peak_min / (1 << 20),
-               r.step_ms);
+    fmt::print("{:<30} {:>12.0f} {:>7.3f} {:>12.0f} {:>7.3f} {:>13.2f} / {:>6.2f} {:>9.1f}\n", mode.name,
+               r.bytes_per_step, baseline > 0 ? r.bytes_per_step / baseline : 0.0, r.wire_bytes_per_step,
+               wire_baseline > 0 ? r.wire_bytes_per_step / wire_baseline : 0.0, r.peak_max / (1 << 20),
+               r.peak_min / (1 << 20), r.step_ms);
   }
   return 0;
 }

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Prints the root of the LibTorch to build against (the folder with lib/ and
-# include/), installing it first if it is missing.
+# include/), installing it first if it is missing; with --python, the Python
+# of its virtual environment instead.
 #   BASIN_LIBTORCH=debian (default)  Debian's libtorch-dev 1.13.1: prints nothing,
 #                                    CMake finds it in the system's folders.
 #   BASIN_LIBTORCH=pypi              PyPI's torch wheel (BASIN_TORCH_VERSION,
@@ -36,6 +37,10 @@ if [ ! -f "$done_marker" ]; then
   fi
   "$venv/bin/python" -m pip install --quiet --disable-pip-version-check --no-cache-dir "torch==$version" >&2
   touch "$done_marker"
+fi
+if [ "${1:-}" = "--python" ]; then
+  echo "$venv/bin/python"
+  exit 0
 fi
 # The package's own folder is a LibTorch root: lib/, include/, share/cmake/Torch.
 "$venv/bin/python" -c 'import os, sys, importlib.util; print(os.path.dirname(importlib.util.find_spec("torch").origin))'

@@ -12,6 +12,7 @@
 
 #include <ATen/ATen.h>
 #include <torch/csrc/autograd/autograd.h>
+#include <torch/csrc/distributed/c10d/HashStore.hpp>
 #include <torch/optim/sgd.h>
 #include <torch/serialize.h>
 
@@ -338,6 +339,25 @@ TEST(DistributedTest, ZeroOneRankLocalAscentAndDescentOverflowEqualDdp) {
   EXPECT_LE(max_difference(sharded[0], replicated[0]), 1e-5);
   EXPECT_EQ(max_difference(sharded[0], sharded[1]), 0.0);
   EXPECT_EQ(max_difference(replicated[0], replicated[1]), 0.0);
+}
+
+// One GPU holds one NCCL rank: the communicator connects, passes a barrier
+// (an NCCL all-reduce) and carries a data-parallel SAM job on the device.
+TEST(DistributedTest, NcclCommunicatorTrainsOnOneRank) {
+  if (!nccl_available()) GTEST_SKIP() << "this build has no NCCL (Debian's LibTorch is CPU-only)";
+  if (!at::hasCUDA()) GTEST_SKIP() << "no CUDA device: NCCL runs on a GPU machine";
+  auto communicator =
+      make_nccl_communicator(c10::make_intrusive<c10d::HashStore>(), 0, 1, std::chrono::seconds(60));
+  communicator->barrier();
+  Json config = sam_config(R"({"rho": 0.05, "sync_ascent": true})", "ddp");
+  config["device"] = "cuda";
+  Trainer trainer(config, {}, {}, communicator);
+  const FitSummary summary = trainer.fit();
+  EXPECT_EQ(summary.steps, 5);
+  for (const auto& p : trainer.model().parameters()) {
+    EXPECT_TRUE(p.is_cuda());
+    EXPECT_TRUE(p.isfinite().all().item<bool>());
+  }
 }
 
 TEST(DistributedTest, PartitionIsGreedyBySizeAndNeverSplitsATensor) {

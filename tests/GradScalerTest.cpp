@@ -8,6 +8,7 @@
 
 #include "basin/callbacks/grad_scaler.h"
 #include "basin/core/parallel/communicator.h"
+#include "basin/core/torch_compat.h"
 
 namespace basin {
 namespace {
@@ -117,26 +118,55 @@ TEST(GradScalerTest, OverflowOnOneRankIsEveryRanksOverflow) {
   EXPECT_EQ(verdicts, (std::vector<int>{2, 2}));
 }
 
-TEST(GradScalerTest, FusedCudaKernelsAgreeWithThePortablePath) {
-  if (!at::hasCUDA()) GTEST_SKIP() << "no CUDA device: the fused-kernel comparison runs on a GPU machine";
-  GradScaler cpu(options(1024, 2)), cuda(options(1024, 2));
+// ATen's fused kernels and the portable ops must be one arithmetic: the same
+// unscaled gradients, the same verdicts and the same scale, bit for bit,
+// through clean steps, growth, inf and NaN, in every gradient dtype.
+void expect_fused_equals_portable(const at::Device& device) {
+  GradScalerOptions fused_options = options(1024, 2), portable_options = options(1024, 2);
+  portable_options.fused = false;
+  GradScaler fused(fused_options), portable(portable_options);
   at::manual_seed(3);
-  for (int step = 0; step < 6; ++step) {
-    at::Tensor g = at::randn({1000}) * 1000;
-    if (step == 2) g[7] = INFINITY;
-    if (step == 4) g[9] = NAN;
-    at::Tensor g_cpu = g.clone(), g_cuda = g.cuda();
-    const bool a = cpu.unscale_and_check({g_cpu}, nullptr);
-    const bool b = cuda.unscale_and_check({g_cuda}, nullptr);
-    EXPECT_EQ(a, b) << step;
-    if (a) {
-      EXPECT_TRUE(at::equal(g_cpu, g_cuda.cpu())) << step;
+  for (int step = 0; step < 8; ++step) {
+    std::vector<at::Tensor> grads = {(at::randn({1000}) * 1000).to(device),
+                                     (at::randn({64}) * 1000).to(device, at::kBFloat16),
+                                     (at::randn({64}) * 100).to(device, at::kHalf)};
+    if (step == 2) grads[0][7] = INFINITY;
+    if (step == 4) grads[1][9] = NAN;
+    if (step == 6) grads[2][0] = -INFINITY;
+    std::vector<at::Tensor> a, b;
+    for (const auto& g : grads) {
+      a.push_back(g.clone());
+      b.push_back(g.clone());
     }
-    cpu.update();
-    cuda.update();
-    EXPECT_EQ(cpu.current_scale(), cuda.current_scale()) << step;
-    EXPECT_EQ(cpu.growth_tracker(), cuda.growth_tracker()) << step;
+    const bool fused_finite = fused.unscale_and_check(a, nullptr);
+    const bool portable_finite = portable.unscale_and_check(b, nullptr);
+    EXPECT_EQ(fused_finite, portable_finite) << "step " << step;
+    EXPECT_EQ(fused_finite, step != 2 && step != 4 && step != 6) << "step " << step;
+    for (std::size_t i = 0; i < a.size(); ++i) {
+      // NaN == NaN here: equal_nan, and exact (no tolerance).
+      EXPECT_TRUE(at::allclose(a[i].cpu().to(at::kDouble), b[i].cpu().to(at::kDouble), 0, 0, /*equal_nan=*/true))
+          << "step " << step << " tensor " << i;
+    }
+    fused.update();
+    portable.update();
+    EXPECT_EQ(fused.current_scale(), portable.current_scale()) << "step " << step;
+    EXPECT_EQ(fused.growth_tracker(), portable.growth_tracker()) << "step " << step;
   }
+  // 1024, grown once (steps 0 and 1 clean) and halved three times over the 8 steps.
+  EXPECT_EQ(fused.current_scale(), 1024.0 * 2 * 0.5 * 0.5 * 0.5) << "the steps exercised growth and backoff";
+}
+
+TEST(GradScalerTest, FusedKernelsAgreeWithThePortablePathOnCpu) {
+  if (!compat::kFusedAmpKernelsOnCpu) {
+    GTEST_SKIP() << "LibTorch " << compat::torch_version() << " has no CPU kernels for the fused loss-scaling ops "
+                 << "(2.3 and later have): only the portable path runs on CPU";
+  }
+  expect_fused_equals_portable(at::kCPU);
+}
+
+TEST(GradScalerTest, FusedKernelsAgreeWithThePortablePathOnCuda) {
+  if (!at::hasCUDA()) GTEST_SKIP() << "no CUDA device: the CUDA comparison runs on a GPU machine";
+  expect_fused_equals_portable(at::Device(at::kCUDA, 0));
 }
 
 }  // namespace

@@ -240,14 +240,61 @@ TEST(MixedPrecisionTest, Bf16AutocastTrainsTheSmallCnnOnCpu) {
 }
 
 TEST(MixedPrecisionTest, Fp16OnCpuIsRejectedBeforeTraining) {
-  if (compat::kCpuAutocastFp16) GTEST_SKIP() << "this LibTorch's CPU autocast has float16: amp_fp16 runs on CPU";
+  if (compat::kCpuAutocastFp16) {
+    GTEST_SKIP() << "LibTorch " << compat::torch_version() << "'s CPU autocast has float16: amp_fp16 runs on CPU "
+                 << "(MixedPrecisionTest.Fp16RealOverflowOnCpu)";
+  }
   Json config = test::smoke_config();
   config["precision"] = "amp_fp16";
   const std::string message = test::trainer_config_error(config);
   EXPECT_NE(message.find("'precision'"), std::string::npos) << message;
   EXPECT_NE(message.find("amp_bf16"), std::string::npos) << message;
+}
+
+TEST(MixedPrecisionTest, UnknownPrecisionListsTheKnownOnes) {
+  Json config = test::smoke_config();
   config["precision"] = "fp8";
   EXPECT_NE(test::trainer_config_error(config).find("fp32, amp_bf16, amp_fp16"), std::string::npos);
+}
+
+// fp16 autocast with SAM and a real float16 overflow, no injection: at a
+// scale of 2^24 the float16 gradient of the logits, scale * (p - y) / 16,
+// exceeds float16's 65504, so the scaler backs off (about 2^19 fits) and then
+// trains, with fp32 weights that never see an inf.
+void expect_fp16_overflow_backs_off_then_trains(const std::string& device) {
+  Json config = test::smoke_config();
+  config["device"] = device;
+  config["precision"] = "amp_fp16";
+  config["max_epochs"] = 6;
+  config["algorithms"] = Json::parse(R"({"sam": {"rho": 0.05}})");
+  config["callbacks"] = Json::parse(R"({"grad_scaler": {"init_scale": 16777216, "growth_interval": 1000}})");
+  auto dtype = std::make_shared<OutputDtype>();
+  auto finite = std::make_shared<WeightsStayFinite>();
+  auto losses = std::make_shared<test::LossRecorder>();
+  Trainer trainer(config, {dtype, finite, losses});
+  const FitSummary summary = trainer.fit();
+  EXPECT_EQ(dtype->dtype, at::kHalf);  // the forward ran in float16
+  for (const auto& p : trainer.model().parameters()) EXPECT_EQ(p.scalar_type(), at::kFloat);
+  EXPECT_TRUE(finite->finite);
+  EXPECT_GE(summary.skipped_steps, 3);   // 2^24 -> 2^21 at least
+  EXPECT_LE(summary.skipped_steps, 12);  // then it fits and trains
+  EXPECT_LE(trainer.state().scaler->current_scale(), std::ldexp(1.0, 21));
+  const auto& l = losses->losses;
+  ASSERT_EQ(l.size(), 48u);
+  const double last = std::accumulate(l.end() - 8, l.end(), 0.0) / 8;
+  EXPECT_LT(last, std::log(3.0) * 0.8);  // below chance: it learned
+}
+
+TEST(MixedPrecisionTest, Fp16RealOverflowOnCpu) {
+  if (!compat::kCpuAutocastFp16) {
+    GTEST_SKIP() << "LibTorch " << compat::torch_version() << "'s CPU autocast has no float16 (2.5 and later have)";
+  }
+  expect_fp16_overflow_backs_off_then_trains("cpu");
+}
+
+TEST(MixedPrecisionTest, Fp16RealOverflowWithSamOnCuda) {
+  if (!at::hasCUDA()) GTEST_SKIP() << "no CUDA device: amp_fp16 on CUDA runs on a GPU machine";
+  expect_fp16_overflow_backs_off_then_trains("cuda");
 }
 
 TEST(MixedPrecisionTest, Fp16AutocastWithSamOnCuda) {

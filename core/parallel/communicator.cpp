@@ -19,8 +19,10 @@
 
 namespace basin {
 
-void Communicator::count(const std::vector<at::Tensor>& tensors) {
-  for (const auto& t : tensors) bytes_moved_ += t.numel() * static_cast<int64_t>(t.element_size());
+void Communicator::count(const std::vector<at::Tensor>& tensors, Pattern pattern) {
+  const double n = world_size();
+  const double share = (pattern == Pattern::kAllReduce ? 2.0 : 1.0) * (n - 1) / n;
+  for (const auto& t : tensors) bytes_moved_ += share * static_cast<double>(t.numel() * t.element_size());
 }
 
 namespace {
@@ -37,7 +39,7 @@ class ProcessGroupCommunicator : public Communicator {
 
   void broadcast(std::vector<at::Tensor>& tensors, int root) override {
     if (world_size() == 1) return;  // nothing to move
-    count(tensors);
+    count(tensors, Pattern::kOneToAllOrAllToOne);
     for (auto& t : tensors) {
       std::vector<at::Tensor> one{t};
       c10d::BroadcastOptions options;
@@ -46,12 +48,24 @@ class ProcessGroupCommunicator : public Communicator {
     }
   }
 
+  void reduce_sum(std::vector<at::Tensor>& tensors, int root) override {
+    if (world_size() == 1) return;  // the sum of one rank is itself
+    count(tensors, Pattern::kOneToAllOrAllToOne);
+    for (auto& t : tensors) {
+      std::vector<at::Tensor> one{t};
+      c10d::ReduceOptions options;
+      options.reduceOp = c10d::ReduceOp::SUM;
+      options.rootRank = root;
+      group_->reduce(one, options)->wait();
+    }
+  }
+
   void barrier() override { group_->barrier()->wait(); }
 
  private:
   void all_reduce(std::vector<at::Tensor>& tensors, c10d::ReduceOp op) {
     if (world_size() == 1) return;  // the reduction of one rank is itself
-    count(tensors);
+    count(tensors, Pattern::kAllReduce);
     c10d::AllreduceOptions options;
     options.reduceOp = op;
     for (auto& t : tensors) {

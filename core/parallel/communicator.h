@@ -27,16 +27,24 @@ class Communicator {
   virtual void all_reduce_max(std::vector<at::Tensor>& tensors) = 0;
   /// In-place copy of `root`'s tensors to every rank.
   virtual void broadcast(std::vector<at::Tensor>& tensors, int root) = 0;
+  /// In-place elementwise sum over ranks, into `root`'s tensors only (other
+  /// ranks' tensors are left unspecified).
+  virtual void reduce_sum(std::vector<at::Tensor>& tensors, int root) = 0;
   virtual void barrier() = 0;
 
-  /// Payload bytes this rank has put into collectives so far.
-  int64_t bytes_moved() const { return bytes_moved_; }
+  /// Bytes this rank has sent in collectives so far, as a bandwidth-optimal
+  /// (ring) implementation sends them, averaged over ranks: an all-reduce of
+  /// S bytes sends 2(N-1)/N * S, a reduce or broadcast (N-1)/N * S, so a
+  /// reduce to each owner plus a broadcast from each owner (ZeRO-1's
+  /// reduce-scatter and all-gather) costs what one all-reduce costs.
+  double bytes_moved() const { return bytes_moved_; }
 
  protected:
-  void count(const std::vector<at::Tensor>& tensors);
+  enum class Pattern { kAllReduce, kOneToAllOrAllToOne };
+  void count(const std::vector<at::Tensor>& tensors, Pattern pattern);
 
  private:
-  int64_t bytes_moved_ = 0;
+  double bytes_moved_ = 0;
 };
 
 /// A communicator over a Gloo process group. Ranks meet through `store`

@@ -5,6 +5,7 @@
 #include <ATen/ATen.h>
 #include <torch/nn/module.h>
 
+#include "basin/core/parallel/agreed_gradients.h"
 #include "basin/core/parallel/communicator.h"
 
 namespace basin {
@@ -40,8 +41,13 @@ void DataParallel::broadcast_buffers(torch::nn::Module& model) {
   }
 }
 
-void DataParallel::average_gradients(const std::vector<at::Tensor>& grads) {
-  if (communicator_->world_size() == 1 || grads.empty()) return;
+void DataParallel::average_gradients(const std::vector<at::Tensor>& params) {
+  if (communicator_->world_size() == 1) return;
+  std::vector<at::Tensor> grads;
+  for (const auto& g : agreed_gradients(params, *communicator_)) {
+    if (g.defined()) grads.push_back(g);
+  }
+  if (grads.empty()) return;
   at::NoGradGuard no_grad;
   const double world = static_cast<double>(communicator_->world_size());
   // Buckets of same-dtype, same-device gradients, flattened into one tensor each.

@@ -43,9 +43,11 @@ class DataParallel {
   /// the model has no buffers).
   void broadcast_buffers(torch::nn::Module& model);
 
-  /// Replaces each gradient by its mean over ranks (Gloo has no AVG: a sum,
-  /// then a division).
-  void average_gradients(const std::vector<at::Tensor>& grads);
+  /// Replaces the gradient of each of `params` by its mean over ranks (Gloo
+  /// has no AVG: a sum, then a division). A parameter without a gradient on
+  /// this rank counts as a zero gradient when another rank has one (see
+  /// agreed_gradients). `params`: the same tensors on every rank, each once.
+  void average_gradients(const std::vector<at::Tensor>& params);
 
  private:
   std::shared_ptr<Communicator> communicator_;

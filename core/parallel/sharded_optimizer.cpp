@@ -1,6 +1,7 @@
 #include "basin/core/parallel/sharded_optimizer.h"
 
 #include <algorithm>
+#include <map>
 #include <numeric>
 #include <sstream>
 #include <stdexcept>
@@ -9,6 +10,7 @@
 
 #include <ATen/ATen.h>
 
+#include "basin/core/parallel/agreed_gradients.h"
 #include "basin/core/parallel/communicator.h"
 
 namespace basin {
@@ -105,6 +107,33 @@ void ShardedOptimizer::broadcast_parameters() {
     for (auto& t : shard) {
       t.copy_(flat.front().narrow(0, offset, t.numel()).view_as(t));
       offset += t.numel();
+    }
+  }
+}
+
+void ShardedOptimizer::reduce_gradients_to_owners() {
+  if (communicator_->world_size() == 1) return;
+  const std::vector<at::Tensor> grads = agreed_gradients(params_, *communicator_);
+  at::NoGradGuard no_grad;
+  const double world = static_cast<double>(communicator_->world_size());
+  for (int rank = 0; rank < communicator_->world_size(); ++rank) {
+    // One flat buffer per owner and dtype: one collective each, whatever the number of tensors.
+    std::map<at::ScalarType, std::vector<at::Tensor>> by_dtype;
+    for (std::size_t i = 0; i < params_.size(); ++i) {
+      if (grads[i].defined() && owner(params_[i]) == rank) by_dtype[grads[i].scalar_type()].push_back(grads[i]);
+    }
+    for (auto& [dtype, shard] : by_dtype) {
+      std::vector<at::Tensor> parts;
+      for (const auto& g : shard) parts.push_back(g.reshape(-1));
+      std::vector<at::Tensor> flat{at::cat(parts)};
+      communicator_->reduce_sum(flat, rank);
+      if (rank != communicator_->rank()) continue;
+      flat.front().div_(world);
+      int64_t offset = 0;
+      for (auto& g : shard) {
+        g.copy_(flat.front().narrow(0, offset, g.numel()).view_as(g));
+        offset += g.numel();
+      }
     }
   }
 }

@@ -33,8 +33,12 @@ class ShardedParameters {
 /// model's and stay one source of truth with the local optimizer's
 /// (GroupSync), so schedulers reach every rank's local optimizer.
 ///
-/// Gradients must be averaged over ranks before `step` (the data-parallel
-/// sync does it; Gloo has no reduce-scatter, so every rank holds them all).
+/// Each rank needs the average over ranks of the gradients it owns before
+/// `step`: `reduce_gradients_to_owners` sums each owner's gradients onto it
+/// alone (a reduce-scatter by tensor), and `step` ends with each owner's
+/// broadcast of its updated shard (an all-gather): together the bytes of one
+/// all-reduce, what data-parallel SGD moves. An all-reduce of every gradient
+/// (the data-parallel sync) serves too.
 class ShardedOptimizer : public torch::optim::Optimizer, public ShardedParameters {
  public:
   /// Builds the base optimizer over this rank's shard of each group (groups
@@ -48,6 +52,12 @@ class ShardedOptimizer : public torch::optim::Optimizer, public ShardedParameter
 
   /// Runs the closure (if any), steps this rank's shard, broadcasts shards.
   at::Tensor step(LossClosure closure = nullptr) override;
+
+  /// Replaces each gradient this rank owns by its mean over ranks, from one
+  /// reduce per owner (of its shard, flattened); the gradients other ranks
+  /// own stay rank-local. A parameter without a gradient here counts as zero
+  /// when another rank has one (agreed_gradients).
+  void reduce_gradients_to_owners();
 
   bool owns(const at::Tensor& param) const override;
   int owner(const at::Tensor& param) const;

@@ -235,15 +235,33 @@ double Trainer::current_lr() const {
   return groups.empty() ? 0.0 : groups.front().options().get_lr();
 }
 
-std::vector<at::Tensor> Trainer::gradients() const {
-  std::vector<at::Tensor> grads;
-  std::unordered_set<const c10::TensorImpl*> seen;  // a tied weight's gradient is unscaled once
+std::vector<at::Tensor> Trainer::parameters() const {
+  std::vector<at::Tensor> params;
+  std::unordered_set<const c10::TensorImpl*> seen;  // a tied weight counts once
   for (const auto& group : state_.optimizer->param_groups()) {
     for (const auto& p : group.params()) {
-      if (p.grad().defined() && seen.insert(p.unsafeGetTensorImpl()).second) grads.push_back(p.grad());
+      if (seen.insert(p.unsafeGetTensorImpl()).second) params.push_back(p);
     }
   }
+  return params;
+}
+
+std::vector<at::Tensor> Trainer::gradients() const {
+  std::vector<at::Tensor> grads;
+  for (const auto& p : parameters()) {
+    if (p.grad().defined()) grads.push_back(p.grad());  // undefined: the parameter took no part
+  }
   return grads;
+}
+
+void Trainer::sync_gradients() {
+  // ZeRO-1 needs each gradient on its owner alone, except in SAM's synced
+  // ascent, which perturbs every parameter with the averaged gradient.
+  if (sharded_ != nullptr && state_.pass != Pass::kAscent) {
+    sharded_->reduce_gradients_to_owners();
+  } else {
+    data_parallel_->average_gradients(parameters());
+  }
 }
 
 PassHooks Trainer::pass_hooks() {
@@ -299,7 +317,7 @@ at::Tensor Trainer::closure() {
   }
   // Microbatches accumulate locally; ranks sync once, unless this pass's
   // gradients must stay rank-local (SAM's ascent with sync_ascent false).
-  if (data_parallel_ && !state_.skip_gradient_sync) data_parallel_->average_gradients(gradients());
+  if (data_parallel_ && !state_.skip_gradient_sync) sync_gradients();
   return total;
 }
 

@@ -79,7 +79,12 @@ class Trainer {
   at::Tensor optimizer_step();
   /// The trainer's pass hooks: unscale and check under a grad scaler, clip.
   PassHooks pass_hooks();
+  /// The optimizer's parameters, each once (tied weights share one), and
+  /// those of their gradients that are defined.
+  std::vector<at::Tensor> parameters() const;
   std::vector<at::Tensor> gradients() const;
+  /// Averages gradients over ranks after a pass's last microbatch.
+  void sync_gradients();
   double current_lr() const;
   void agree_on_stop();
 

@@ -1,0 +1,134 @@
+// Times one training step of basin, for side-by-side comparisons with the
+// Python peers (bench/peers.sh runs it interleaved with bench/peers_sam.py).
+//
+//   basin-bench-step --impl trainer_sam --model cnn --batch 128 --steps 30 --threads 1
+//
+// impl: trainer_sgd, trainer_sam  the whole step of basin's Trainer (events,
+//                                 batch gather, closure, optimizer, bookkeeping),
+//                                 timed from BATCH_START to BATCH_END
+//       optimizer_sgd, optimizer_sam  LibTorch SGD or SAMOptimizer over it,
+//                                 stepped with a closure on a fixed batch, as
+//                                 the Python peers do
+// model: mlp (784-256-10) or cnn (the examples' small CNN); SGD lr 0.01,
+// momentum 0.9; SAM rho 0.05. Prints one line:
+//   peer impl=... model=... batch=... threads=... median_ms=... min_ms=... steps=... torch=...
+
+#include <algorithm>
+#include <chrono>
+#include <iostream>
+
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+#include <CLI/CLI.hpp>
+#include <torch/optim/sgd.h>
+
+#include "basin/algorithms/sam_optimizer.h"
+#include "basin/core/callback.h"
+#include "basin/core/torch_compat.h"
+#include "basin/core/train/model.h"
+#include "basin/core/train/trainer.h"
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double milliseconds(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration<double, std::milli>(b - a).count();
+}
+
+basin::Json model_config(const std::string& model) {
+  return model == "mlp" ? basin::Json::parse(R"({"name": "mlp", "hidden": [256]})")
+                        : basin::Json::parse(R"({"name": "cnn"})");
+}
+
+// Times every step from BATCH_START to BATCH_END.
+class StepTimer : public basin::Callback {
+ public:
+  std::string name() const override { return "step_timer"; }
+  bool on_batch_start(const basin::State&, basin::Logger&) override { return start_ = Clock::now(), false; }
+  bool on_batch_end(const basin::State&, basin::Logger&) override {
+    ms.push_back(milliseconds(start_, Clock::now()));
+    return false;
+  }
+  std::vector<double> ms;
+
+ private:
+  Clock::time_point start_;
+};
+
+std::vector<double> time_trainer(bool sam, const std::string& model, int64_t batch, int64_t steps, int threads) {
+  basin::Json config = {{"seed", 0},
+                        {"threads", threads},
+                        {"max_steps", steps},
+                        {"log_every", 1000000},
+                        {"data",
+                         {{"name", "synthetic"},
+                          {"train_size", batch * steps},
+                          {"test_size", 1},
+                          {"input_shape", {1, 28, 28}},
+                          {"num_classes", 10},
+                          {"batch_size", batch}}},
+                        {"model", model_config(model)},
+                        {"optimizer", {{"name", "sgd"}, {"lr", 0.01}, {"momentum", 0.9}}}};
+  if (sam) config["algorithms"] = {{"sam", {{"rho", 0.05}}}};
+  auto timer = std::make_shared<StepTimer>();
+  basin::Trainer trainer(config, {timer});
+  trainer.fit();
+  return timer->ms;
+}
+
+std::vector<double> time_optimizer(bool sam, const std::string& model_name, int64_t batch, int64_t steps) {
+  at::manual_seed(0);
+  basin::Params params(model_config(model_name), "model");
+  auto model = basin::model_registry().create(params.string("name"), params, basin::DatasetInfo{{1, 28, 28}, 10});
+  const at::Tensor inputs = at::randn({batch, 1, 28, 28});
+  const at::Tensor targets = at::randint(0, 10, {batch}, at::kLong);
+  std::shared_ptr<torch::optim::Optimizer> optimizer =
+      std::make_shared<torch::optim::SGD>(model->parameters(), torch::optim::SGDOptions(0.01).momentum(0.9));
+  if (sam) {
+    basin::SAMOptions options;
+    options.rho = 0.05;
+    optimizer = std::make_shared<basin::SAMOptimizer>(optimizer, options);
+  }
+  auto closure = [&] {
+    optimizer->zero_grad();
+    at::Tensor loss = at::cross_entropy_loss(model->forward(inputs), targets);
+    loss.backward();
+    return loss.detach();
+  };
+  std::vector<double> ms;
+  for (int64_t i = 0; i < steps; ++i) {
+    const auto start = Clock::now();
+    optimizer->step(closure);
+    ms.push_back(milliseconds(start, Clock::now()));
+  }
+  return ms;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"Times basin's training step (one line out, for bench/peers.sh)"};
+  std::string impl = "trainer_sam", model = "cnn";
+  int64_t batch = 128, steps = 30, warmup = 3;
+  int threads = 1;
+  app.add_option("--impl", impl)->check(CLI::IsMember({"trainer_sgd", "trainer_sam", "optimizer_sgd", "optimizer_sam"}));
+  app.add_option("--model", model)->check(CLI::IsMember({"mlp", "cnn"}));
+  app.add_option("--batch", batch)->check(CLI::PositiveNumber);
+  app.add_option("--steps", steps)->check(CLI::PositiveNumber);
+  app.add_option("--warmup", warmup)->check(CLI::NonNegativeNumber);
+  app.add_option("--threads", threads)->check(CLI::PositiveNumber);
+  CLI11_PARSE(app, argc, argv);
+
+  at::set_num_threads(threads);
+  const bool sam = impl.find("sam") != std::string::npos;
+  std::vector<double> ms = impl.rfind("trainer", 0) == 0 ? time_trainer(sam, model, batch, warmup + steps, threads)
+                                                          : time_optimizer(sam, model, batch, warmup + steps);
+  ms.erase(ms.begin(), ms.begin() + warmup);  // first steps allocate state and buffers
+  std::vector<double> sorted = ms;
+  std::sort(sorted.begin(), sorted.end());
+  std::cout << "peer impl=" << impl << " model=" << model << " batch=" << batch << " threads=" << threads
+            << " median_ms=" << sorted[sorted.size() / 2] << " min_ms=" << sorted.front() << " steps=" << ms.size()
+            << " torch=" << basin::compat::torch_version() << std::endl;
+  return 0;
+}

@@ -1,0 +1,216 @@
+// Gradient sync across ranks (ranks as threads): parameters without a
+// gradient (LibTorch 2.x's zero_grad leaves them undefined; an unused
+// branch never gets one) in every mode and every reader of gradients, and
+// ZeRO-1's reduce to owners, which moves the bytes of data-parallel SGD.
+
+#include <gtest/gtest.h>
+
+#include <ATen/ATen.h>
+#include <torch/nn/modules/linear.h>
+
+#include "basin/core/parallel/communicator.h"
+#include "basin/core/train/data_pipeline.h"
+#include "basin/core/train/model.h"
+#include "distributed_util.h"
+#include "test_util.h"
+
+namespace basin {
+namespace {
+
+/// An MLP with a second head, `extra`, that joins the logits only when
+/// "use_extra" is set: unset, its parameters get no gradient at all.
+///     {"name": "test_gated_mlp", "use_extra": false}
+class GatedMLP : public Model {
+ public:
+  GatedMLP(Params& params, const DatasetInfo& info) : use_extra_(params.boolean("use_extra", false)) {
+    int64_t width = 1;
+    for (int64_t d : info.input_shape) width *= d;
+    hidden_ = register_module("hidden", torch::nn::Linear(width, 16));
+    out_ = register_module("out", torch::nn::Linear(16, info.num_classes));
+    extra_ = register_module("extra", torch::nn::Linear(16, info.num_classes));
+  }
+  at::Tensor forward(const at::Tensor& inputs) override {
+    const at::Tensor h = at::relu(hidden_->forward(inputs.flatten(1)));
+    return use_extra_ ? out_->forward(h) + extra_->forward(h) : out_->forward(h);
+  }
+  std::vector<at::Tensor> extra_parameters() { return extra_->parameters(); }
+
+ private:
+  bool use_extra_;
+  torch::nn::Linear hidden_{nullptr}, out_{nullptr}, extra_{nullptr};
+};
+
+BASIN_REGISTER(model_registry(), "test_gated_mlp", GatedMLP);
+
+using Weights = std::vector<at::Tensor>;
+
+Weights weights_of(Trainer& trainer) {
+  Weights out;
+  for (const auto& p : trainer.model().parameters()) out.push_back(p.detach().clone());
+  return out;
+}
+
+Weights extra_of(Trainer& trainer) {
+  Weights out;
+  for (const auto& p : dynamic_cast<GatedMLP&>(trainer.model()).extra_parameters()) out.push_back(p.detach().clone());
+  return out;
+}
+
+double max_difference(const Weights& a, const Weights& b) {
+  double worst = 0;
+  for (std::size_t i = 0; i < a.size(); ++i) worst = std::max(worst, (a[i] - b[i]).abs().max().item<double>());
+  return worst;
+}
+
+// SAM with a synced ascent, the grad scaler and clipping: every reader of gradients at once.
+Json gated_config(const std::string& mode) {
+  Json config = test::smoke_config();
+  config["max_steps"] = 4;
+  config["model"] = Json::parse(R"({"name": "test_gated_mlp"})");
+  config["algorithms"] = Json::parse(R"({"sam": {"rho": 0.05, "sync_ascent": true}})");
+  config["callbacks"] = Json::parse(R"({"grad_scaler": {"init_scale": 256, "growth_interval": 1}})");
+  config["grad_clip_norm"] = 0.5;
+  if (mode != "none") config["parallel"] = Json::parse(R"({"mode": ")" + mode + R"(", "timeout_seconds": 60})");
+  return config;
+}
+
+class UnusedParameterTest : public ::testing::TestWithParam<std::string> {};
+
+// A head no rank uses keeps no gradient: it is neither perturbed, nor
+// synced, nor counted by the scaler or the clipping, nor stepped.
+TEST_P(UnusedParameterTest, HeadNoRankUsesStaysUntouchedAndTrainingMatchesOneProcess) {
+  const std::string mode = GetParam();
+  const Json config = gated_config(mode);
+  Json single = gated_config("none");
+  single["data"]["batch_size"] = 32;  // two ranks' 16 together
+  Trainer one(single);
+  const Weights initial_extra = extra_of(one);
+  const FitSummary one_summary = one.fit();
+  EXPECT_EQ(one_summary.skipped_steps, 0);
+  EXPECT_EQ(max_difference(extra_of(one), initial_extra), 0.0);
+  if (mode == "none") return;
+
+  std::vector<Weights> weights(2), extras(2);
+  std::vector<int64_t> skipped(2, -1);
+  test::run_ranks(2, [&](int rank, std::shared_ptr<Communicator> communicator) {
+    Trainer trainer(config, {}, {}, communicator);
+    const FitSummary summary = trainer.fit();
+    weights[static_cast<std::size_t>(rank)] = weights_of(trainer);
+    extras[static_cast<std::size_t>(rank)] = extra_of(trainer);
+    skipped[static_cast<std::size_t>(rank)] = summary.skipped_steps;
+  });
+  EXPECT_EQ(skipped, (std::vector<int64_t>{0, 0}));
+  EXPECT_EQ(max_difference(extras[0], initial_extra), 0.0);
+  EXPECT_EQ(max_difference(weights[0], weights[1]), 0.0);
+  EXPECT_LE(max_difference(weights[0], weights_of(one)), 1e-5);
+}
+
+INSTANTIATE_TEST_SUITE_P(Modes, UnusedParameterTest, ::testing::Values("none", "ddp", "zero1"),
+                         [](const auto& info) { return info.param; });
+
+class UsedOnOneRankTest : public ::testing::TestWithParam<std::string> {};
+
+// A head only rank 1 uses: rank 0 counts it as a zero gradient, so the
+// collectives line up, replicas stay equal and the head learns from the
+// average (half of rank 1's gradient), as PyTorch's DDP does.
+TEST_P(UsedOnOneRankTest, CountsAsZeroOnTheOtherRank) {
+  Json config = gated_config(GetParam());
+  config["algorithms"] = Json::object();
+  config.erase("callbacks");
+  config.erase("grad_clip_norm");
+  config["optimizer"] = Json::parse(R"({"name": "sgd", "lr": 0.1})");
+  config["max_steps"] = 1;
+  std::vector<Weights> extras(2);
+  test::run_ranks(2, [&](int rank, std::shared_ptr<Communicator> communicator) {
+    Json mine = config;
+    mine["model"]["use_extra"] = rank == 1;
+    Trainer trainer(mine, {}, {}, communicator);
+    trainer.fit();
+    extras[static_cast<std::size_t>(rank)] = extra_of(trainer);
+  });
+  EXPECT_EQ(max_difference(extras[0], extras[1]), 0.0);
+
+  // Reference in plain LibTorch: the same initial weights, rank 1's slice of
+  // the first batch, and w - lr * g / 2 for the head.
+  Json reference = config;
+  reference.erase("parallel");
+  reference["model"]["use_extra"] = true;
+  Trainer same_start(reference);
+  const auto order = epoch_order(same_start.data().train.size(), 3, 0, true);  // smoke_config's seed
+  const Batch batch = same_start.data().train.gather(std::vector<int64_t>(order.begin() + 16, order.begin() + 32));
+  at::cross_entropy_loss(same_start.model().forward(batch.inputs), batch.targets).backward();
+  auto head = dynamic_cast<GatedMLP&>(same_start.model()).extra_parameters();
+  ASSERT_EQ(head.size(), extras[1].size());
+  for (std::size_t i = 0; i < head.size(); ++i) {
+    const at::Tensor expected = head[i].detach() - 0.1 * head[i].grad() / 2;
+    EXPECT_TRUE(at::allclose(extras[1][i], expected, 1e-6, 1e-7))
+        << "extra tensor " << i << " max diff " << (extras[1][i] - expected).abs().max().item<double>();
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Modes, UsedOnOneRankTest, ::testing::Values("ddp", "zero1"),
+                         [](const auto& info) { return info.param; });
+
+// Bytes per step as the communicator counts them (the ring model): ZeRO-1
+// with SAM's rank-local ascent reduces each shard to its owner and broadcasts
+// it back, which is what one all-reduce of every gradient costs.
+TEST(GradientSyncTest, ZeroOneRankLocalSamMovesTheBytesOfDataParallelSgd) {
+  auto bytes_per_step = [](const Json& config) {
+    double per_step = 0;
+    test::run_ranks(2, [&](int rank, std::shared_ptr<Communicator> communicator) {
+      Trainer trainer(config, {}, {}, communicator);
+      const double before = communicator->bytes_moved();
+      const FitSummary summary = trainer.fit();
+      if (rank == 0) per_step = (communicator->bytes_moved() - before) / static_cast<double>(summary.steps);
+    });
+    return per_step;
+  };
+  Json ddp_sgd = test::smoke_config();
+  ddp_sgd["max_steps"] = 3;
+  ddp_sgd["parallel"] = Json::parse(R"({"mode": "ddp", "timeout_seconds": 60})");
+  Json zero_sam = ddp_sgd;
+  zero_sam["parallel"]["mode"] = "zero1";
+  zero_sam["algorithms"] = Json::parse(R"({"sam": {"sync_ascent": false}})");
+  Json zero_sgd = ddp_sgd;
+  zero_sgd["parallel"]["mode"] = "zero1";
+  Json ddp_synced_sam = ddp_sgd;
+  ddp_synced_sam["algorithms"] = Json::parse(R"({"sam": {"sync_ascent": true}})");
+
+  int64_t parameter_bytes = 0;
+  {
+    Trainer probe(test::smoke_config());
+    for (const auto& p : probe.model().parameters()) parameter_bytes += p.numel() * 4;
+  }
+  const double ddp = bytes_per_step(ddp_sgd);
+  // Two ranks: an all-reduce of S sends S per rank; the rest is the stop flag and the gradient mask.
+  EXPECT_GE(ddp, static_cast<double>(parameter_bytes));
+  EXPECT_LE(ddp, static_cast<double>(parameter_bytes) + 64);
+  EXPECT_NEAR(bytes_per_step(zero_sam) / ddp, 1.0, 1e-9);
+  EXPECT_NEAR(bytes_per_step(zero_sgd) / ddp, 1.0, 1e-9);
+  EXPECT_NEAR(bytes_per_step(ddp_synced_sam) / ddp, 2.0, 0.01);
+}
+
+TEST(GradientSyncTest, ZeroOnePlainStepsWithClippingEqualDataParallel) {
+  Json config = test::smoke_config();
+  config["max_steps"] = 4;
+  config["grad_clip_norm"] = 0.3;
+  config["optimizer"] = Json::parse(R"({"name": "adam", "lr": 0.01})");
+  config["parallel"] = Json::parse(R"({"mode": "ddp", "timeout_seconds": 60})");
+  std::vector<Weights> replicated(2), sharded(2);
+  test::run_ranks(2, [&](int rank, std::shared_ptr<Communicator> communicator) {
+    Trainer trainer(config, {}, {}, communicator);
+    trainer.fit();
+    replicated[static_cast<std::size_t>(rank)] = weights_of(trainer);
+  });
+  config["parallel"]["mode"] = "zero1";
+  test::run_ranks(2, [&](int rank, std::shared_ptr<Communicator> communicator) {
+    Trainer trainer(config, {}, {}, communicator);
+    trainer.fit();
+    sharded[static_cast<std::size_t>(rank)] = weights_of(trainer);
+  });
+  EXPECT_EQ(max_difference(sharded[0], sharded[1]), 0.0);
+  EXPECT_LE(max_difference(sharded[0], replicated[0]), 1e-6);
+}
+
+}  // namespace
+}  // namespace basin
