@@ -190,6 +190,23 @@ TEST(GradientSyncTest, ZeroOneRankLocalSamMovesTheBytesOfDataParallelSgd) {
   EXPECT_NEAR(bytes_per_step(ddp_synced_sam) / ddp, 2.0, 0.01);
 }
 
+// Three ranks, parts of 5, 0 and 3 elements: each rank ends with the sum of
+// its own part over ranks (the ring passes every part around once).
+TEST(GradientSyncTest, ReduceScatterOfUnevenPartsSumsEachPartOntoItsRank) {
+  const std::vector<int64_t> sizes = {5, 0, 3};
+  auto contribution = [](int from, int part, int64_t size) {
+    return at::arange(size, at::kFloat) * (part + 1) + 100.0 * from;
+  };
+  test::run_ranks(3, [&](int rank, std::shared_ptr<Communicator> communicator) {
+    std::vector<at::Tensor> parts;
+    for (int part = 0; part < 3; ++part) parts.push_back(contribution(rank, part, sizes[static_cast<std::size_t>(part)]));
+    communicator->reduce_scatter_sum(parts);
+    at::Tensor expected = at::zeros({sizes[static_cast<std::size_t>(rank)]});
+    for (int from = 0; from < 3; ++from) expected += contribution(from, rank, sizes[static_cast<std::size_t>(rank)]);
+    EXPECT_TRUE(at::equal(parts[static_cast<std::size_t>(rank)], expected)) << "rank " << rank;
+  });
+}
+
 TEST(GradientSyncTest, ZeroOnePlainStepsWithClippingEqualDataParallel) {
   Json config = test::smoke_config();
   config["max_steps"] = 4;

@@ -29,7 +29,11 @@ namespace {
 
 class ProcessGroupCommunicator : public Communicator {
  public:
-  explicit ProcessGroupCommunicator(c10::intrusive_ptr<compat::CollectiveBackend> group) : group_(std::move(group)) {}
+  /// `ring_reduce_scatter`: run reduce-scatters as a ring of sends and
+  /// receives (Gloo: its reduce moves half as much again as a ring, and its
+  /// reduce-scatter is an all-reduce).
+  ProcessGroupCommunicator(c10::intrusive_ptr<compat::CollectiveBackend> group, bool ring_reduce_scatter)
+      : group_(std::move(group)), ring_reduce_scatter_(ring_reduce_scatter) {}
 
   int rank() const override { return group_->getRank(); }
   int world_size() const override { return group_->getSize(); }
@@ -48,11 +52,16 @@ class ProcessGroupCommunicator : public Communicator {
     }
   }
 
-  void reduce_sum(std::vector<at::Tensor>& tensors, int root) override {
+  void reduce_scatter_sum(std::vector<at::Tensor>& parts) override {
     if (world_size() == 1) return;  // the sum of one rank is itself
-    count(tensors, Pattern::kOneToAllOrAllToOne);
-    for (auto& t : tensors) {
-      std::vector<at::Tensor> one{t};
+    count(parts, Pattern::kOneToAllOrAllToOne);
+    if (ring_reduce_scatter_) {
+      ring_reduce_scatter(parts);
+      return;
+    }
+    for (int root = 0; root < world_size(); ++root) {  // NCCL's reduce is a pipelined ring already
+      if (parts[static_cast<std::size_t>(root)].numel() == 0) continue;
+      std::vector<at::Tensor> one{parts[static_cast<std::size_t>(root)]};
       c10d::ReduceOptions options;
       options.reduceOp = c10d::ReduceOp::SUM;
       options.rootRank = root;
@@ -74,7 +83,30 @@ class ProcessGroupCommunicator : public Communicator {
     }
   }
 
+  // N-1 rounds; in round s, rank i passes its running sum of part (i-s-1)
+  // to rank i+1 and adds rank i-1's running sum of part (i-s-2) to its own.
+  // Part j thus travels the ring once, ending summed at rank j: each rank
+  // sends every part but its own, (N-1)/N of the bytes on average.
+  void ring_reduce_scatter(std::vector<at::Tensor>& parts) {
+    const int n = world_size(), me = rank();
+    const int next = (me + 1) % n, previous = (me + n - 1) % n;
+    for (int round = 0; round < n - 1; ++round) {
+      at::Tensor& outgoing = parts[static_cast<std::size_t>(((me - round - 1) % n + n) % n)];
+      at::Tensor& incoming = parts[static_cast<std::size_t>(((me - round - 2) % n + n) % n)];
+      std::vector<at::Tensor> send{outgoing.contiguous()};
+      std::vector<at::Tensor> received{at::empty_like(incoming)};
+      c10::intrusive_ptr<c10d::Work> sent;
+      if (send.front().numel() > 0) sent = group_->send(send, next, round);
+      if (incoming.numel() > 0) {
+        group_->recv(received, previous, round)->wait();
+        incoming.add_(received.front());
+      }
+      if (sent) sent->wait();
+    }
+  }
+
   c10::intrusive_ptr<compat::CollectiveBackend> group_;
+  bool ring_reduce_scatter_;
 };
 
 }  // namespace
@@ -86,7 +118,7 @@ std::shared_ptr<Communicator> make_gloo_communicator(const c10::intrusive_ptr<c1
   options->devices.push_back(loopback ? c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1")
                                       : c10d::ProcessGroupGloo::createDefaultDevice());
   auto group = c10::make_intrusive<c10d::ProcessGroupGloo>(store, rank, world_size, options);
-  return std::make_shared<ProcessGroupCommunicator>(std::move(group));
+  return std::make_shared<ProcessGroupCommunicator>(std::move(group), /*ring_reduce_scatter=*/true);
 }
 
 bool nccl_available() {
@@ -103,7 +135,7 @@ std::shared_ptr<Communicator> make_nccl_communicator(const c10::intrusive_ptr<c1
   auto options = c10d::ProcessGroupNCCL::Options::create();
   options->timeout = timeout;
   return std::make_shared<ProcessGroupCommunicator>(
-      c10::make_intrusive<c10d::ProcessGroupNCCL>(store, rank, world_size, options));
+      c10::make_intrusive<c10d::ProcessGroupNCCL>(store, rank, world_size, options), /*ring_reduce_scatter=*/false);
 #else
   (void)store, (void)rank, (void)world_size, (void)timeout;
   throw std::runtime_error("this basin was built without NCCL (Debian's LibTorch is CPU-only); use Gloo on CPU");

@@ -27,16 +27,18 @@ class Communicator {
   virtual void all_reduce_max(std::vector<at::Tensor>& tensors) = 0;
   /// In-place copy of `root`'s tensors to every rank.
   virtual void broadcast(std::vector<at::Tensor>& tensors, int root) = 0;
-  /// In-place elementwise sum over ranks, into `root`'s tensors only (other
-  /// ranks' tensors are left unspecified).
-  virtual void reduce_sum(std::vector<at::Tensor>& tensors, int root) = 0;
+  /// Reduce-scatter of uneven parts: `parts[r]` is this rank's contribution
+  /// to rank r's part (flat, one dtype, the same sizes on every rank; empty
+  /// parts are allowed). Afterwards `parts[rank()]` holds the elementwise sum
+  /// over ranks; the other parts are left unspecified.
+  virtual void reduce_scatter_sum(std::vector<at::Tensor>& parts) = 0;
   virtual void barrier() = 0;
 
   /// Bytes this rank has sent in collectives so far, as a bandwidth-optimal
   /// (ring) implementation sends them, averaged over ranks: an all-reduce of
-  /// S bytes sends 2(N-1)/N * S, a reduce or broadcast (N-1)/N * S, so a
-  /// reduce to each owner plus a broadcast from each owner (ZeRO-1's
-  /// reduce-scatter and all-gather) costs what one all-reduce costs.
+  /// S bytes sends 2(N-1)/N * S, a broadcast or reduce-scatter (N-1)/N * S,
+  /// so a reduce-scatter plus a broadcast from each owner (ZeRO-1's gradient
+  /// and parameter traffic) costs what one all-reduce costs.
   double bytes_moved() const { return bytes_moved_; }
 
  protected:

@@ -112,28 +112,33 @@ void ShardedOptimizer::broadcast_parameters() {
 }
 
 void ShardedOptimizer::reduce_gradients_to_owners() {
-  if (communicator_->world_size() == 1) return;
+  const int world = communicator_->world_size();
+  if (world == 1) return;
   const std::vector<at::Tensor> grads = agreed_gradients(params_, *communicator_);
   at::NoGradGuard no_grad;
-  const double world = static_cast<double>(communicator_->world_size());
-  for (int rank = 0; rank < communicator_->world_size(); ++rank) {
-    // One flat buffer per owner and dtype: one collective each, whatever the number of tensors.
-    std::map<at::ScalarType, std::vector<at::Tensor>> by_dtype;
-    for (std::size_t i = 0; i < params_.size(); ++i) {
-      if (grads[i].defined() && owner(params_[i]) == rank) by_dtype[grads[i].scalar_type()].push_back(grads[i]);
+  // Per dtype, each owner's gradients flattened into its part: one reduce-scatter each.
+  std::map<at::ScalarType, std::vector<std::vector<at::Tensor>>> by_dtype;
+  for (std::size_t i = 0; i < params_.size(); ++i) {
+    if (!grads[i].defined()) continue;
+    auto& owners = by_dtype[grads[i].scalar_type()];
+    owners.resize(static_cast<std::size_t>(world));
+    owners[static_cast<std::size_t>(owner(params_[i]))].push_back(grads[i]);
+  }
+  const auto me = static_cast<std::size_t>(communicator_->rank());
+  for (auto& [dtype, owners] : by_dtype) {
+    std::vector<at::Tensor> parts;
+    for (const auto& shard : owners) {
+      std::vector<at::Tensor> flat;
+      for (const auto& g : shard) flat.push_back(g.reshape(-1));
+      parts.push_back(flat.empty() ? at::empty({0}, at::TensorOptions(dtype).device(params_.front().device()))
+                                   : at::cat(flat));
     }
-    for (auto& [dtype, shard] : by_dtype) {
-      std::vector<at::Tensor> parts;
-      for (const auto& g : shard) parts.push_back(g.reshape(-1));
-      std::vector<at::Tensor> flat{at::cat(parts)};
-      communicator_->reduce_sum(flat, rank);
-      if (rank != communicator_->rank()) continue;
-      flat.front().div_(world);
-      int64_t offset = 0;
-      for (auto& g : shard) {
-        g.copy_(flat.front().narrow(0, offset, g.numel()).view_as(g));
-        offset += g.numel();
-      }
+    communicator_->reduce_scatter_sum(parts);
+    parts[me].div_(static_cast<double>(world));
+    int64_t offset = 0;
+    for (auto& g : owners[me]) {
+      g.copy_(parts[me].narrow(0, offset, g.numel()).view_as(g));
+      offset += g.numel();
     }
   }
 }

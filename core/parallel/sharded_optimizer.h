@@ -35,10 +35,10 @@ class ShardedParameters {
 ///
 /// Each rank needs the average over ranks of the gradients it owns before
 /// `step`: `reduce_gradients_to_owners` sums each owner's gradients onto it
-/// alone (a reduce-scatter by tensor), and `step` ends with each owner's
-/// broadcast of its updated shard (an all-gather): together the bytes of one
-/// all-reduce, what data-parallel SGD moves. An all-reduce of every gradient
-/// (the data-parallel sync) serves too.
+/// alone (a reduce-scatter of uneven parts, by tensor), and `step` ends with
+/// each owner's broadcast of its updated shard (an all-gather): together the
+/// bytes of one all-reduce, what data-parallel SGD moves. An all-reduce of
+/// every gradient (the data-parallel sync) serves too.
 class ShardedOptimizer : public torch::optim::Optimizer, public ShardedParameters {
  public:
   /// Builds the base optimizer over this rank's shard of each group (groups
@@ -54,8 +54,8 @@ class ShardedOptimizer : public torch::optim::Optimizer, public ShardedParameter
   at::Tensor step(LossClosure closure = nullptr) override;
 
   /// Replaces each gradient this rank owns by its mean over ranks, from one
-  /// reduce per owner (of its shard, flattened); the gradients other ranks
-  /// own stay rank-local. A parameter without a gradient here counts as zero
+  /// reduce-scatter of the owners' shards, flattened; the gradients other
+  /// ranks own stay rank-local. A parameter without a gradient here counts as zero
   /// when another rank has one (agreed_gradients).
   void reduce_gradients_to_owners();
 
