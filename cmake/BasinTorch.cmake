@@ -34,3 +34,14 @@ basin_check_one_libtorch()
 # Naming the C++ runtime before LibTorch makes every program find the real
 # ones first: the dynamic linker searches libraries in the order linked.
 set(BASIN_TORCH_LIBRARIES stdc++ ${TORCH_LIBRARIES})
+
+# A wheel's LibTorch loads the CUDA libraries of the nvidia-* wheels beside it
+# (its RUNPATH says so), but the linker, resolving libtorch_cuda's own needs,
+# looks in the system's folders first: with a CUDA toolkit installed it finds
+# the toolkit's older NCCL and fails. Point it at the wheels' libraries.
+get_filename_component(basin_torch_parent ${BASIN_TORCH_ROOT} DIRECTORY)
+file(GLOB basin_wheel_library_dirs LIST_DIRECTORIES true ${basin_torch_parent}/nvidia/*/lib)
+if(basin_wheel_library_dirs)
+  string(REPLACE ";" ":" basin_rpath_link "${basin_wheel_library_dirs}")
+  list(APPEND BASIN_TORCH_LIBRARIES "-Wl,-rpath-link,${basin_rpath_link}")
+endif()
