@@ -10,7 +10,8 @@
 //                                 stepped with a closure on a fixed batch, as
 //                                 the Python peers do
 // model: mlp (784-256-10) or cnn (the examples' small CNN); SGD lr 0.01,
-// momentum 0.9; SAM rho 0.05. Prints one line:
+// momentum 0.9; SAM rho 0.05. malloc keeps freed memory for reuse, as in
+// basin-train (examples/memory_reuse.h). Prints one line:
 //   peer impl=... model=... batch=... threads=... median_ms=... min_ms=... steps=... torch=...
 
 #include <algorithm>
@@ -27,6 +28,7 @@
 #include "basin/core/torch_compat.h"
 #include "basin/core/train/model.h"
 #include "basin/core/train/trainer.h"
+#include "basin/examples/memory_reuse.h"
 
 namespace {
 
@@ -108,6 +110,7 @@ std::vector<double> time_optimizer(bool sam, const std::string& model_name, int6
 }  // namespace
 
 int main(int argc, char** argv) {
+  basin::examples::keep_freed_memory_for_reuse();  // as basin-train does; bench/peers.py gives the peers the same
   CLI::App app{"Times basin's training step (one line out, for bench/peers.sh)"};
   std::string impl = "trainer_sam", model = "cnn";
   int64_t batch = 128, steps = 30, warmup = 3;

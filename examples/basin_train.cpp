@@ -19,6 +19,7 @@
 #include "basin/core/parallel/rendezvous.h"
 #include "basin/core/train/model.h"
 #include "basin/core/train/trainer.h"
+#include "basin/examples/memory_reuse.h"
 
 namespace fs = std::filesystem;
 
@@ -76,6 +77,7 @@ void write_json(const fs::path& path, const basin::Json& value) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  basin::examples::keep_freed_memory_for_reuse();
   CLI::App app{"basin-train: train a model with basin's event engine from a JSON config"};
   std::string config_path;
   std::vector<std::string> overrides;
