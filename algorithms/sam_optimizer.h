@@ -98,6 +98,10 @@ class SAMOptimizer : public torch::optim::Optimizer, public PassAwareOptimizer {
   /// T = |w| + eta when adaptive.
   virtual std::vector<Perturbation> perturbation(std::vector<GroupView>& groups);
   /// Last chance to change the descent gradients before the base step.
+  /// Under ZeRO-1 only the gradients this rank owns are averaged over ranks
+  /// at this point (the others stay rank-local): a reduction over all
+  /// parameters (a norm, a dot product) must be taken over shards, as
+  /// global_norm_over_shards does.
   virtual void adjust_descent_gradients(std::vector<GroupView>& /*groups*/) {}
 
   std::vector<GroupView> groups_with_grads();

@@ -4,8 +4,9 @@
 //   basin-bench-step --impl trainer_sam --model cnn --batch 128 --steps 30 --threads 1
 //
 // impl: trainer_sgd, trainer_sam  the whole step of basin's Trainer (events,
-//                                 batch gather, closure, optimizer, bookkeeping),
-//                                 timed from BATCH_START to BATCH_END
+//                                 closure, optimizer, bookkeeping), timed from
+//                                 BATCH_START to BATCH_END (the batch's gather
+//                                 comes before, as data loading does)
 //       optimizer_sgd, optimizer_sam  LibTorch SGD or SAMOptimizer over it,
 //                                 stepped with a closure on a fixed batch, as
 //                                 the Python peers do
@@ -130,8 +131,10 @@ int main(int argc, char** argv) {
   ms.erase(ms.begin(), ms.begin() + warmup);  // first steps allocate state and buffers
   std::vector<double> sorted = ms;
   std::sort(sorted.begin(), sorted.end());
+  const std::size_t n = sorted.size();
+  const double median = n % 2 == 1 ? sorted[n / 2] : (sorted[n / 2 - 1] + sorted[n / 2]) / 2;  // as Python's
   std::cout << "peer impl=" << impl << " model=" << model << " batch=" << batch << " threads=" << threads
-            << " median_ms=" << sorted[sorted.size() / 2] << " min_ms=" << sorted.front() << " steps=" << ms.size()
+            << " median_ms=" << median << " min_ms=" << sorted.front() << " steps=" << ms.size()
             << " torch=" << basin::compat::torch_version() << std::endl;
   return 0;
 }

@@ -38,10 +38,6 @@ inline bool fused_amp_kernels_on(c10::DeviceType device) {
 /// PyTorch's autocast documentation from 2.5 on (built and tested here on 2.11).
 constexpr bool kCpuAutocastFp16 = BASIN_TORCH_AT_LEAST(2, 5);
 
-/// Gloo's flat reduce-scatter and all-gather (_reduce_scatter_base,
-/// _allgather_base) since 2.2; NCCL has always had them.
-constexpr bool kGlooFlatCollectives = BASIN_TORCH_AT_LEAST(2, 2);
-
 /// Autocast state of one device type (the API became device-generic in 2.4
 /// and the per-device calls are deprecated there).
 bool autocast_enabled(c10::DeviceType device);

@@ -17,7 +17,7 @@ constexpr int kLargestHeapBlock = 32 << 20;
 /// and step times that no longer depend on the heap's history (SAM/SGD
 /// through the trainer wandered from 1.7 to 2.3 across runs; now 1.96-2.0).
 /// For programs (basin-train, the benchmarks), not for a library to decide.
-/// GLIBC_TUNABLES=glibc.malloc.mmap_threshold=33554432:glibc.malloc.trim_threshold=4294967295
+/// GLIBC_TUNABLES=glibc.malloc.mmap_threshold=33554432:glibc.malloc.trim_threshold=1073741824
 /// does the same from outside a process.
 inline void keep_freed_memory_for_reuse() {
   mallopt(M_MMAP_THRESHOLD, kLargestHeapBlock);

@@ -23,20 +23,32 @@ cache=${BASIN_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/basin}
 venv=$cache/torch-$version
 done_marker=$venv/.basin-installed  # written last: a broken install is redone
 
-if [ ! -f "$done_marker" ]; then
+install() {
+  [ -f "$done_marker" ] && return 0  # another clone finished it while this one waited
   echo "libtorch.sh: installing torch==$version from PyPI into $venv (about 3 GB with its CUDA libraries)" >&2
-  mkdir -p "$cache"
   rm -rf "$venv"
-  if ! python3 -m venv "$venv" 2> /dev/null; then
+  if ! python3 -m venv "$venv" > /dev/null 2>&1; then
     # Debian's python3 makes virtual environments only with python3-venv.
-    sudo=""
-    [ "$(id -u)" -eq 0 ] || sudo="sudo"
-    $sudo apt-get update -qq
+    local sudo=""
+    if [ "$(id -u)" -ne 0 ]; then
+      command -v sudo > /dev/null || { echo "libtorch.sh: python3 cannot make a virtual environment: install python3-venv" >&2; exit 1; }
+      sudo="sudo"
+    fi
+    $sudo apt-get update -qq >&2
     DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends python3-venv python3-pip >&2
-    python3 -m venv "$venv"
+    python3 -m venv "$venv" >&2
   fi
   "$venv/bin/python" -m pip install --quiet --disable-pip-version-check --no-cache-dir "torch==$version" >&2
   touch "$done_marker"
+}
+
+if [ ! -f "$done_marker" ]; then
+  mkdir -p "$cache"
+  # Clones share the cache: one installs while the others wait for it.
+  exec 9> "$cache/.torch-$version.lock"
+  flock 9
+  install
+  flock -u 9
 fi
 if [ "${1:-}" = "--python" ]; then
   echo "$venv/bin/python"

@@ -10,6 +10,7 @@
 #include "basin/core/parallel/communicator.h"
 #include "basin/core/torch_compat.h"
 
+#include <algorithm>
 #include <stdexcept>
 
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
@@ -55,7 +56,9 @@ class ProcessGroupCommunicator : public Communicator {
   void reduce_scatter_sum(std::vector<at::Tensor>& parts) override {
     if (world_size() == 1) return;  // the sum of one rank is itself
     count(parts, Pattern::kOneToAllOrAllToOne);
-    if (ring_reduce_scatter_) {
+    // Gloo's sends take host memory only (its collectives stage CUDA tensors themselves).
+    const bool on_host = std::all_of(parts.begin(), parts.end(), [](const at::Tensor& t) { return t.is_cpu(); });
+    if (ring_reduce_scatter_ && on_host) {
       ring_reduce_scatter(parts);
       return;
     }
