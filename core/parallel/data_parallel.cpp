@@ -7,6 +7,7 @@
 
 #include "basin/core/parallel/agreed_gradients.h"
 #include "basin/core/parallel/communicator.h"
+#include "basin/core/parallel/flat_tensors.h"
 
 namespace basin {
 
@@ -29,15 +30,9 @@ void DataParallel::broadcast_buffers(torch::nn::Module& model) {
   std::map<at::ScalarType, std::vector<at::Tensor>> by_dtype;
   for (const auto& b : buffers) by_dtype[b.scalar_type()].push_back(b);
   for (auto& [dtype, group] : by_dtype) {
-    std::vector<at::Tensor> parts;
-    for (const auto& b : group) parts.push_back(b.reshape(-1));
-    std::vector<at::Tensor> flat{at::cat(parts)};
+    std::vector<at::Tensor> flat{at::flatten_dense_tensors(group)};
     communicator_->broadcast(flat, 0);
-    int64_t offset = 0;
-    for (auto& b : group) {
-      b.copy_(flat.front().narrow(0, offset, b.numel()).view_as(b));
-      offset += b.numel();
-    }
+    copy_from_flat(flat.front(), group);
   }
 }
 
@@ -60,17 +55,11 @@ void DataParallel::average_gradients(const std::vector<at::Tensor>& params) {
       bytes += grads[end].numel() * static_cast<int64_t>(grads[end].element_size());
       ++end;
     }
-    std::vector<at::Tensor> flat_parts;
-    for (std::size_t i = begin; i < end; ++i) flat_parts.push_back(grads[i].reshape(-1));
-    std::vector<at::Tensor> bucket{at::cat(flat_parts)};
+    const at::TensorList members = at::TensorList(grads).slice(begin, end - begin);
+    std::vector<at::Tensor> bucket{at::flatten_dense_tensors(members)};
     communicator_->all_reduce_sum(bucket);
     bucket.front().div_(world);
-    int64_t offset = 0;
-    for (std::size_t i = begin; i < end; ++i) {
-      const int64_t n = grads[i].numel();
-      grads[i].copy_(bucket.front().narrow(0, offset, n).view_as(grads[i]));
-      offset += n;
-    }
+    copy_from_flat(bucket.front(), members);
     begin = end;
   }
 }

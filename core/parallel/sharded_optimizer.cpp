@@ -12,6 +12,7 @@
 
 #include "basin/core/parallel/agreed_gradients.h"
 #include "basin/core/parallel/communicator.h"
+#include "basin/core/parallel/flat_tensors.h"
 
 namespace basin {
 
@@ -99,15 +100,9 @@ void ShardedOptimizer::broadcast_parameters() {
     }
     if (shard.empty()) continue;
     // One flat buffer per owner: one collective, whatever the number of tensors.
-    std::vector<at::Tensor> parts;
-    for (const auto& t : shard) parts.push_back(t.reshape(-1));
-    std::vector<at::Tensor> flat{at::cat(parts)};
+    std::vector<at::Tensor> flat{at::flatten_dense_tensors(shard)};
     communicator_->broadcast(flat, rank);
-    int64_t offset = 0;
-    for (auto& t : shard) {
-      t.copy_(flat.front().narrow(0, offset, t.numel()).view_as(t));
-      offset += t.numel();
-    }
+    copy_from_flat(flat.front(), shard);
   }
 }
 
@@ -128,18 +123,12 @@ void ShardedOptimizer::reduce_gradients_to_owners() {
   for (auto& [dtype, owners] : by_dtype) {
     std::vector<at::Tensor> parts;
     for (const auto& shard : owners) {
-      std::vector<at::Tensor> flat;
-      for (const auto& g : shard) flat.push_back(g.reshape(-1));
-      parts.push_back(flat.empty() ? at::empty({0}, at::TensorOptions(dtype).device(params_.front().device()))
-                                   : at::cat(flat));
+      parts.push_back(shard.empty() ? at::empty({0}, at::TensorOptions(dtype).device(params_.front().device()))
+                                    : at::flatten_dense_tensors(shard));
     }
     communicator_->reduce_scatter_sum(parts);
     parts[me].div_(static_cast<double>(world));
-    int64_t offset = 0;
-    for (auto& g : owners[me]) {
-      g.copy_(parts[me].narrow(0, offset, g.numel()).view_as(g));
-      offset += g.numel();
-    }
+    if (!owners[me].empty()) copy_from_flat(parts[me], owners[me]);
   }
 }
 
