@@ -71,6 +71,20 @@ void SAM::wrap(State& state) {
   state.optimizer = optimizer_;
 }
 
+StateDict SAM::state_dict() const {
+  StateDict state = new_state_dict();
+  if (optimizer_) state.insert("optimizer", optimizer_->counters());
+  return state;
+}
+
+void SAM::load_state_dict(const StateDict& state) {
+  if (!optimizer_) throw std::logic_error("SAM state loads after AFTER_SHARDING, once the optimizer is wrapped");
+  if (!state.contains("optimizer") || !state.at("optimizer").isGenericDict()) {
+    throw std::invalid_argument("SAM state has no 'optimizer' counters");
+  }
+  optimizer_->load_counters(state.at("optimizer").toGenericDict());
+}
+
 BASIN_REGISTER(algorithm_registry(), "sam", SAM);
 
 }  // namespace basin

@@ -33,6 +33,11 @@ class SAM : public Algorithm {
   bool match(Event event, const State& state) const override;
   void apply(Event event, State& state, Logger& logger) override;
 
+  /// The wrapper's counters; the per-parameter state and the groups'
+  /// hyper-parameters (rho) travel with the optimizer's state.
+  StateDict state_dict() const override;
+  void load_state_dict(const StateDict& state) override;
+
   const SAMOptions& options() const { return options_; }
   bool sync_ascent() const { return sync_ascent_; }
   bool freeze_running_stats() const { return freeze_running_stats_; }

@@ -238,6 +238,33 @@ at::Tensor SAMOptimizer::step(LossClosure closure) {
   return loss;
 }
 
+ParameterStates SAMOptimizer::parameter_states(const ParameterNumbering& numbering) {
+  return basin::parameter_states(*base_, numbering);
+}
+
+void SAMOptimizer::load_parameter_states(const ParameterStates& states, const ParameterNumbering& numbering) {
+  basin::load_parameter_states(*base_, states, numbering);
+}
+
+StateDict SAMOptimizer::counters() const {
+  StateDict counters = new_state_dict();
+  counters.insert("steps", steps_);
+  counters.insert("sam_steps", sam_steps_);
+  counters.insert("skipped_steps", skipped_steps_);
+  return counters;
+}
+
+void SAMOptimizer::load_counters(const StateDict& counters) {
+  for (const char* name : {"steps", "sam_steps", "skipped_steps"}) {
+    if (!counters.contains(name) || !counters.at(name).isInt()) {
+      throw std::invalid_argument(std::string("SAM state has no integer '") + name + "'");
+    }
+  }
+  steps_ = counters.at("steps").toInt();
+  sam_steps_ = counters.at("sam_steps").toInt();
+  skipped_steps_ = counters.at("skipped_steps").toInt();
+}
+
 void SAMOptimizer::save(torch::serialize::OutputArchive& archive) const {
   // Values set on the base since the last step are saved too: agree first.
   const_cast<SAMOptimizer*>(this)->sync_param_groups();

@@ -7,6 +7,7 @@
 #include <torch/optim/optimizer.h>
 
 #include "basin/core/group_sync.h"
+#include "basin/core/optimizer_state.h"
 #include "basin/core/pass_hooks.h"
 #include "basin/core/reused_buffers.h"
 #include "basin/core/state.h"
@@ -47,7 +48,7 @@ struct SAMOptions {
 ///
 /// Variants subclass it and override `perturbation` (what e(w) is) and/or
 /// `adjust_descent_gradients` (what the base step uses).
-class SAMOptimizer : public torch::optim::Optimizer, public PassAwareOptimizer {
+class SAMOptimizer : public torch::optim::Optimizer, public PassAwareOptimizer, public WrappingOptimizer {
  public:
   SAMOptimizer(std::shared_ptr<torch::optim::Optimizer> base, SAMOptions options = {});
 
@@ -59,7 +60,15 @@ class SAMOptimizer : public torch::optim::Optimizer, public PassAwareOptimizer {
   void add_pass_hooks(PassHooks hooks) override { hooks_.push_back(std::move(hooks)); }
 
   /// Copies hyper-parameters and groups changed on either side to the other.
-  void sync_param_groups();
+  void sync_param_groups() override;
+
+  /// SAM keeps no per-parameter state between steps: the base's is the state.
+  ParameterStates parameter_states(const ParameterNumbering& numbering) override;
+  void load_parameter_states(const ParameterStates& states, const ParameterNumbering& numbering) override;
+  /// The counters (steps, SAM steps, skipped steps) for a checkpoint; the
+  /// interval's phase follows from `steps`.
+  StateDict counters() const;
+  void load_counters(const StateDict& counters);
 
   /// The pass the closure is running now (kPlain between steps).
   Pass pass() const { return pass_; }

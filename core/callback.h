@@ -9,6 +9,7 @@
 
 namespace basin {
 
+class Engine;
 class Logger;
 
 /// Observes training: one optional hook per event, each given a read-only
@@ -26,6 +27,9 @@ class Callback {
   /// Runs once when registered with an engine, before INIT: the only place a
   /// callback may change the state (the grad scaler fills its slot here).
   virtual void install(State& /*state*/) {}
+  /// Runs once right after `install`: a callback that acts on the whole run
+  /// (the checkpoint writer captures every algorithm's state) keeps the engine.
+  virtual void attach(Engine& /*engine*/) {}
 
   virtual bool on_init(const State&, Logger&) { return false; }
   virtual bool on_after_sharding(const State&, Logger&) { return false; }

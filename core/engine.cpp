@@ -83,12 +83,15 @@ void connect_callback(std::array<boost::signals2::signal<void()>, kEventCount>& 
 
 void Engine::add_callback(std::shared_ptr<Callback> callback) {
   callback->install(state_);
+  callback->attach(*this);
   callbacks_.push_back(callback);
   connect_callback(signals_->by_event, kCallbacks, callback, state_, logger_, stop_);
 }
 
 void Engine::add_logger(std::shared_ptr<LoggerDestination> destination) {
   destination->install(state_);
+  destination->attach(*this);
+  loggers_.push_back(destination);
   logger_.add_destination(destination);
   connect_callback(signals_->by_event, kLoggers, destination, state_, logger_, stop_);
 }

@@ -1,5 +1,6 @@
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <stdexcept>
 #include <string>
@@ -8,6 +9,7 @@
 #include "basin/core/event.h"
 #include "basin/core/logger.h"
 #include "basin/core/state.h"
+#include "basin/core/state_dict.h"
 
 namespace basin {
 
@@ -41,6 +43,16 @@ class Engine {
   void add_callback(std::shared_ptr<Callback> callback);
   void add_logger(std::shared_ptr<LoggerDestination> destination);
 
+  /// A piece of a checkpoint that lives outside the state, algorithms and
+  /// callbacks: the trainer's position in its epoch, the run's config.
+  struct CheckpointPart {
+    std::string name;
+    std::function<c10::IValue()> save;
+    std::function<void(const c10::IValue&)> load;
+  };
+  void add_checkpoint_part(CheckpointPart part) { checkpoint_parts_.push_back(std::move(part)); }
+  const std::vector<CheckpointPart>& checkpoint_parts() const { return checkpoint_parts_; }
+
   /// Runs `event`. Returns true when a callback asked to stop, which also
   /// sets `state.stop_requested`.
   bool run(Event event);
@@ -53,6 +65,7 @@ class Engine {
   Logger& logger() { return logger_; }
   const std::vector<std::shared_ptr<Algorithm>>& algorithms() const { return algorithms_; }
   const std::vector<std::shared_ptr<Callback>>& callbacks() const { return callbacks_; }
+  const std::vector<std::shared_ptr<LoggerDestination>>& loggers() const { return loggers_; }
 
  private:
   struct Signals;
@@ -62,6 +75,8 @@ class Engine {
   std::unique_ptr<Signals> signals_;
   std::vector<std::shared_ptr<Algorithm>> algorithms_;
   std::vector<std::shared_ptr<Callback>> callbacks_;
+  std::vector<std::shared_ptr<LoggerDestination>> loggers_;
+  std::vector<CheckpointPart> checkpoint_parts_;
   std::vector<std::string> trace_;
   bool stop_ = false;
 };

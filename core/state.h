@@ -87,6 +87,10 @@ struct State {
 
   /// Set by the engine when a callback asks to stop; the loop ends after the batch.
   bool stop_requested = false;
+
+  /// Where the run writes its files (checkpoints, metrics); empty: the
+  /// current folder. basin-train sets it to its --run-dir.
+  std::string run_dir;
 };
 
 }  // namespace basin

@@ -1,5 +1,6 @@
 // basin-train: trains a model from a JSON config and writes the run's
-// metrics.jsonl, summary.json and resolved config.json into a run directory.
+// metrics.jsonl, summary.json, resolved config.json and checkpoints into a
+// run directory; --resume continues a run from its checkpoint.
 
 #include <chrono>
 #include <cstdio>
@@ -12,10 +13,15 @@
 
 #include <CLI/CLI.hpp>
 
+#include "basin/callbacks/checkpoint.h"
 #include "basin/callbacks/metrics_file.h"
 #include "basin/callbacks/progress.h"
+#include "basin/core/checkpoint.h"
+#include "basin/core/checkpoint_file.h"
 #include "basin/core/config.h"
 #include "basin/core/console.h"
+#include "basin/core/engine.h"
+#include "basin/core/interrupt.h"
 #include "basin/core/parallel/rendezvous.h"
 #include "basin/core/train/model.h"
 #include "basin/core/train/trainer.h"
@@ -74,6 +80,41 @@ void write_json(const fs::path& path, const basin::Json& value) {
   if (!out) throw std::runtime_error("cannot write '" + path.string() + "'");
 }
 
+// The config's checkpoint callback, or the default one every basin-train run
+// gets, so that any run can be resumed.
+std::shared_ptr<basin::CheckpointSaver> checkpoint_saver(basin::Json& config) {
+  if (config.contains("callbacks") && config["callbacks"].is_object() && config["callbacks"].contains("checkpoint")) {
+    return nullptr;  // the trainer builds it from the config
+  }
+  basin::Params defaults(basin::Json::object(), "callbacks.checkpoint");
+  return std::make_shared<basin::CheckpointSaver>(defaults);
+}
+
+// Where --resume latest looks: the folder the run's checkpoint callback writes to.
+std::string checkpoint_folder(const basin::Json& config, const std::string& run_dir) {
+  basin::Json settings = basin::Json::object();
+  if (config.contains("callbacks") && config["callbacks"].is_object() && config["callbacks"].contains("checkpoint")) {
+    settings = config["callbacks"]["checkpoint"];
+  }
+  basin::Params params(settings, "callbacks.checkpoint");
+  return basin::CheckpointSaver(params).folder(run_dir);
+}
+
+// The checkpoint --resume names: a file, or the newest that reads back in the run's folder.
+basin::StateDict read_resume_checkpoint(const std::string& resume, const std::string& folder, std::string& path) {
+  if (resume != "latest") {
+    path = resume;
+    return basin::read_checkpoint_file(resume);
+  }
+  basin::LatestCheckpoint latest = basin::read_latest_checkpoint(folder);
+  for (const auto& reason : latest.rejected) {
+    basin::console::warn("skipping a damaged checkpoint: " + reason);
+  }
+  if (!latest.rejected.empty()) basin::console::warn("falling back to the newest intact checkpoint, " + latest.path);
+  path = latest.path;
+  return latest.checkpoint;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -83,14 +124,22 @@ int main(int argc, char** argv) {
   std::vector<std::string> overrides;
   std::string run_dir;
   bool overwrite = false;
+  std::string resume;
+  bool allow_config_change = false;
   std::string log_level = "info";
-  app.add_option("--config", config_path, "JSON config file (see examples/configs/)")->required();
+  app.add_option("--config", config_path,
+                 "JSON config file (see examples/configs/); with --resume, default: the checkpoint's config");
   app.add_option("--set", overrides,
                  "Override a config key: KEY=VALUE with a dotted key and a JSON value, e.g. "
                  "--set optimizer.lr=0.05 --set model.name=cnn (repeatable; bare words are strings)");
   app.add_option("--run-dir", run_dir, "Directory for metrics.jsonl, summary.json and config.json "
                                        "(default: runs/<config name>-<date>-<time>)");
   app.add_flag("--overwrite", overwrite, "Allow a --run-dir that already holds a run");
+  app.add_option("--resume", resume,
+                 "Continue a run: 'latest' (the newest intact checkpoint in --run-dir) or a checkpoint file");
+  app.add_flag("--allow-config-change", allow_config_change,
+               "Resume even where the config or the number of ranks differs from the checkpoint's in a way "
+               "that makes it a different run (model, optimizer, algorithms, data, seed)");
   app.add_option("--log-level", log_level, "trace, debug, info, warn or error (debug shows the engine trace)")
       ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error"}));
   try {
@@ -101,34 +150,79 @@ int main(int argc, char** argv) {
   }
   basin::console::set_level(log_level);
   basin::console::set_pattern("[%H:%M:%S] %v");
+  if (config_path.empty() && resume.empty()) {
+    std::cerr << "basin-train: --config is required (or --resume, which takes the checkpoint's)" << std::endl;
+    return kBadInput;
+  }
+  if (resume == "latest" && run_dir.empty()) {
+    std::cerr << "basin-train: --resume latest needs --run-dir, the run to continue" << std::endl;
+    return kBadInput;
+  }
+  // SIGINT/SIGTERM: finish the step, checkpoint, exit with kExitInterrupted.
+  basin::install_interrupt_handlers();
 
   try {
     // In a multi-process job (basin-run, torchrun, a cluster launcher) rank 0
     // alone writes the run directory and shows progress.
     const basin::JobEnvironment job = basin::read_job_environment();
     const bool writer = job.rank == 0;
-    basin::Json config = basin::load_config_file(config_path);
+    basin::Json config;
+    basin::StateDict checkpoint = basin::new_state_dict();
+    std::string checkpoint_path;
+    if (!config_path.empty()) config = basin::load_config_file(config_path);
+    if (!resume.empty()) {
+      checkpoint = read_resume_checkpoint(resume, checkpoint_folder(config, run_dir), checkpoint_path);
+      if (config_path.empty()) {
+        if (!checkpoint.contains("config") || !checkpoint.at("config").isString()) {
+          throw basin::CheckpointError("checkpoint '" + checkpoint_path + "' holds no config; pass --config");
+        }
+        config = basin::parse_config_text(checkpoint.at("config").toStringRef(), checkpoint_path + " (its config)");
+      }
+    }
     for (const auto& assignment : overrides) basin::apply_override(config, assignment);
-    if (run_dir.empty()) run_dir = default_run_dir(config_path);
-    if (writer) check_run_dir(run_dir, overwrite);
+    if (run_dir.empty()) run_dir = default_run_dir(config_path.empty() ? "resumed" : config_path);
+    if (writer && resume.empty()) check_run_dir(run_dir, overwrite);
 
     std::vector<std::shared_ptr<basin::Callback>> callbacks;
+    if (auto saver = checkpoint_saver(config)) callbacks.push_back(saver);  // on every rank: saving is collective
     std::vector<std::shared_ptr<basin::LoggerDestination>> loggers;
     if (writer) {
       callbacks.push_back(std::make_shared<basin::Progress>(0, isatty(fileno(stderr)) != 0));
       loggers.push_back(std::make_shared<basin::MetricsFile>((fs::path(run_dir) / "metrics.jsonl").string()));
     }
     basin::Trainer trainer(config, callbacks, loggers);  // validates everything, writes nothing
+    trainer.state().run_dir = run_dir;
 
     if (writer) {
       fs::create_directories(run_dir);
       write_json(fs::path(run_dir) / "config.json", config);
       basin::console::info("run directory: " + run_dir);
     }
+    if (!resume.empty()) {
+      trainer.resume(checkpoint, allow_config_change);
+      checkpoint = basin::new_state_dict();  // its tensors are in the run now
+      if (writer) {
+        basin::console::info("resumed from " + checkpoint_path + " at step " +
+                             std::to_string(trainer.state().timestamp.step) + " (epoch " +
+                             std::to_string(trainer.state().timestamp.epoch) + ")");
+      }
+    }
     const basin::FitSummary summary = trainer.fit();
     if (job.world_size > 1) {
       basin::console::info("rank " + std::to_string(job.rank) + "/" + std::to_string(job.world_size) +
                        ": final weights digest " + hex16(weights_digest(trainer.model())));
+    }
+    if (summary.interrupted) {
+      std::string written;
+      for (const auto& callback : trainer.engine().callbacks()) {
+        if (auto saver = std::dynamic_pointer_cast<basin::CheckpointSaver>(callback)) written = saver->last_written();
+      }
+      if (writer) {
+        std::cerr << "basin-train: stopped by " << (basin::interrupt_requested() ? basin::interrupt_signal_name() : "a signal on another rank")
+                  << " after step " << summary.steps << "; checkpoint " << written << "; continue with: basin-train --run-dir "
+                  << run_dir << " --resume latest" << std::endl;
+      }
+      return basin::kExitInterrupted;
     }
     if (!writer) return 0;
     write_json(fs::path(run_dir) / "summary.json", summary.to_json());
@@ -137,6 +231,9 @@ int main(int argc, char** argv) {
               << std::endl;
     return 0;
   } catch (const basin::ConfigError& error) {
+    std::cerr << "basin-train: " << error.what() << std::endl;
+    return kBadInput;
+  } catch (const basin::CheckpointError& error) {
     std::cerr << "basin-train: " << error.what() << std::endl;
     return kBadInput;
   } catch (const std::exception& error) {

@@ -8,6 +8,7 @@ packages=(
   libtorch-dev libgloo-dev nlohmann-json3-dev libboost-dev libgtest-dev
   zlib1g-dev libspdlog-dev libcli11-dev libbenchmark-dev
   dataset-fashion-mnist
+  python3-torch  # the tests open checkpoints with Python's torch.load
 )
 
 missing=()

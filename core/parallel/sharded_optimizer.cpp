@@ -6,11 +6,13 @@
 #include <sstream>
 #include <stdexcept>
 
+#include <torch/csrc/jit/serialization/pickle.h>
 #include <torch/serialize.h>
 
 #include <ATen/ATen.h>
 
 #include "basin/core/parallel/agreed_gradients.h"
+#include "basin/core/parallel/byte_collectives.h"
 #include "basin/core/parallel/communicator.h"
 #include "basin/core/parallel/flat_tensors.h"
 
@@ -143,25 +145,30 @@ std::vector<at::Tensor> ShardedOptimizer::shard_of(int rank) const {
 std::vector<std::string> ShardedOptimizer::consolidate_state(int root) {
   std::ostringstream mine;
   torch::save(*local_, mine);
-  const std::string bytes = mine.str();
-  std::vector<std::string> archives;
-  for (int rank = 0; rank < communicator_->world_size(); ++rank) {
-    // Each archive in turn from its owner: its size, then its bytes.
-    const bool sender = rank == communicator_->rank();
-    // On the parameters' device: NCCL takes CUDA tensors only.
-    const at::Device device = params_.empty() ? at::Device(at::kCPU) : params_.front().device();
-    std::vector<at::Tensor> size{at::full({1}, sender ? static_cast<int64_t>(bytes.size()) : 0, at::kLong).to(device)};
-    communicator_->broadcast(size, rank);
-    const int64_t n = size.front().item<int64_t>();
-    std::vector<at::Tensor> data{sender ? at::from_blob(const_cast<char*>(bytes.data()), {n}, at::kByte).to(device)
-                                        : at::empty({n}, at::TensorOptions(at::kByte).device(device))};
-    communicator_->broadcast(data, rank);
-    if (communicator_->rank() == root) {
-      const at::Tensor host = data.front().cpu();
-      archives.emplace_back(static_cast<const char*>(host.data_ptr()), n);
-    }
+  return gather_bytes(*communicator_, mine.str(), root, device());
+}
+
+c10::Device ShardedOptimizer::device() const {
+  // Where collectives run: NCCL takes CUDA tensors only.
+  return params_.empty() ? c10::Device(c10::kCPU) : params_.front().device();
+}
+
+ParameterStates ShardedOptimizer::parameter_states(const ParameterNumbering& numbering) {
+  // Each rank's shard, pickled, gathered on rank 0 and merged there.
+  const ParameterStates mine = basin::parameter_states(*local_, numbering);
+  const std::vector<char> pickled = torch::jit::pickle_save(mine);
+  const auto shards = gather_bytes(*communicator_, std::string(pickled.begin(), pickled.end()), 0, device());
+  if (communicator_->rank() != 0) return mine;
+  ParameterStates all = new_parameter_states();
+  for (const auto& shard : shards) {
+    const auto states = torch::jit::pickle_load(std::vector<char>(shard.begin(), shard.end())).toGenericDict();
+    for (const auto& entry : states) all.insert(entry.key(), entry.value());
   }
-  return archives;
+  return all;
+}
+
+void ShardedOptimizer::load_parameter_states(const ParameterStates& states, const ParameterNumbering& numbering) {
+  basin::load_parameter_states(*local_, states, numbering);  // takes the entries of this rank's shard
 }
 
 at::Tensor ShardedOptimizer::step(LossClosure closure) {

@@ -8,6 +8,7 @@
 #include <torch/optim/optimizer.h>
 
 #include "basin/core/group_sync.h"
+#include "basin/core/optimizer_state.h"
 
 namespace basin {
 
@@ -39,7 +40,7 @@ class ShardedParameters {
 /// each owner's broadcast of its updated shard (an all-gather): together the
 /// bytes of one all-reduce, what data-parallel SGD moves. An all-reduce of
 /// every gradient (the data-parallel sync) serves too.
-class ShardedOptimizer : public torch::optim::Optimizer, public ShardedParameters {
+class ShardedOptimizer : public torch::optim::Optimizer, public ShardedParameters, public WrappingOptimizer {
  public:
   /// Builds the base optimizer over this rank's shard of each group (groups
   /// carry their options; a group may be empty on a rank).
@@ -66,7 +67,13 @@ class ShardedOptimizer : public torch::optim::Optimizer, public ShardedParameter
 
   torch::optim::Optimizer& local() { return *local_; }
   /// Copies hyper-parameters changed on the wrapper or the local optimizer to the other.
-  void sync_param_groups() { sync_.sync(*this, *local_); }
+  void sync_param_groups() override { sync_.sync(*this, *local_); }
+
+  /// Collective: rank 0 gets every shard's state, the others their own.
+  ParameterStates parameter_states(const ParameterNumbering& numbering) override;
+  /// Takes the entries of the parameters this rank owns, whatever world
+  /// size saved them (the state is keyed by parameter, not by rank).
+  void load_parameter_states(const ParameterStates& states, const ParameterNumbering& numbering) override;
   /// Number of elements this rank owns.
   int64_t owned_numel() const;
 
@@ -81,6 +88,8 @@ class ShardedOptimizer : public torch::optim::Optimizer, public ShardedParameter
   static std::vector<int> partition(const std::vector<int64_t>& sizes, int world_size);
 
  private:
+  c10::Device device() const;
+
   std::shared_ptr<Communicator> communicator_;
   std::vector<at::Tensor> params_;  // every parameter once, in group order
   std::unordered_map<const c10::TensorImpl*, int> owners_;

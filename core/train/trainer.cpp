@@ -2,6 +2,7 @@
 
 #include <chrono>
 #include <mutex>
+#include <optional>
 #include <thread>
 #include <unordered_set>
 
@@ -12,6 +13,8 @@
 
 #include "basin/core/algorithm.h"
 #include "basin/core/callback.h"
+#include "basin/core/checkpoint.h"
+#include "basin/core/interrupt.h"
 #include "basin/core/hyperparameters.h"
 #include "basin/core/loss_scaler.h"
 #include "basin/core/parallel/communicator.h"
@@ -23,8 +26,10 @@
 #include "basin/core/torch_compat.h"
 #include "basin/core/train/autocast.h"
 #include "basin/core/train/data_pipeline.h"
+#include "basin/core/train/initial_weights.h"
 #include "basin/core/train/model.h"
 #include "basin/core/train/optimizers.h"
+#include "basin/core/train/run_identity.h"
 
 namespace basin {
 
@@ -45,6 +50,25 @@ c10::DeviceType parse_device(Params& root) {
   return c10::DeviceType::CUDA;
 }
 
+std::optional<InitialWeights> parse_initial_weights(Params& root) {
+  const Json value = root.raw("init_from");
+  if (value.is_null()) return std::nullopt;
+  InitialWeights weights;
+  if (value.is_string()) {
+    weights.path = value.get<std::string>();
+  } else if (value.is_object()) {
+    Params params(value, "init_from");
+    weights.path = params.string("path");
+    weights.allow_missing = params.boolean("allow_missing", false);
+    weights.allow_extra = params.boolean("allow_extra", false);
+    params.finish();
+  } else {
+    root.fail("init_from", "a file path or {\"path\": ..., \"allow_missing\": ..., \"allow_extra\": ...}", value);
+  }
+  if (weights.path.empty()) root.fail("init_from", "a file path", value);
+  return weights;
+}
+
 }  // namespace
 
 Json FitSummary::to_json() const {
@@ -54,7 +78,8 @@ Json FitSummary::to_json() const {
               {"test_accuracy", test_accuracy},
               {"test_loss", test_loss},
               {"skipped_steps", skipped_steps},
-              {"wall_seconds", wall_seconds}};
+              {"wall_seconds", wall_seconds},
+              {"interrupted", interrupted}};
 }
 
 Trainer::Trainer(const Json& config, std::vector<std::shared_ptr<Callback>> callbacks,
@@ -67,6 +92,7 @@ Trainer::~Trainer() = default;
 
 void Trainer::build(const Json& config, std::vector<std::shared_ptr<Callback>> callbacks,
                     std::vector<std::shared_ptr<LoggerDestination>> loggers, std::shared_ptr<Communicator> communicator) {
+  config_ = config;
   Params root(config, "");
   state_.seed = root.integer("seed", 0, 0);
   const int64_t threads = root.integer("threads", 0, 0, 1024);
@@ -85,6 +111,8 @@ void Trainer::build(const Json& config, std::vector<std::shared_ptr<Callback>> c
   state_.max_epochs = root.integer("max_epochs", 1, 1);
   state_.max_steps = root.integer("max_steps", 0, 0);
   state_.log_every = root.integer("log_every", 50, 1);
+  max_nonfinite_steps_ = root.integer("max_nonfinite_steps", 10, 0);
+  const std::optional<InitialWeights> initial_weights = parse_initial_weights(root);
   Params data = root.object("data");
   Params model = root.object("model");
   Params optimizer = root.object("optimizer");
@@ -156,6 +184,7 @@ void Trainer::build(const Json& config, std::vector<std::shared_ptr<Callback>> c
     at::manual_seed(static_cast<uint64_t>(state_.seed));
     model_ = model_registry().create(model.string("name"), model, data_.info);
   }
+  if (initial_weights) load_initial_weights(*model_, *initial_weights);
   model_->to(state_.device);
   state_.model = model_;
   state_.optimizer = make_optimizer(optimizer, *model_);
@@ -165,6 +194,10 @@ void Trainer::build(const Json& config, std::vector<std::shared_ptr<Callback>> c
     state_.schedulers.push_back(make_scheduler(entry));
   }
   engine_->add_algorithms(algorithms);
+  engine_->add_checkpoint_part({"loop", [this] { return loop_state(); },
+                                [this](const c10::IValue& saved) { load_loop_state(saved); }});
+  engine_->add_checkpoint_part({"config", [this] { return c10::IValue(config_.dump()); },
+                                [](const c10::IValue&) {}});  // compared by resume(), before loading
   std::vector<std::shared_ptr<Callback>> configured;
   for (const std::string& name : callback_configs.keys()) {
     Params params = callback_configs.object(name);
@@ -204,12 +237,83 @@ void Trainer::build(const Json& config, std::vector<std::shared_ptr<Callback>> c
 }
 
 void Trainer::agree_on_stop() {
-  // A callback that asks one rank to stop stops every rank: a rank that left
-  // alone would leave the others waiting in their next collective.
+  // A callback or a signal that stops one rank stops every rank, after the
+  // same step: a rank that left alone would leave the others waiting in
+  // their next collective, and their checkpoints must be of one step.
+  interrupted_ = interrupt_requested();
   if (!state_.communicator || state_.communicator->world_size() == 1) return;
-  std::vector<at::Tensor> flag{at::full({1}, state_.stop_requested ? 1.0f : 0.0f).to(state_.device)};
-  state_.communicator->all_reduce_max(flag);
-  state_.stop_requested = flag.front().item<float>() > 0;
+  std::vector<at::Tensor> flags{at::tensor({state_.stop_requested ? 1.0f : 0.0f, interrupted_ ? 1.0f : 0.0f})
+                                    .to(state_.device)};
+  state_.communicator->all_reduce_max(flags);
+  const at::Tensor agreed = flags.front().cpu();
+  state_.stop_requested = agreed[0].item<float>() > 0;
+  interrupted_ = agreed[1].item<float>() > 0;
+}
+
+bool Trainer::pass_loss_finite() {
+  bool finite = !pass_loss_.defined() || at::isfinite(pass_loss_).all().item<bool>();
+  if (state_.communicator && state_.communicator->world_size() > 1) {
+    std::vector<at::Tensor> flag{at::full({1}, finite ? 0.0f : 1.0f).to(state_.device)};
+    state_.communicator->all_reduce_max(flag);
+    finite = flag.front().item<float>() == 0;
+  }
+  if (!finite) nonfinite_in_step_ = true;
+  return finite;
+}
+
+void Trainer::resume(const StateDict& checkpoint, bool allow_config_change) {
+  if (!allow_config_change) {
+    if (!checkpoint.contains("config") || !checkpoint.at("config").isString()) {
+      throw CheckpointError("checkpoint has no 'config' entry to compare with this run's");
+    }
+    Json saved;
+    try {
+      saved = Json::parse(checkpoint.at("config").toStringRef());
+    } catch (const std::exception&) {
+      throw CheckpointError("checkpoint's 'config' entry is not JSON");
+    }
+    check_same_run(saved, config_);
+    if (checkpoint.contains("basin") && checkpoint.at("basin").isGenericDict()) {
+      const auto meta = checkpoint.at("basin").toGenericDict();
+      const int64_t saved_world = meta.contains("world_size") ? meta.at("world_size").toInt() : 1;
+      if (saved_world != state_.world_size) {
+        throw ConfigError("the checkpoint was made by " + std::to_string(saved_world) + " ranks and this run has " +
+                          std::to_string(state_.world_size) + ": each rank's batches would differ, so it would be "
+                          "a different run. Pass --allow-config-change to resume anyway (weights and optimizer "
+                          "state load at any world size)");
+      }
+    }
+  }
+  restore_checkpoint(*engine_, checkpoint);
+  resumed_ = true;
+}
+
+c10::IValue Trainer::loop_state() const {
+  StateDict loop = new_state_dict();
+  loop.insert("epochs_completed", epochs_completed_);
+  loop.insert("epoch_open", epoch_open_);
+  loop.insert("epoch_loss_sum", epoch_loss_sum_.defined() ? epoch_loss_sum_.detach().cpu() : at::zeros({}));
+  loop.insert("epoch_steps", epoch_steps_);
+  loop.insert("skipped_steps", state_.skipped_steps);
+  loop.insert("nonfinite_streak", nonfinite_streak_);
+  loop.insert("test_accuracy", state_.test_accuracy);
+  loop.insert("test_loss", state_.test_loss);
+  return loop;
+}
+
+void Trainer::load_loop_state(const c10::IValue& saved) {
+  const StateDict loop = saved.toGenericDict();
+  epochs_completed_ = loop.at("epochs_completed").toInt();
+  epoch_open_ = loop.at("epoch_open").toBool();
+  epoch_loss_sum_ = loop.at("epoch_loss_sum").toTensor().to(state_.device, at::kFloat, false, /*copy=*/true);
+  epoch_steps_ = loop.at("epoch_steps").toInt();
+  state_.skipped_steps = loop.at("skipped_steps").toInt();
+  nonfinite_streak_ = loop.at("nonfinite_streak").toInt();
+  state_.test_accuracy = loop.at("test_accuracy").toDouble();
+  state_.test_loss = loop.at("test_loss").toDouble();
+  // The next batch: inside the open epoch, or the first of the next one.
+  state_.timestamp.epoch = epochs_completed_;
+  if (!epoch_open_) state_.timestamp.batch_in_epoch = 0;
 }
 
 void Trainer::wrap_for_distribution(Params& optimizer_config) {
@@ -267,7 +371,9 @@ void Trainer::sync_gradients() {
 PassHooks Trainer::pass_hooks() {
   PassHooks hooks;
   hooks.gradients_finite = [this](Pass) {
-    return !state_.scaler || state_.scaler->unscale_and_check(gradients(), state_.communicator.get());
+    // A grad scaler checks the gradients; without one the loss is checked.
+    return state_.scaler ? state_.scaler->unscale_and_check(gradients(), state_.communicator.get())
+                         : pass_loss_finite();
   };
   hooks.before_base_step = [this] {
     if (grad_clip_norm_ <= 0) return;
@@ -318,6 +424,7 @@ at::Tensor Trainer::closure() {
   // Microbatches accumulate locally; ranks sync once, unless this pass's
   // gradients must stay rank-local (SAM's ascent with sync_ascent false).
   if (data_parallel_ && !state_.skip_gradient_sync) sync_gradients();
+  pass_loss_ = total;
   return total;
 }
 
@@ -346,6 +453,7 @@ void Trainer::train_batch(const Batch& batch) {
   engine_->run(Event::BATCH_START);
   engine_->run(Event::BEFORE_STEP);
   const double lr = current_lr();
+  nonfinite_in_step_ = false;
   at::Tensor loss = optimizer_step();
   // Buffers (BatchNorm statistics) follow rank 0's after every step, so the
   // next step, evaluation and saved outputs do not depend on the rank.
@@ -357,9 +465,20 @@ void Trainer::train_batch(const Batch& batch) {
     // One scale update per step, from every pass's verdict; a skipped step
     // still counts as a step, so schedules keep to the step count.
     skipped = state_.scaler->step_found_inf();
-    if (skipped) ++state_.skipped_steps;
     state_.scaler->update();
+  } else if (nonfinite_in_step_) {
+    // Without a scaler a non-finite loss skips the step (weights untouched);
+    // a run that keeps producing them stops before anything more is saved.
+    skipped = true;
+    if (max_nonfinite_steps_ > 0 && ++nonfinite_streak_ >= max_nonfinite_steps_) {
+      throw std::runtime_error("the training loss was not finite in " + std::to_string(nonfinite_streak_) +
+                               " consecutive steps (up to step " + std::to_string(state_.timestamp.step + 1) +
+                               "), so training stops; every checkpoint already written is intact. Lower the "
+                               "learning rate, clip gradients (grad_clip_norm) or raise max_nonfinite_steps");
+    }
   }
+  if (skipped) ++state_.skipped_steps;
+  if (!nonfinite_in_step_) nonfinite_streak_ = 0;
   engine_->run(Event::AFTER_STEP);
   for (auto& scheduler : state_.schedulers) {
     if (scheduler->interval() == Scheduler::Interval::kStep) scheduler->step(*state_.optimizer);
@@ -416,54 +535,92 @@ EvalResult Trainer::evaluate() {
   return result;
 }
 
+void Trainer::end_epoch(FitSummary& summary) {
+  auto& ts = state_.timestamp;
+  const EvalResult eval = evaluate();
+  summary.final_train_loss = epoch_steps_ > 0 ? epoch_loss_sum_.item<double>() / static_cast<double>(epoch_steps_) : 0.0;
+  engine_->logger().emit(Json{{"epoch", ts.epoch},
+                              {"step", ts.step},
+                              {"train_loss", summary.final_train_loss},
+                              {"test_accuracy", eval.accuracy},
+                              {"test_loss", eval.loss}});
+  // Per-epoch schedulers step before EPOCH_END, so a checkpoint written
+  // there holds the closed epoch whole.
+  for (auto& scheduler : state_.schedulers) {
+    if (scheduler->interval() == Scheduler::Interval::kEpoch) scheduler->step(*state_.optimizer);
+  }
+  epoch_open_ = false;
+  ++epochs_completed_;
+  engine_->run(Event::EPOCH_END);
+  agree_on_stop();
+}
+
 FitSummary Trainer::fit() {
   const auto start = Clock::now();
   FitSummary summary;
   auto& ts = state_.timestamp;
   // Random draws during training (dropout, ...) depend only on the seed, not
-  // on what ran in this process since construction.
-  // Each rank draws its own masks (dropout, ...), reproducibly.
-  at::manual_seed(static_cast<uint64_t>(state_.seed) + 0x5EED + static_cast<uint64_t>(state_.rank));
+  // on what ran in this process since construction; each rank draws its own,
+  // reproducibly. A resumed run continues the generators it saved.
+  if (!resumed_) at::manual_seed(static_cast<uint64_t>(state_.seed) + 0x5EED + static_cast<uint64_t>(state_.rank));
   model_->train();
   engine_->run(Event::FIT_START);
+  interrupted_ = false;
   bool done = state_.stop_requested;
-  for (; ts.epoch < state_.max_epochs && !done; ++ts.epoch) {
-    ts.batch_in_epoch = 0;
-    epoch_loss_sum_ = at::zeros({}, at::TensorOptions(at::kFloat).device(state_.device));
-    epoch_steps_ = 0;
-    engine_->run(Event::EPOCH_START);
+  while (ts.epoch < state_.max_epochs && !done) {
+    if (!epoch_open_) {  // a resumed run may start inside an epoch
+      ts.batch_in_epoch = 0;
+      epoch_loss_sum_ = at::zeros({}, at::TensorOptions(at::kFloat).device(state_.device));
+      epoch_steps_ = 0;
+      epoch_open_ = true;
+      engine_->run(Event::EPOCH_START);
+    }
     // Every rank draws the same epoch order; step b's global batch is split
     // into one contiguous slice per rank (a disjoint, deterministic shard).
+    // The order depends on (seed, epoch) alone, so a resumed epoch continues
+    // with the batches it would have had.
     const auto order = epoch_order(data_.train.size(), static_cast<uint64_t>(state_.seed), ts.epoch, shuffle_);
-    for (int64_t b = 0; b < state_.steps_per_epoch; ++b) {
+    while (ts.batch_in_epoch < state_.steps_per_epoch) {
+      if (state_.max_steps > 0 && ts.step >= state_.max_steps) {
+        done = true;
+        break;
+      }
+      const int64_t b = ts.batch_in_epoch;
       const auto first = order.begin() + (b * state_.world_size + state_.rank) * batch_size_;
       train_batch(data_.train.gather(std::vector<int64_t>(first, first + batch_size_)));
       agree_on_stop();
+      if (interrupted_) break;
       if ((state_.max_steps > 0 && ts.step >= state_.max_steps) || state_.stop_requested) {
         done = true;
         break;
       }
     }
-    const EvalResult eval = evaluate();
-    summary.final_train_loss = epoch_steps_ > 0 ? epoch_loss_sum_.item<double>() / static_cast<double>(epoch_steps_) : 0.0;
-    engine_->logger().emit(Json{{"epoch", ts.epoch},
-                                {"step", ts.step},
-                                {"train_loss", summary.final_train_loss},
-                                {"test_accuracy", eval.accuracy},
-                                {"test_loss", eval.loss}});
-    engine_->run(Event::EPOCH_END);
-    agree_on_stop();
-    for (auto& scheduler : state_.schedulers) {
-      if (scheduler->interval() == Scheduler::Interval::kEpoch) scheduler->step(*state_.optimizer);
-    }
     summary.epochs = ts.epoch + 1;
-    done = done || state_.stop_requested;
+    if (interrupted_) break;  // the epoch stays open: the resumed run finishes it
+    if (ts.batch_in_epoch < state_.steps_per_epoch) {
+      // Stopped inside the epoch (max_steps, a callback): evaluate, but keep
+      // the epoch open, so a run extended from here continues it.
+      const EvalResult eval = evaluate();
+      summary.final_train_loss =
+          epoch_steps_ > 0 ? epoch_loss_sum_.item<double>() / static_cast<double>(epoch_steps_) : 0.0;
+      engine_->logger().emit(Json{{"epoch", ts.epoch},
+                                  {"step", ts.step},
+                                  {"train_loss", summary.final_train_loss},
+                                  {"test_accuracy", eval.accuracy},
+                                  {"test_loss", eval.loss}});
+      break;
+    }
+    end_epoch(summary);
+    ++ts.epoch;
+    done = done || state_.stop_requested || interrupted_;
   }
   engine_->run(Event::FIT_END);
   summary.steps = ts.step;
   summary.test_accuracy = state_.test_accuracy;
   summary.test_loss = state_.test_loss;
   summary.skipped_steps = state_.skipped_steps;
+  summary.interrupted = interrupted_;
+  summary.epochs = std::max(summary.epochs, epochs_completed_);
   summary.wall_seconds = seconds_since(start);
   return summary;
 }

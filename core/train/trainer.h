@@ -7,6 +7,7 @@
 #include "basin/core/engine.h"
 #include "basin/core/pass_hooks.h"
 #include "basin/core/state.h"
+#include "basin/core/state_dict.h"
 #include "basin/core/train/dataset.h"
 
 namespace basin {
@@ -35,6 +36,9 @@ struct FitSummary {
   double test_loss = 0;
   int64_t skipped_steps = 0;
   double wall_seconds = 0;
+  /// A signal (SIGINT/SIGTERM) stopped the run after a step; the checkpoint
+  /// callback, if configured, wrote where to resume.
+  bool interrupted = false;
   Json to_json() const;
 };
 
@@ -55,6 +59,15 @@ class Trainer {
                    std::shared_ptr<Communicator> communicator = nullptr);
   ~Trainer();
 
+  /// Continues the run a checkpoint recorded (core/checkpoint.h lists what
+  /// it holds), so that fit() goes on as if never stopped. The config must be
+  /// the checkpoint's except where a difference cannot change the run
+  /// (check_same_run), and the world size the same, unless
+  /// `allow_config_change`. Every rank calls it with the same checkpoint.
+  void resume(const StateDict& checkpoint, bool allow_config_change = false);
+
+  /// Trains from where the run stands (the start, or a resumed checkpoint)
+  /// to max_epochs/max_steps, a callback's stop or an interrupt.
   FitSummary fit();
   /// Accuracy and mean loss on the test split (fires EVAL_START/EVAL_END).
   EvalResult evaluate();
@@ -73,6 +86,14 @@ class Trainer {
   /// gradient sync set up, the optimizer sharded under zero1.
   void wrap_for_distribution(Params& optimizer_config);
   void train_batch(const Batch& batch);
+  /// Evaluation, the epoch's record and per-epoch schedulers, then EPOCH_END.
+  void end_epoch(FitSummary& summary);
+  /// The trainer's part of a checkpoint: where it stands in the epoch.
+  c10::IValue loop_state() const;
+  void load_loop_state(const c10::IValue& saved);
+  /// Whether the pass just run had a finite loss on every rank (the check
+  /// that runs when no grad scaler checks gradients).
+  bool pass_loss_finite();
   at::Tensor closure();
   /// One optimizer step: the optimizer's own passes when it runs the closure
   /// itself (SAM), else one pass, the checks and the base step here.
@@ -86,6 +107,7 @@ class Trainer {
   /// Averages gradients over ranks after a pass's last microbatch.
   void sync_gradients();
   double current_lr() const;
+  /// Ranks agree on stopping: a callback's request or a signal on any rank.
   void agree_on_stop();
 
   State state_;
@@ -103,6 +125,15 @@ class Trainer {
   double grad_clip_norm_ = 0;  // 0: no clipping
   at::Tensor epoch_loss_sum_;
   int64_t epoch_steps_ = 0;
+  Json config_;                  // as given: checkpoints keep it, resume compares it
+  int64_t epochs_completed_ = 0;
+  bool epoch_open_ = false;      // EPOCH_START ran, the epoch's end has not
+  bool resumed_ = false;
+  bool interrupted_ = false;
+  at::Tensor pass_loss_;         // the last closure's loss, for the finiteness check
+  bool nonfinite_in_step_ = false;
+  int64_t nonfinite_streak_ = 0;
+  int64_t max_nonfinite_steps_ = 10;  // 0: skip non-finite steps forever
 };
 
 }  // namespace basin

@@ -1,0 +1,83 @@
+#include "basin/callbacks/checkpoint.h"
+
+#include <filesystem>
+
+#include <ATen/ATen.h>
+
+#include "basin/core/checkpoint.h"
+#include "basin/core/checkpoint_file.h"
+#include "basin/core/config.h"
+#include "basin/core/console.h"
+#include "basin/core/engine.h"
+#include "basin/core/parallel/communicator.h"
+
+namespace fs = std::filesystem;
+
+namespace basin {
+
+CheckpointSaver::CheckpointSaver(Params& params) {
+  every_epochs_ = params.integer("every_epochs", 1, 0);
+  every_steps_ = params.integer("every_steps", 0, 0);
+  keep_last_ = params.integer("keep_last", 3, 0);
+  dir_ = params.string("dir", "checkpoints");
+  if (dir_.empty()) params.fail("dir", "a folder name", Json(dir_));
+}
+
+std::string CheckpointSaver::folder(const std::string& run_dir) const {
+  const fs::path dir(dir_);
+  return (dir.is_absolute() || run_dir.empty() ? dir : fs::path(run_dir) / dir).string();
+}
+
+bool CheckpointSaver::on_after_load(const State&, Logger&) {
+  unsaved_progress_ = false;
+  return false;
+}
+
+bool CheckpointSaver::on_batch_end(const State& state, Logger&) {
+  unsaved_progress_ = true;
+  if (every_steps_ > 0 && state.timestamp.step % every_steps_ == 0) save(state);
+  return false;
+}
+
+bool CheckpointSaver::on_epoch_end(const State& state, Logger&) {
+  unsaved_progress_ = true;
+  if (every_epochs_ > 0 && (state.timestamp.epoch + 1) % every_epochs_ == 0) save(state);
+  return false;
+}
+
+bool CheckpointSaver::on_fit_end(const State& state, Logger&) {
+  if (unsaved_progress_) save(state);
+  return false;
+}
+
+void CheckpointSaver::save(const State& state) {
+  if (engine_ == nullptr) throw std::logic_error("the checkpoint callback was not attached to an engine");
+  const StateDict checkpoint = capture_checkpoint(*engine_);  // every rank: the capture is collective
+  const std::string dir = folder(state.run_dir);
+  const std::string path = (fs::path(dir) / checkpoint_file_name(state.timestamp.step)).string();
+  std::string failure;
+  if (state.rank == 0) {
+    try {
+      write_checkpoint_file(path, checkpoint);
+      if (keep_last_ > 0) remove_old_checkpoints(dir, keep_last_);
+    } catch (const std::exception& error) {
+      failure = error.what();
+    }
+  }
+  // Every rank learns whether rank 0's write failed, so all stop together.
+  if (state.communicator && state.communicator->world_size() > 1) {
+    std::vector<at::Tensor> failed{at::full({1}, failure.empty() ? 0.0f : 1.0f).to(state.device)};
+    state.communicator->all_reduce_max(failed);
+    if (failure.empty() && failed.front().item<float>() > 0) {
+      failure = "rank 0 could not write checkpoint '" + path + "' (its log says why)";
+    }
+  }
+  if (!failure.empty()) throw CheckpointError(failure + "; training stops rather than run on unprotected");
+  unsaved_progress_ = false;
+  last_written_ = path;
+  if (state.rank == 0) console::debug("checkpoint: wrote " + path);
+}
+
+BASIN_REGISTER(callback_registry(), "checkpoint", CheckpointSaver);
+
+}  // namespace basin

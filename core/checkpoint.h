@@ -1,0 +1,44 @@
+#pragma once
+
+#include <cstdint>
+#include <stdexcept>
+
+#include "basin/core/state_dict.h"
+
+namespace basin {
+
+class Engine;
+
+/// A checkpoint that cannot be written, read or restored; the message names
+/// the file or the part and what was expected.
+class CheckpointError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+/// Version of the layout below; a checkpoint of another version is refused.
+inline constexpr int64_t kCheckpointFormat = 1;
+
+/// Everything the next step depends on, as one dict that Python's
+/// `torch.load` opens:
+///
+///     "basin"       {"format": 1, "torch": "<version>", "world_size": N}
+///     "timestamp"   {"epoch", "step", "batch_in_epoch", "samples"}
+///     "model"       {name: tensor}: parameters and buffers, PyTorch's names
+///     "optimizer"   PyTorch's optimizer layout (optimizer_state.h)
+///     "schedulers"  [each scheduler's state_dict()]
+///     "algorithms"  {name: state_dict()}, "callbacks" likewise
+///     "rng"         [per rank: {"cpu": generator state[, "cuda": ...]}]
+///     and one entry per part the loop added (the trainer's "loop", "config")
+///
+/// Tensors are on the CPU. Collective: every rank calls it at the same point
+/// of the loop (ZeRO-1 gathers the optimizer's shards, every rank's
+/// generators are gathered); rank 0's result is the complete one.
+StateDict capture_checkpoint(Engine& engine);
+
+/// Restores a captured dict into a run built the same way, between
+/// BEFORE_LOAD and AFTER_LOAD. Every rank calls it with the same dict.
+/// Throws CheckpointError naming the first part that does not fit.
+void restore_checkpoint(Engine& engine, const StateDict& checkpoint);
+
+}  // namespace basin

@@ -1,0 +1,200 @@
+#include "basin/core/checkpoint_file.h"
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <regex>
+
+#include <fcntl.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#include <nlohmann/json.hpp>
+#include <torch/csrc/jit/serialization/pickle.h>
+
+#include "basin/core/checkpoint.h"
+
+namespace fs = std::filesystem;
+
+namespace basin {
+
+namespace {
+
+const std::regex kCheckpointName(R"(step-(\d{12})\.pt)");
+
+std::string system_reason() { return std::strerror(errno); }
+
+uint32_t crc32_of(const std::vector<char>& bytes) {
+  uLong crc = crc32(0L, Z_NULL, 0);
+  // zlib takes at most uInt bytes per call.
+  for (std::size_t offset = 0; offset < bytes.size();) {
+    const auto n = static_cast<uInt>(std::min<std::size_t>(bytes.size() - offset, 1u << 30));
+    crc = crc32(crc, reinterpret_cast<const Bytef*>(bytes.data() + offset), n);
+    offset += n;
+  }
+  return static_cast<uint32_t>(crc);
+}
+
+std::string hex(uint32_t value) {
+  char text[9];
+  std::snprintf(text, sizeof text, "%08x", value);
+  return text;
+}
+
+// Writes `bytes` to `path` through a temporary file: written, fsynced, renamed.
+void write_atomically(const fs::path& path, const char* data, std::size_t size) {
+  const fs::path temporary = path.string() + ".tmp";
+  const int fd = ::open(temporary.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) throw CheckpointError("cannot write checkpoint '" + path.string() + "': " + system_reason());
+  auto fail = [&](const std::string& doing) {
+    const std::string reason = system_reason();
+    ::close(fd);
+    ::unlink(temporary.c_str());
+    throw CheckpointError("cannot write checkpoint '" + path.string() + "' (" + doing + "): " + reason);
+  };
+  for (std::size_t written = 0; written < size;) {
+    const ssize_t n = ::write(fd, data + written, size - written);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      fail("write");
+    }
+    written += static_cast<std::size_t>(n);
+  }
+  if (::fsync(fd) != 0) fail("fsync");
+  if (::close(fd) != 0) {
+    const std::string reason = system_reason();
+    ::unlink(temporary.c_str());
+    throw CheckpointError("cannot write checkpoint '" + path.string() + "' (close): " + reason);
+  }
+  if (::rename(temporary.c_str(), path.c_str()) != 0) {
+    const std::string reason = system_reason();
+    ::unlink(temporary.c_str());
+    throw CheckpointError("cannot write checkpoint '" + path.string() + "' (rename): " + reason);
+  }
+}
+
+void sync_folder(const fs::path& dir) {
+  const int fd = ::open(dir.empty() ? "." : dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) return;  // the files are in place; only their durability across a power cut is weaker
+  ::fsync(fd);
+  ::close(fd);
+}
+
+fs::path sum_path(const fs::path& path) { return path.string() + ".sum"; }
+
+}  // namespace
+
+std::string checkpoint_file_name(int64_t step) {
+  char name[32];
+  std::snprintf(name, sizeof name, "step-%012lld.pt", static_cast<long long>(step));
+  return name;
+}
+
+void write_checkpoint_file(const std::string& path_text, const StateDict& checkpoint) {
+  const fs::path path(path_text);
+  std::error_code error;
+  if (path.has_parent_path()) {
+    fs::create_directories(path.parent_path(), error);
+    if (error) {
+      throw CheckpointError("cannot write checkpoint '" + path_text + "': cannot create its folder (" +
+                            error.message() + ")");
+    }
+  }
+  const std::vector<char> bytes = torch::jit::pickle_save(checkpoint);
+  // The old .sum goes first: a .pt renamed over its predecessor never pairs with the old sum.
+  ::unlink(sum_path(path).c_str());
+  write_atomically(path, bytes.data(), bytes.size());
+  const std::string sum =
+      nlohmann::json{{"bytes", bytes.size()}, {"crc32", hex(crc32_of(bytes))}}.dump() + "\n";
+  write_atomically(sum_path(path), sum.data(), sum.size());
+  sync_folder(path.parent_path());
+}
+
+StateDict read_checkpoint_file(const std::string& path) {
+  if (!fs::exists(path)) throw CheckpointError("checkpoint '" + path + "' does not exist");
+  std::ifstream sum_file(sum_path(path));
+  if (!sum_file) {
+    throw CheckpointError("checkpoint '" + path + "' has no checksum file '" + sum_path(path).string() +
+                          "': its write did not finish");
+  }
+  nlohmann::json sum;
+  try {
+    sum = nlohmann::json::parse(sum_file);
+    sum.at("bytes").get<std::size_t>();
+    sum.at("crc32").get<std::string>();
+  } catch (const std::exception&) {
+    throw CheckpointError("checkpoint '" + path + "': its checksum file '" + sum_path(path).string() +
+                          "' is not {\"bytes\": N, \"crc32\": \"hex\"}");
+  }
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw CheckpointError("cannot read checkpoint '" + path + "': " + system_reason());
+  std::vector<char> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const std::size_t expected = sum.at("bytes").get<std::size_t>();
+  if (bytes.size() != expected) {
+    throw CheckpointError("checkpoint '" + path + "' is truncated or was changed: " + std::to_string(bytes.size()) +
+                          " bytes, its checksum file says " + std::to_string(expected));
+  }
+  const std::string crc = hex(crc32_of(bytes));
+  if (crc != sum.at("crc32").get<std::string>()) {
+    throw CheckpointError("checkpoint '" + path + "' is corrupted: CRC-32 " + crc + ", its checksum file says " +
+                          sum.at("crc32").get<std::string>());
+  }
+  c10::IValue value;
+  try {
+    value = torch::jit::pickle_load(bytes);
+  } catch (const std::exception& error) {
+    throw CheckpointError("checkpoint '" + path + "' is not a LibTorch pickle: " + std::string(error.what()).substr(0, 200));
+  }
+  if (!value.isGenericDict()) throw CheckpointError("checkpoint '" + path + "' does not hold a dict");
+  return value.toGenericDict();
+}
+
+std::vector<std::string> list_checkpoint_files(const std::string& dir) {
+  std::vector<std::pair<std::string, std::string>> found;  // (name, path): names sort by step
+  std::error_code error;
+  for (fs::directory_iterator it(dir, error), end; !error && it != end; it.increment(error)) {
+    const std::string name = it->path().filename().string();
+    if (std::regex_match(name, kCheckpointName)) {
+      found.emplace_back(name, it->path().string());
+    }
+  }
+  std::sort(found.begin(), found.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
+  std::vector<std::string> paths;
+  for (auto& entry : found) paths.push_back(std::move(entry.second));
+  return paths;
+}
+
+LatestCheckpoint read_latest_checkpoint(const std::string& dir) {
+  LatestCheckpoint latest;
+  for (const auto& path : list_checkpoint_files(dir)) {
+    try {
+      latest.checkpoint = read_checkpoint_file(path);
+      latest.path = path;
+      return latest;
+    } catch (const CheckpointError& error) {
+      latest.rejected.push_back(error.what());
+    }
+  }
+  std::string message = "no checkpoint in '" + dir + "' reads back";
+  for (const auto& reason : latest.rejected) message += "; " + reason;
+  throw CheckpointError(message);
+}
+
+void remove_old_checkpoints(const std::string& dir, int64_t keep) {
+  int64_t complete = 0;
+  for (const auto& path : list_checkpoint_files(dir)) {
+    if (complete < std::max<int64_t>(keep, 1)) {
+      complete += fs::exists(sum_path(path)) ? 1 : 0;
+      continue;
+    }
+    std::error_code ignored;
+    fs::remove(sum_path(path), ignored);  // the sum first: a half-removed checkpoint is never loaded
+    fs::remove(path, ignored);
+  }
+}
+
+}  // namespace basin

@@ -1,0 +1,263 @@
+#include "basin/core/optimizer_state.h"
+
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <type_traits>
+#include <utility>
+
+#include <ATen/ATen.h>
+#include <torch/optim/adagrad.h>
+#include <torch/optim/adam.h>
+#include <torch/optim/adamw.h>
+#include <torch/optim/optimizer.h>
+#include <torch/optim/rmsprop.h>
+#include <torch/optim/sgd.h>
+
+#include "basin/core/hyperparameters.h"
+
+namespace basin {
+
+namespace {
+
+using torch::optim::Optimizer;
+
+// LibTorch keys Optimizer::state() by the tensor's address: as a string in
+// 1.x, as the pointer itself in later releases. The key type says which.
+using StateKey = std::decay_t<decltype(std::declval<Optimizer&>().state())>::key_type;
+
+template <class Key>
+Key state_key_of(const at::Tensor& param) {
+  if constexpr (std::is_same_v<Key, std::string>) {
+    std::ostringstream key;
+    key << param.unsafeGetTensorImpl();
+    return key.str();
+  } else {
+    return param.unsafeGetTensorImpl();
+  }
+}
+
+StateKey state_key(const at::Tensor& param) { return state_key_of<StateKey>(param); }
+
+std::string describe(int64_t index) { return "parameter " + std::to_string(index); }
+
+// Saved tensors live on the CPU, so a checkpoint opens on any machine.
+at::Tensor to_cpu(const at::Tensor& tensor) { return tensor.cpu(); }
+
+// A copy on the parameter's device: the restored state never aliases the dict.
+at::Tensor restored(const StateDict& entry, const char* name, const at::Tensor& param, int64_t index) {
+  if (!entry.contains(name) || !entry.at(name).isTensor()) {
+    throw std::invalid_argument("optimizer state of " + describe(index) + " has no tensor '" + name +
+                                "' (was it saved by another kind of optimizer?)");
+  }
+  const at::Tensor value = entry.at(name).toTensor();
+  if (value.sizes() != param.sizes()) {
+    std::ostringstream message;
+    message << "optimizer state '" << name << "' of " << describe(index) << " has shape " << value.sizes()
+            << ", the parameter " << param.sizes();
+    throw std::invalid_argument(message.str());
+  }
+  return value.to(param.device(), value.scalar_type(), /*non_blocking=*/false, /*copy=*/true);
+}
+
+at::Tensor restored_if_present(const StateDict& entry, const char* name, const at::Tensor& param, int64_t index) {
+  return entry.contains(name) ? restored(entry, name, param, index) : at::Tensor();
+}
+
+int64_t integer(const StateDict& entry, const char* name, int64_t index) {
+  if (!entry.contains(name) || !entry.at(name).isInt()) {
+    throw std::invalid_argument("optimizer state of " + describe(index) + " has no integer '" + name + "'");
+  }
+  return entry.at(name).toInt();
+}
+
+StateDict save_param_state(const torch::optim::OptimizerParamState& state, int64_t index) {
+  StateDict entry = new_state_dict();
+  auto put = [&entry](const char* name, const at::Tensor& value) {
+    if (value.defined()) entry.insert(name, to_cpu(value));
+  };
+  if (const auto* sgd = dynamic_cast<const torch::optim::SGDParamState*>(&state)) {
+    put("momentum_buffer", sgd->momentum_buffer());
+  } else if (const auto* adam = dynamic_cast<const torch::optim::AdamParamState*>(&state)) {
+    entry.insert("step", adam->step());
+    put("exp_avg", adam->exp_avg());
+    put("exp_avg_sq", adam->exp_avg_sq());
+    put("max_exp_avg_sq", adam->max_exp_avg_sq());
+  } else if (const auto* adamw = dynamic_cast<const torch::optim::AdamWParamState*>(&state)) {
+    entry.insert("step", adamw->step());
+    put("exp_avg", adamw->exp_avg());
+    put("exp_avg_sq", adamw->exp_avg_sq());
+    put("max_exp_avg_sq", adamw->max_exp_avg_sq());
+  } else if (const auto* rmsprop = dynamic_cast<const torch::optim::RMSpropParamState*>(&state)) {
+    entry.insert("step", rmsprop->step());
+    put("square_avg", rmsprop->square_avg());
+    put("momentum_buffer", rmsprop->momentum_buffer());
+    put("grad_avg", rmsprop->grad_avg());
+  } else if (const auto* adagrad = dynamic_cast<const torch::optim::AdagradParamState*>(&state)) {
+    entry.insert("step", adagrad->step());
+    put("sum", adagrad->sum());
+  } else {
+    throw std::invalid_argument("the optimizer state of " + describe(index) +
+                                " is of a kind checkpoints do not know; they know SGD, Adam, AdamW, RMSprop "
+                                "and Adagrad");
+  }
+  return entry;
+}
+
+std::unique_ptr<torch::optim::OptimizerParamState> load_param_state(Optimizer& optimizer, const StateDict& entry,
+                                                                    const at::Tensor& param, int64_t index) {
+  if (dynamic_cast<torch::optim::SGD*>(&optimizer) != nullptr) {
+    auto state = std::make_unique<torch::optim::SGDParamState>();
+    state->momentum_buffer(restored(entry, "momentum_buffer", param, index));
+    return state;
+  }
+  if (dynamic_cast<torch::optim::Adam*>(&optimizer) != nullptr) {
+    auto state = std::make_unique<torch::optim::AdamParamState>();
+    state->step(integer(entry, "step", index));
+    state->exp_avg(restored(entry, "exp_avg", param, index));
+    state->exp_avg_sq(restored(entry, "exp_avg_sq", param, index));
+    state->max_exp_avg_sq(restored_if_present(entry, "max_exp_avg_sq", param, index));
+    return state;
+  }
+  if (dynamic_cast<torch::optim::AdamW*>(&optimizer) != nullptr) {
+    auto state = std::make_unique<torch::optim::AdamWParamState>();
+    state->step(integer(entry, "step", index));
+    state->exp_avg(restored(entry, "exp_avg", param, index));
+    state->exp_avg_sq(restored(entry, "exp_avg_sq", param, index));
+    state->max_exp_avg_sq(restored_if_present(entry, "max_exp_avg_sq", param, index));
+    return state;
+  }
+  if (dynamic_cast<torch::optim::RMSprop*>(&optimizer) != nullptr) {
+    auto state = std::make_unique<torch::optim::RMSpropParamState>();
+    state->step(integer(entry, "step", index));
+    state->square_avg(restored(entry, "square_avg", param, index));
+    state->momentum_buffer(restored_if_present(entry, "momentum_buffer", param, index));
+    state->grad_avg(restored_if_present(entry, "grad_avg", param, index));
+    return state;
+  }
+  if (dynamic_cast<torch::optim::Adagrad*>(&optimizer) != nullptr) {
+    auto state = std::make_unique<torch::optim::AdagradParamState>();
+    state->step(integer(entry, "step", index));
+    state->sum(restored(entry, "sum", param, index));
+    return state;
+  }
+  throw std::invalid_argument("checkpoints cannot restore this kind of optimizer; they know SGD, Adam, AdamW, "
+                              "RMSprop and Adagrad");
+}
+
+}  // namespace
+
+ParameterStates new_parameter_states() { return ParameterStates(c10::IntType::get(), c10::AnyType::get()); }
+
+ParameterNumbering::ParameterNumbering(const Optimizer& optimizer) {
+  for (const auto& group : optimizer.param_groups()) {
+    for (const auto& p : group.params()) {
+      if (index_.emplace(p.unsafeGetTensorImpl(), static_cast<int64_t>(parameters_.size())).second) {
+        parameters_.push_back(p);
+      }
+    }
+  }
+}
+
+int64_t ParameterNumbering::index_of(const at::Tensor& param) const {
+  const auto found = index_.find(param.unsafeGetTensorImpl());
+  return found == index_.end() ? -1 : found->second;
+}
+
+ParameterStates parameter_states(Optimizer& optimizer, const ParameterNumbering& numbering) {
+  if (auto* wrapper = dynamic_cast<WrappingOptimizer*>(&optimizer)) return wrapper->parameter_states(numbering);
+  ParameterStates states = new_parameter_states();
+  const auto& own = optimizer.state();
+  for (const auto& group : optimizer.param_groups()) {
+    for (const auto& p : group.params()) {
+      const int64_t index = numbering.index_of(p);
+      const auto found = own.find(state_key(p));
+      if (index < 0 || found == own.end() || states.contains(index)) continue;
+      states.insert(index, save_param_state(*found->second, index));
+    }
+  }
+  return states;
+}
+
+void load_parameter_states(Optimizer& optimizer, const ParameterStates& states, const ParameterNumbering& numbering) {
+  if (auto* wrapper = dynamic_cast<WrappingOptimizer*>(&optimizer)) {
+    wrapper->load_parameter_states(states, numbering);
+    return;
+  }
+  auto& own = optimizer.state();
+  for (const auto& group : optimizer.param_groups()) {
+    for (const auto& p : group.params()) {
+      const int64_t index = numbering.index_of(p);
+      if (index < 0) continue;
+      if (!states.contains(index)) {
+        own.erase(state_key(p));  // not stepped yet when saved: starts fresh, as it did then
+        continue;
+      }
+      const c10::IValue& entry = states.at(index);
+      if (!entry.isGenericDict()) throw std::invalid_argument("optimizer state of " + describe(index) + " is not a dict");
+      own[state_key(p)] = load_param_state(optimizer, entry.toGenericDict(), p, index);
+    }
+  }
+}
+
+StateDict optimizer_state_dict(Optimizer& optimizer) {
+  if (auto* wrapper = dynamic_cast<WrappingOptimizer*>(&optimizer)) wrapper->sync_param_groups();
+  const ParameterNumbering numbering(optimizer);
+  c10::impl::GenericList groups(c10::AnyType::get());
+  for (const auto& group : optimizer.param_groups()) {
+    StateDict entry = new_state_dict();
+    c10::List<int64_t> params;
+    for (const auto& p : group.params()) params.push_back(numbering.index_of(p));
+    entry.insert("params", params);
+    for (const auto& name : hyperparameter_names(group.options())) {
+      entry.insert(name, get_hyperparameter(group.options(), name));
+    }
+    groups.push_back(entry);
+  }
+  StateDict state = new_state_dict();
+  state.insert("state", parameter_states(optimizer, numbering));
+  state.insert("param_groups", groups);
+  return state;
+}
+
+void load_optimizer_state_dict(Optimizer& optimizer, const StateDict& state) {
+  if (!state.contains("state") || !state.contains("param_groups") || !state.at("state").isGenericDict() ||
+      !state.at("param_groups").isList()) {
+    throw std::invalid_argument("optimizer state needs a dict 'state' and a list 'param_groups'");
+  }
+  const ParameterNumbering numbering(optimizer);
+  const auto groups = state.at("param_groups").toList();
+  auto& own_groups = optimizer.param_groups();
+  if (groups.size() != own_groups.size()) {
+    throw std::invalid_argument("optimizer state has " + std::to_string(groups.size()) + " param groups, this optimizer " +
+                                std::to_string(own_groups.size()));
+  }
+  // Check everything before changing anything.
+  for (std::size_t g = 0; g < groups.size(); ++g) {
+    const c10::IValue saved_group = groups.get(g);
+    if (!saved_group.isGenericDict() || !saved_group.toGenericDict().contains("params")) {
+      throw std::invalid_argument("optimizer param group " + std::to_string(g) + " has no 'params' list");
+    }
+    const auto saved = saved_group.toGenericDict().at("params").toIntVector();
+    std::vector<int64_t> mine;
+    for (const auto& p : own_groups[g].params()) mine.push_back(numbering.index_of(p));
+    if (saved != mine) {
+      throw std::invalid_argument("optimizer param group " + std::to_string(g) + " holds " + std::to_string(saved.size()) +
+                                  " parameters in the saved state and " + std::to_string(mine.size()) +
+                                  " here, or other ones: the model or its param groups differ");
+    }
+  }
+  load_parameter_states(optimizer, state.at("state").toGenericDict(), numbering);
+  // Hyper-parameters go to the outermost optimizer; wrappers pass them on at
+  // their next sync, as they pass on a scheduler's values.
+  for (std::size_t g = 0; g < groups.size(); ++g) {
+    const StateDict saved = groups.get(g).toGenericDict();
+    for (const auto& name : hyperparameter_names(own_groups[g].options())) {
+      if (saved.contains(name) && saved.at(name).isDouble()) {
+        set_hyperparameter(own_groups[g].options(), name, saved.at(name).toDouble());
+      }
+    }
+  }
+}
+
+}  // namespace basin

@@ -1,0 +1,70 @@
+#pragma once
+
+#include <cstdint>
+#include <unordered_map>
+#include <vector>
+
+#include <ATen/core/Tensor.h>
+
+#include "basin/core/state_dict.h"
+
+namespace torch::optim { class Optimizer; }
+
+namespace basin {
+
+/// Per-parameter optimizer state keyed by parameter index (int keys), as in
+/// PyTorch's `optimizer.state_dict()["state"]`.
+using ParameterStates = c10::impl::GenericDict;
+ParameterStates new_parameter_states();
+
+/// Parameters numbered as PyTorch numbers them in an optimizer's state_dict:
+/// every parameter of the groups once, in group order. Indices, unlike
+/// LibTorch's state keys (tensor addresses), mean the same in every process.
+class ParameterNumbering {
+ public:
+  explicit ParameterNumbering(const torch::optim::Optimizer& optimizer);
+  /// -1 when `param` is not one of them.
+  int64_t index_of(const at::Tensor& param) const;
+  const std::vector<at::Tensor>& parameters() const { return parameters_; }
+
+ private:
+  std::vector<at::Tensor> parameters_;
+  std::unordered_map<const void*, int64_t> index_;
+};
+
+/// An optimizer that keeps its per-parameter state in another one: a
+/// wrapper's base (SAM), each rank's shard (ZeRO-1). Checkpoints reach the
+/// state through it.
+class WrappingOptimizer {
+ public:
+  virtual ~WrappingOptimizer() = default;
+  /// Copies hyper-parameters changed on either side to the other, so the
+  /// wrapper's groups hold the values the next step will use.
+  virtual void sync_param_groups() = 0;
+  /// The state of the parameters `numbering` numbers. Collective for a
+  /// sharded optimizer: every rank calls it, rank 0 receives every shard's.
+  virtual ParameterStates parameter_states(const ParameterNumbering& numbering) = 0;
+  /// Restores what `states` holds for the parameters this optimizer (or this
+  /// rank's shard) steps; the other entries are ignored.
+  virtual void load_parameter_states(const ParameterStates& states, const ParameterNumbering& numbering) = 0;
+};
+
+/// The state of any optimizer: LibTorch's SGD, Adam, AdamW, RMSprop and
+/// Adagrad directly (PyTorch's names: "momentum_buffer", "exp_avg", ...;
+/// tensors on the CPU), a WrappingOptimizer through what it wraps.
+ParameterStates parameter_states(torch::optim::Optimizer& optimizer, const ParameterNumbering& numbering);
+void load_parameter_states(torch::optim::Optimizer& optimizer, const ParameterStates& states,
+                           const ParameterNumbering& numbering);
+
+/// The optimizer in PyTorch's layout, so Python reads it as it reads its own:
+///     {"state": {index: {name: value}},
+///      "param_groups": [{"params": [index, ...], "lr": ..., <every hyper-parameter>}]}
+/// Tensors are references to the live state where it is already on the CPU:
+/// write or clone the result before the next step.
+StateDict optimizer_state_dict(torch::optim::Optimizer& optimizer);
+/// Restores a dict of that layout into an optimizer with the same groups
+/// (same parameter indices, same shapes); throws std::invalid_argument
+/// naming the first mismatch.
+void load_optimizer_state_dict(torch::optim::Optimizer& optimizer, const StateDict& state);
+
+}  // namespace basin

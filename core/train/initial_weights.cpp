@@ -1,0 +1,90 @@
+#include "basin/core/train/initial_weights.h"
+
+#include <fstream>
+#include <iterator>
+#include <map>
+#include <sstream>
+#include <vector>
+
+#include <ATen/ATen.h>
+#include <torch/csrc/jit/serialization/pickle.h>
+
+#include "basin/core/config_error.h"
+
+namespace basin {
+
+namespace {
+
+std::string some_names(const std::vector<std::string>& names) {
+  std::string text;
+  for (std::size_t i = 0; i < names.size() && i < 6; ++i) text += (i ? ", " : "") + names[i];
+  if (names.size() > 6) text += ", ... (" + std::to_string(names.size()) + " in all)";
+  return text;
+}
+
+c10::impl::GenericDict read_tensors(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw ConfigError("config key 'init_from': cannot read '" + path + "'");
+  const std::vector<char> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  c10::IValue value;
+  try {
+    value = torch::jit::pickle_load(bytes);
+  } catch (const std::exception& error) {
+    throw ConfigError("config key 'init_from': '" + path + "' is not a file torch.save wrote (" +
+                      std::string(error.what()).substr(0, 160) + ")");
+  }
+  if (!value.isGenericDict()) {
+    throw ConfigError("config key 'init_from': '" + path + "' does not hold a dict of tensors (a state_dict)");
+  }
+  auto dict = value.toGenericDict();
+  // A basin checkpoint carries its weights under "model".
+  if (dict.contains("basin") && dict.contains("model") && dict.at("model").isGenericDict()) {
+    dict = dict.at("model").toGenericDict();
+  }
+  return dict;
+}
+
+}  // namespace
+
+void load_initial_weights(torch::nn::Module& model, const InitialWeights& weights) {
+  const auto saved = read_tensors(weights.path);
+  std::map<std::string, at::Tensor> mine;
+  for (const auto& item : model.named_parameters(true)) mine.emplace(item.key(), item.value());
+  for (const auto& item : model.named_buffers(true)) mine.emplace(item.key(), item.value());
+
+  std::vector<std::string> missing, extra;
+  for (const auto& [name, tensor] : mine) {
+    if (!saved.contains(name)) missing.push_back(name);
+  }
+  for (const auto& entry : saved) {
+    if (!entry.key().isString() || mine.count(entry.key().toStringRef()) == 0) {
+      extra.push_back(entry.key().isString() ? entry.key().toStringRef() : "<not a name>");
+    }
+  }
+  const std::string where = "config key 'init_from': '" + weights.path + "'";
+  if (!missing.empty() && !weights.allow_missing) {
+    throw ConfigError(where + " lacks tensor '" + missing.front() + "' of the model (missing: " + some_names(missing) +
+                      "; the file has: " + some_names(extra.empty() ? std::vector<std::string>{"nothing else"} : extra) +
+                      "); set \"allow_missing\": true to keep their initial values");
+  }
+  if (!extra.empty() && !weights.allow_extra) {
+    throw ConfigError(where + " has tensor '" + extra.front() + "', which the model lacks (extra: " + some_names(extra) +
+                      "); set \"allow_extra\": true to ignore them");
+  }
+  at::NoGradGuard no_grad;
+  for (auto& [name, tensor] : mine) {
+    if (!saved.contains(name)) continue;
+    const c10::IValue& value = saved.at(name);
+    if (!value.isTensor()) throw ConfigError(where + ": entry '" + name + "' is not a tensor");
+    const at::Tensor source = value.toTensor();
+    if (source.sizes() != tensor.sizes()) {
+      std::ostringstream message;
+      message << where << ": tensor '" << name << "' has shape " << source.sizes() << ", the model's "
+              << tensor.sizes();
+      throw ConfigError(message.str());
+    }
+    tensor.copy_(source);
+  }
+}
+
+}  // namespace basin

@@ -1,0 +1,25 @@
+#pragma once
+
+#include <string>
+
+#include <torch/nn/module.h>
+
+namespace basin {
+
+/// Where a run's weights come from before training ("init_from"):
+///     "init_from": "weights.pt"
+///     "init_from": {"path": "weights.pt", "allow_missing": false, "allow_extra": false}
+/// The file is what Python writes with `torch.save(model.state_dict(), path)`
+/// (or a basin checkpoint, whose "model" entry is used).
+struct InitialWeights {
+  std::string path;
+  bool allow_missing = false;  // model tensors the file lacks keep their initial values
+  bool allow_extra = false;    // file tensors the model lacks are ignored
+};
+
+/// Copies the file's tensors into `model`'s parameters and buffers, matched
+/// by name. Throws ConfigError naming the file and the first missing, extra
+/// or mis-shaped tensor (listing a few names of each side for a typo).
+void load_initial_weights(torch::nn::Module& model, const InitialWeights& weights);
+
+}  // namespace basin

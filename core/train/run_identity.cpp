@@ -1,0 +1,62 @@
+#include "basin/core/train/run_identity.h"
+
+#include <string>
+#include <vector>
+
+namespace basin {
+
+namespace {
+
+const std::vector<std::string> kSafeToChange = {
+    "max_epochs", "max_steps", "log_every", "threads", "init_from",
+    "callbacks.progress", "callbacks.checkpoint", "parallel.timeout_seconds"};
+
+bool safe(const std::string& path) {
+  for (const auto& key : kSafeToChange) {
+    if (path == key || path.rfind(key + ".", 0) == 0) return true;
+  }
+  return false;
+}
+
+std::string shown(const Json* value) {
+  if (value == nullptr) return "absent";
+  std::string text = value->dump();
+  return text.size() > 80 ? text.substr(0, 77) + "..." : text;
+}
+
+// The first differing key outside the safe ones, depth first in file order.
+bool first_difference(const Json* saved, const Json* current, const std::string& path, std::string& where,
+                      std::string& was, std::string& now) {
+  if (!path.empty() && safe(path)) return false;
+  if (saved != nullptr && current != nullptr && saved->is_object() && current->is_object()) {
+    for (const auto& [key, value] : saved->items()) {
+      const auto other = current->find(key);
+      const std::string child = path.empty() ? key : path + "." + key;
+      if (first_difference(&value, other == current->end() ? nullptr : &*other, child, where, was, now)) return true;
+    }
+    for (const auto& [key, value] : current->items()) {
+      if (saved->contains(key)) continue;
+      const std::string child = path.empty() ? key : path + "." + key;
+      if (first_difference(nullptr, &value, child, where, was, now)) return true;
+    }
+    return false;
+  }
+  if (saved != nullptr && current != nullptr && *saved == *current) return false;
+  where = path;
+  was = shown(saved);
+  now = shown(current);
+  return true;
+}
+
+}  // namespace
+
+void check_same_run(const Json& saved, const Json& current) {
+  std::string where, was, now;
+  if (first_difference(&saved, &current, "", where, was, now)) {
+    throw ConfigError("config key '" + where + "' is " + was + " in the checkpoint and " + now +
+                      " now: resuming would make a different run. Resume with the checkpoint's config, or pass "
+                      "--allow-config-change to resume anyway");
+  }
+}
+
+}  // namespace basin
