@@ -111,7 +111,10 @@ void Trainer::build(const Json& config, std::vector<std::shared_ptr<Callback>> c
   state_.max_epochs = root.integer("max_epochs", 1, 1);
   state_.max_steps = root.integer("max_steps", 0, 0);
   state_.log_every = root.integer("log_every", 50, 1);
-  max_nonfinite_steps_ = root.integer("max_nonfinite_steps", 10, 0);
+  Params nonfinite = root.object("nonfinite_loss");
+  skip_nonfinite_ = nonfinite.boolean("skip", true);
+  max_nonfinite_steps_ = nonfinite.integer("max_consecutive", 10, 0);
+  nonfinite.finish();
   const std::optional<InitialWeights> initial_weights = parse_initial_weights(root);
   Params data = root.object("data");
   Params model = root.object("model");
@@ -372,8 +375,8 @@ PassHooks Trainer::pass_hooks() {
   PassHooks hooks;
   hooks.gradients_finite = [this](Pass) {
     // A grad scaler checks the gradients; without one the loss is checked.
-    return state_.scaler ? state_.scaler->unscale_and_check(gradients(), state_.communicator.get())
-                         : pass_loss_finite();
+    if (state_.scaler) return state_.scaler->unscale_and_check(gradients(), state_.communicator.get());
+    return !skip_nonfinite_ || pass_loss_finite();
   };
   hooks.before_base_step = [this] {
     if (grad_clip_norm_ <= 0) return;
@@ -466,19 +469,20 @@ void Trainer::train_batch(const Batch& batch) {
     // still counts as a step, so schedules keep to the step count.
     skipped = state_.scaler->step_found_inf();
     state_.scaler->update();
-  } else if (nonfinite_in_step_) {
-    // Without a scaler a non-finite loss skips the step (weights untouched);
-    // a run that keeps producing them stops before anything more is saved.
-    skipped = true;
-    if (max_nonfinite_steps_ > 0 && ++nonfinite_streak_ >= max_nonfinite_steps_) {
+  } else {
+    // Without a scaler a non-finite loss skips the step (weights untouched).
+    skipped = nonfinite_in_step_;
+  }
+  if (skipped) ++state_.skipped_steps;
+  nonfinite_streak_ = nonfinite_in_step_ ? nonfinite_streak_ + 1 : 0;
+  // A run that keeps producing them stops before anything more is saved.
+  if (nonfinite_in_step_ && max_nonfinite_steps_ > 0 && nonfinite_streak_ >= max_nonfinite_steps_) {
       throw std::runtime_error("the training loss was not finite in " + std::to_string(nonfinite_streak_) +
                                " consecutive steps (up to step " + std::to_string(state_.timestamp.step + 1) +
                                "), so training stops; every checkpoint already written is intact. Lower the "
-                               "learning rate, clip gradients (grad_clip_norm) or raise max_nonfinite_steps");
-    }
+                               "learning rate, clip gradients (grad_clip_norm) or raise "
+                               "nonfinite_loss.max_consecutive");
   }
-  if (skipped) ++state_.skipped_steps;
-  if (!nonfinite_in_step_) nonfinite_streak_ = 0;
   engine_->run(Event::AFTER_STEP);
   for (auto& scheduler : state_.schedulers) {
     if (scheduler->interval() == Scheduler::Interval::kStep) scheduler->step(*state_.optimizer);

@@ -133,6 +133,7 @@ class Trainer {
   at::Tensor pass_loss_;         // the last closure's loss, for the finiteness check
   bool nonfinite_in_step_ = false;
   int64_t nonfinite_streak_ = 0;
+  bool skip_nonfinite_ = true;         // without a grad scaler, check each pass's loss
   int64_t max_nonfinite_steps_ = 10;  // 0: skip non-finite steps forever
 };
 

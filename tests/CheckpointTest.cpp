@@ -1,0 +1,325 @@
+// Checkpoint and resume (invariant 7): a run resumed from a checkpoint of
+// step k ends bit for bit where the uninterrupted run ends. Every comparison
+// is of whole checkpoints (weights, buffers, optimizer state, schedulers,
+// algorithms, grad scaler, loop position, metrics accumulators), pickled.
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include <unistd.h>
+
+#include <torch/csrc/jit/serialization/pickle.h>
+
+#include "basin/core/checkpoint.h"
+#include "basin/core/checkpoint_file.h"
+#include "basin/core/engine.h"
+#include "basin/core/optimizer_state.h"
+#include "distributed_util.h"
+#include "test_util.h"
+
+namespace basin {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::vector<char> pickled(const StateDict& dict) { return torch::jit::pickle_save(dict); }
+
+/// Captures the whole run at one point of the loop (a batch's end at `step`,
+/// or the end of epoch `epoch`), pickled at once as a file would hold it.
+class CaptureAt : public Callback {
+ public:
+  CaptureAt(int64_t step, int64_t epoch) : step_(step), epoch_(epoch) {}
+  std::string name() const override { return "capture_at"; }
+  void attach(Engine& engine) override { engine_ = &engine; }
+  bool on_batch_end(const State& state, Logger&) override {
+    if (state.timestamp.step == step_) bytes = pickled(capture_checkpoint(*engine_));
+    return false;
+  }
+  bool on_epoch_end(const State& state, Logger&) override {
+    if (state.timestamp.epoch == epoch_) bytes = pickled(capture_checkpoint(*engine_));
+    return false;
+  }
+  std::vector<char> bytes;
+
+ private:
+  int64_t step_, epoch_;
+  Engine* engine_ = nullptr;
+};
+
+struct Outcome {
+  std::vector<char> final_state;  // the whole run, pickled, after fit()
+  std::vector<float> losses;      // every step's loss, in order
+  FitSummary summary;
+};
+
+Outcome finish(Trainer& trainer, const std::shared_ptr<test::LossRecorder>& losses) {
+  Outcome outcome;
+  outcome.summary = trainer.fit();
+  outcome.final_state = pickled(capture_checkpoint(trainer.engine()));
+  outcome.losses = losses->losses;
+  return outcome;
+}
+
+/// Runs `config` uninterrupted while capturing a checkpoint at (step, or end
+/// of epoch); writes it to a file, reads it back into a fresh trainer,
+/// resumes and checks that both runs end identically.
+void expect_resume_matches(const Json& config, int64_t step, int64_t epoch = -1) {
+  test::TempDir dir;
+  auto capture = std::make_shared<CaptureAt>(step, epoch);
+  auto losses = std::make_shared<test::LossRecorder>();
+  Trainer whole(config, {capture, losses});
+  const Outcome uninterrupted = finish(whole, losses);
+  ASSERT_FALSE(capture->bytes.empty()) << "the run never reached the capture point";
+  const std::string path = dir.file(checkpoint_file_name(step));
+  write_checkpoint_file(path, torch::jit::pickle_load(capture->bytes).toGenericDict());
+
+  auto resumed_losses = std::make_shared<test::LossRecorder>();
+  Trainer resumed(config, {resumed_losses});
+  resumed.resume(read_checkpoint_file(path));
+  const int64_t resumed_at = resumed.state().timestamp.step;
+  const Outcome continued = finish(resumed, resumed_losses);
+
+  EXPECT_TRUE(continued.final_state == uninterrupted.final_state) << "the resumed run ended elsewhere";
+  ASSERT_EQ(resumed_at + static_cast<int64_t>(continued.losses.size()),
+            static_cast<int64_t>(uninterrupted.losses.size()));
+  for (std::size_t i = 0; i < continued.losses.size(); ++i) {
+    EXPECT_EQ(continued.losses[i], uninterrupted.losses[static_cast<std::size_t>(resumed_at) + i]) << "step " << i;
+  }
+  EXPECT_EQ(continued.summary.steps, uninterrupted.summary.steps);
+  EXPECT_EQ(continued.summary.test_accuracy, uninterrupted.summary.test_accuracy);
+  EXPECT_EQ(continued.summary.final_train_loss, uninterrupted.summary.final_train_loss);
+  EXPECT_EQ(continued.summary.skipped_steps, uninterrupted.summary.skipped_steps);
+}
+
+TEST(CheckpointTest, ResumedSgdEqualsTheUninterruptedRunMidEpoch) {
+  expect_resume_matches(test::smoke_config(), 5);  // 8 steps per epoch: inside the first
+}
+
+TEST(CheckpointTest, ResumedSgdEqualsTheUninterruptedRunAtAnEpochEnd) {
+  Json config = test::smoke_config();
+  config["schedulers"] = Json::parse(R"([{"name": "step", "step_size": 1, "gamma": 0.5, "interval": "epoch"}])");
+  config["max_epochs"] = 3;
+  expect_resume_matches(config, 8, /*epoch=*/0);
+}
+
+TEST(CheckpointTest, ResumedSamWithAdamWarmupMicrobatchesBatchNormAndIntervalEqualsTheUninterruptedRun) {
+  Json config = test::smoke_config();
+  config["model"] = Json::parse(R"({"name": "resnet", "width": 4, "blocks": [1]})");
+  config["optimizer"] = Json::parse(R"({"name": "adam", "lr": 0.01})");
+  config["schedulers"] = Json::parse(R"([{"name": "cosine_warmup", "warmup": 3}])");
+  config["data"]["microbatches"] = 2;
+  config["algorithms"] = Json::parse(R"({"sam": {"rho": 0.05, "interval": 2}})");
+  expect_resume_matches(config, 5);  // odd: the interval's phase must survive
+}
+
+TEST(CheckpointTest, ResumedRunAfterASkippedScalerStepEqualsTheUninterruptedRun) {
+  // A real fp32 overflow (as in MixedPrecisionTest): the largest scale a float
+  // holds, 2^127, and inputs large enough that scaled gradients exceed it.
+  Json config = test::smoke_config();
+  config["data"]["input_scale"] = 30;
+  config["optimizer"]["lr"] = 0.001;
+  config["callbacks"] = Json::parse(R"({"grad_scaler": {"init_scale": 1.7014118346046923e+38, "growth_interval": 3}})");
+  Trainer trainer(config);
+  const FitSummary summary = trainer.fit();
+  ASSERT_GT(summary.skipped_steps, 0) << "no step overflowed; the test would not test the skip";
+  expect_resume_matches(config, 1);
+}
+
+TEST(CheckpointTest, ResumedBf16RunEqualsTheUninterruptedRun) {
+  Json config = test::smoke_config();
+  config["precision"] = "amp_bf16";
+  config["algorithms"] = Json::parse(R"({"sam": {"rho": 0.05}})");
+  expect_resume_matches(config, 6);
+}
+
+// Two ranks as threads: rank 0 writes, every rank reads the file back.
+void expect_distributed_resume_matches(const Json& config, int64_t step) {
+  test::TempDir dir;
+  const std::string path = dir.file(checkpoint_file_name(step));
+  std::vector<char> uninterrupted, continued;
+  test::run_ranks(2, [&](int rank, std::shared_ptr<Communicator> communicator) {
+    auto capture = std::make_shared<CaptureAt>(step, -1);
+    Trainer whole(config, {capture}, {}, communicator);
+    whole.fit();
+    const auto final_state = pickled(capture_checkpoint(whole.engine()));  // collective
+    if (rank == 0) {
+      uninterrupted = final_state;
+      write_checkpoint_file(path, torch::jit::pickle_load(capture->bytes).toGenericDict());
+    }
+    communicator->barrier();
+    Trainer resumed(config, {}, {}, communicator);
+    resumed.resume(read_checkpoint_file(path));
+    resumed.fit();
+    const auto resumed_state = pickled(capture_checkpoint(resumed.engine()));
+    if (rank == 0) continued = resumed_state;
+  });
+  ASSERT_FALSE(uninterrupted.empty());
+  EXPECT_TRUE(continued == uninterrupted) << "the resumed run ended elsewhere";
+}
+
+TEST(CheckpointTest, ResumedDataParallelRunEqualsTheUninterruptedRun) {
+  Json config = test::smoke_config();
+  config["parallel"] = Json::parse(R"({"mode": "ddp", "timeout_seconds": 60})");
+  config["algorithms"] = Json::parse(R"({"sam": {"rho": 0.05}})");
+  expect_distributed_resume_matches(config, 3);  // 4 steps per epoch on two ranks
+}
+
+TEST(CheckpointTest, ResumedZeroOneRunEqualsTheUninterruptedRun) {
+  Json config = test::smoke_config();
+  config["parallel"] = Json::parse(R"({"mode": "zero1", "timeout_seconds": 60})");
+  config["optimizer"] = Json::parse(R"({"name": "adam", "lr": 0.01})");
+  config["algorithms"] = Json::parse(R"({"sam": {"rho": 0.05}})");
+  expect_distributed_resume_matches(config, 3);
+}
+
+TEST(CheckpointTest, ZeroOneCheckpointHoldsEveryShardsOptimizerState) {
+  Json config = test::smoke_config();
+  config["max_steps"] = 2;
+  config["parallel"] = Json::parse(R"({"mode": "zero1", "timeout_seconds": 60})");
+  config["optimizer"] = Json::parse(R"({"name": "adam", "lr": 0.01})");
+  Json single = config;  // one process with both ranks' batches
+  single.erase("parallel");
+  single["data"]["batch_size"] = 32;
+  Trainer reference(single);
+  reference.fit();
+  const StateDict expected = optimizer_state_dict(*reference.state().optimizer);
+  test::run_ranks(2, [&](int rank, std::shared_ptr<Communicator> communicator) {
+    Trainer trainer(config, {}, {}, communicator);
+    trainer.fit();
+    const StateDict saved = capture_checkpoint(trainer.engine());
+    if (rank != 0) return;
+    const auto states = saved.at("optimizer").toGenericDict().at("state").toGenericDict();
+    const auto reference_states = expected.at("state").toGenericDict();
+    ASSERT_EQ(states.size(), reference_states.size());  // every parameter, whichever rank owns it
+    for (const auto& entry : reference_states) {
+      const auto mine = states.at(entry.key()).toGenericDict();
+      const auto theirs = entry.value().toGenericDict();
+      EXPECT_EQ(mine.at("step").toInt(), theirs.at("step").toInt());
+      // Two ranks of half batches average to the same gradient up to rounding.
+      EXPECT_TRUE(at::allclose(mine.at("exp_avg").toTensor(), theirs.at("exp_avg").toTensor(), 1e-5, 1e-7));
+    }
+  });
+}
+
+TEST(CheckpointTest, ConfigThatWouldMakeADifferentRunIsRefusedNamingTheKey) {
+  test::TempDir dir;
+  Json config = test::smoke_config();
+  config["max_steps"] = 3;
+  Trainer first(config);
+  first.fit();
+  const StateDict checkpoint = capture_checkpoint(first.engine());
+  Json changed = config;
+  changed["optimizer"]["lr"] = 0.2;
+  Trainer second(changed);
+  const std::string message = test::config_error_of([&] { second.resume(checkpoint); });
+  EXPECT_NE(message.find("'optimizer.lr'"), std::string::npos) << message;
+  EXPECT_NE(message.find("--allow-config-change"), std::string::npos) << message;
+  // Length and logging may change; an explicit override accepts the rest.
+  Json longer = config;
+  longer["max_steps"] = 6;
+  longer["log_every"] = 2;
+  Trainer third(longer);
+  EXPECT_NO_THROW(third.resume(checkpoint));
+  Trainer fourth(changed);
+  EXPECT_NO_THROW(fourth.resume(checkpoint, /*allow_config_change=*/true));
+  EXPECT_EQ(fourth.state().timestamp.step, 3);
+}
+
+TEST(CheckpointTest, TruncatedAndBitFlippedFilesAreRejectedNamingTheFile) {
+  test::TempDir dir;
+  Trainer trainer(test::smoke_config());
+  const StateDict checkpoint = capture_checkpoint(trainer.engine());
+  const std::string path = dir.file(checkpoint_file_name(7));
+  write_checkpoint_file(path, checkpoint);
+  EXPECT_NO_THROW(read_checkpoint_file(path));
+  const std::string original = test::read_text(path);
+
+  auto error_of = [&](const std::string& contents) {
+    std::ofstream(path, std::ios::binary | std::ios::trunc) << contents;
+    try {
+      read_checkpoint_file(path);
+    } catch (const CheckpointError& error) {
+      return std::string(error.what());
+    }
+    return std::string("(no error)");
+  };
+  const std::string truncated = error_of(original.substr(0, original.size() / 2));
+  EXPECT_NE(truncated.find(path), std::string::npos) << truncated;
+  EXPECT_NE(truncated.find("truncated"), std::string::npos) << truncated;
+  std::string flipped = original;
+  flipped[flipped.size() / 3] ^= 0x10;
+  const std::string corrupted = error_of(flipped);
+  EXPECT_NE(corrupted.find(path), std::string::npos) << corrupted;
+  EXPECT_NE(corrupted.find("corrupted"), std::string::npos) << corrupted;
+  fs::remove(path + ".sum");
+  const std::string unfinished = error_of(original);
+  EXPECT_NE(unfinished.find("checksum file"), std::string::npos) << unfinished;
+}
+
+TEST(CheckpointTest, LatestFallsBackPastDamagedCheckpointsAndRotationKeepsTheNewest) {
+  test::TempDir dir;
+  Trainer trainer(test::smoke_config());
+  StateDict checkpoint = capture_checkpoint(trainer.engine());
+  const std::string folder = dir.file("checkpoints");
+  for (int64_t step : {2, 4, 6, 8}) write_checkpoint_file((fs::path(folder) / checkpoint_file_name(step)).string(), checkpoint);
+  remove_old_checkpoints(folder, 3);
+  const auto kept = list_checkpoint_files(folder);
+  ASSERT_EQ(kept.size(), 3u);
+  EXPECT_NE(kept.front().find(checkpoint_file_name(8)), std::string::npos);
+  EXPECT_FALSE(fs::exists(fs::path(folder) / checkpoint_file_name(2)));
+
+  const std::string newest = kept.front();
+  std::ofstream(newest, std::ios::binary | std::ios::app) << "garbage";
+  const LatestCheckpoint latest = read_latest_checkpoint(folder);
+  EXPECT_NE(latest.path.find(checkpoint_file_name(6)), std::string::npos) << latest.path;
+  ASSERT_EQ(latest.rejected.size(), 1u);
+  EXPECT_NE(latest.rejected.front().find(newest), std::string::npos);
+}
+
+TEST(CheckpointTest, UnwritableFolderFailsClearlyAndKeepsTheEarlierCheckpoint) {
+  test::TempDir dir;
+  Trainer trainer(test::smoke_config());
+  const StateDict checkpoint = capture_checkpoint(trainer.engine());
+  const std::string folder = dir.file("checkpoints");
+  const std::string earlier = (fs::path(folder) / checkpoint_file_name(1)).string();
+  write_checkpoint_file(earlier, checkpoint);
+  fs::permissions(folder, fs::perms::owner_read | fs::perms::owner_exec);
+  // Root ignores permissions: then a folder below a plain file stands for an unwritable place.
+  const bool permissions_hold = ::access(folder.c_str(), W_OK) != 0;
+  const std::string target = permissions_hold ? (fs::path(folder) / checkpoint_file_name(2)).string()
+                                              : (fs::path(earlier) / checkpoint_file_name(2)).string();
+  try {
+    write_checkpoint_file(target, checkpoint);
+    ADD_FAILURE() << "writing to an unwritable place succeeded";
+  } catch (const CheckpointError& error) {
+    EXPECT_NE(std::string(error.what()).find(target), std::string::npos) << error.what();
+  }
+  fs::permissions(folder, fs::perms::owner_all);
+  EXPECT_NO_THROW(read_checkpoint_file(earlier));
+  EXPECT_EQ(list_checkpoint_files(folder).size(), 1u);
+}
+
+TEST(CheckpointTest, NonFiniteLossSkipsTheStepAndStopsAfterTheConfiguredStreak) {
+  Json config = test::smoke_config();
+  config["nonfinite_loss"] = Json::parse(R"({"max_consecutive": 3})");
+  Trainer trainer(config);
+  // Weights of NaN give a NaN loss at every step.
+  {
+    at::NoGradGuard no_grad;
+    trainer.model().parameters().back().fill_(NAN);
+  }
+  const auto first = trainer.model().parameters().front().clone();
+  try {
+    trainer.fit();
+    ADD_FAILURE() << "training went on with a NaN loss";
+  } catch (const std::runtime_error& error) {
+    EXPECT_NE(std::string(error.what()).find("3 consecutive steps"), std::string::npos) << error.what();
+  }
+  EXPECT_EQ(trainer.state().skipped_steps, 3);
+  EXPECT_TRUE(at::equal(trainer.model().parameters().front(), first)) << "a skipped step changed the weights";
+}
+
+}  // namespace
+}  // namespace basin
