@@ -1,5 +1,6 @@
 #include "basin/core/train/initial_weights.h"
 
+#include <algorithm>
 #include <fstream>
 #include <iterator>
 #include <map>
@@ -10,6 +11,7 @@
 #include <torch/csrc/jit/serialization/pickle.h>
 
 #include "basin/core/config_error.h"
+#include "basin/core/torch_compat.h"
 
 namespace basin {
 
@@ -27,9 +29,17 @@ c10::impl::GenericDict read_tensors(const std::string& path) {
   if (!in) throw ConfigError("config key 'init_from': cannot read '" + path + "'");
   const std::vector<char> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   c10::IValue value;
+  const std::string ordered_dict = "collections\nOrderedDict";
+  const bool holds_ordered_dict = std::search(bytes.begin(), bytes.end(), ordered_dict.begin(), ordered_dict.end()) != bytes.end();
   try {
     value = torch::jit::pickle_load(bytes);
   } catch (const std::exception& error) {
+    if (holds_ordered_dict) {
+      // LibTorch before 2.x unpickles an OrderedDict (what state_dict() returns) as None.
+      throw ConfigError("config key 'init_from': '" + path + "' holds an OrderedDict, which LibTorch " +
+                        compat::torch_version() + " cannot read; save it as a plain dict, "
+                        "torch.save(dict(model.state_dict()), path), or build basin against LibTorch 2.x");
+    }
     throw ConfigError("config key 'init_from': '" + path + "' is not a file torch.save wrote (" +
                       std::string(error.what()).substr(0, 160) + ")");
   }

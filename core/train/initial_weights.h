@@ -10,7 +10,8 @@ namespace basin {
 ///     "init_from": "weights.pt"
 ///     "init_from": {"path": "weights.pt", "allow_missing": false, "allow_extra": false}
 /// The file is what Python writes with `torch.save(model.state_dict(), path)`
-/// (or a basin checkpoint, whose "model" entry is used).
+/// (or a basin checkpoint, whose "model" entry is used). LibTorch 1.13 reads
+/// a state_dict's OrderedDict as None: there, save `dict(model.state_dict())`.
 struct InitialWeights {
   std::string path;
   bool allow_missing = false;  // model tensors the file lacks keep their initial values

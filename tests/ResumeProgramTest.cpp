@@ -1,0 +1,241 @@
+// basin-train as a user runs it: killed or signalled mid-epoch, resumed with
+// --resume latest, it ends where the uninterrupted run ends; its checkpoints
+// open in Python, and Python's weights start a run (init_from).
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <csignal>
+#include <filesystem>
+#include <thread>
+
+#include <fcntl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <torch/csrc/jit/serialization/pickle.h>
+
+#include "basin/core/checkpoint_file.h"
+#include "basin/core/interrupt.h"
+#include "basin/core/torch_compat.h"
+#include "test_util.h"
+
+namespace basin {
+namespace {
+
+namespace fs = std::filesystem;
+
+const std::string kTrain = BASIN_TRAIN_EXE;
+
+// Long enough (about 2000 steps) that a signal lands mid-epoch.
+Json long_config() {
+  return Json::parse(R"({
+    "seed": 5, "threads": 1, "max_epochs": 2, "log_every": 100,
+    "data": {"name": "synthetic", "train_size": 16000, "test_size": 64, "input_shape": [1, 4, 4],
+             "num_classes": 3, "batch_size": 16},
+    "model": {"name": "mlp", "hidden": [8]},
+    "optimizer": {"name": "sgd", "lr": 0.05, "momentum": 0.9},
+    "schedulers": [{"name": "cosine_warmup", "warmup": 10}],
+    "callbacks": {"checkpoint": {"every_steps": 50, "keep_last": 2}}
+  })");
+}
+
+/// basin-train started in the background, output to a file.
+class Background {
+ public:
+  explicit Background(const std::vector<std::string>& args, const std::string& log) {
+    pid_ = fork();
+    if (pid_ == 0) {
+      const int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+      dup2(fd, STDOUT_FILENO);
+      dup2(fd, STDERR_FILENO);
+      std::vector<char*> argv;
+      for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+      argv.push_back(nullptr);
+      execv(argv[0], argv.data());
+      _exit(127);
+    }
+  }
+  void signal(int number) { kill(pid_, number); }
+  /// Exit code, or 128 + signal.
+  int wait() {
+    int status = 0;
+    waitpid(pid_, &status, 0);
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  }
+
+ private:
+  pid_t pid_ = -1;
+};
+
+bool wait_for(const std::function<bool()>& condition, int seconds = 60) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(seconds);
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (condition()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  return false;
+}
+
+std::string final_checkpoint(const std::string& run_dir) {
+  const auto files = list_checkpoint_files(run_dir + "/checkpoints");
+  return files.empty() ? "" : files.front();
+}
+
+// The final checkpoint's contents, pickled again: equal bytes, equal runs.
+std::vector<char> final_state(const std::string& run_dir) {
+  return torch::jit::pickle_save(read_checkpoint_file(final_checkpoint(run_dir)));
+}
+
+void expect_stopped_run_resumes_to_the_same_end(int signal_number) {
+  test::TempDir dir;
+  const std::string config = dir.file("config.json");
+  test::write_text(config, long_config().dump());
+  const std::string whole = dir.file("whole"), stopped = dir.file("stopped");
+  const auto plain = test::run_command(kTrain + " --config " + config + " --run-dir " + whole);
+  ASSERT_EQ(plain.exit_code, 0) << plain.output;
+
+  Background run({kTrain, "--config", config, "--run-dir", stopped}, dir.file("stopped.log"));
+  // Stop it once its first checkpoint exists (step 50 of 1000 per epoch).
+  ASSERT_TRUE(wait_for([&] { return fs::exists(stopped + "/checkpoints/" + checkpoint_file_name(50) + ".sum"); }));
+  run.signal(signal_number);
+  const int code = run.wait();
+  const std::string log = test::read_text(dir.file("stopped.log"));
+  if (signal_number == SIGTERM) {
+    EXPECT_EQ(code, kExitInterrupted) << log;
+    EXPECT_NE(log.find("stopped by SIGTERM"), std::string::npos) << log;
+    EXPECT_NE(log.find("--resume latest"), std::string::npos) << log;
+  } else {
+    EXPECT_EQ(code, 128 + SIGKILL) << log;
+  }
+  ASSERT_FALSE(fs::exists(stopped + "/summary.json")) << "the run finished before the signal; nothing was tested";
+
+  const auto resumed = test::run_command(kTrain + " --run-dir " + stopped + " --resume latest");
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
+  EXPECT_NE(resumed.output.find("resumed from"), std::string::npos) << resumed.output;
+  EXPECT_TRUE(final_state(stopped) == final_state(whole)) << "the resumed run ended elsewhere";
+  // The metrics file reads as one run: the same records (timings aside).
+  auto records = [](const std::string& run_dir) {
+    std::vector<Json> kept;
+    std::istringstream lines(test::read_text(run_dir + "/metrics.jsonl"));
+    for (std::string line; std::getline(lines, line);) {
+      Json record = Json::parse(line);
+      record.erase("step_seconds");
+      record.erase("samples_per_second");
+      kept.push_back(record);
+    }
+    return kept;
+  };
+  EXPECT_EQ(records(stopped), records(whole));
+}
+
+TEST(ResumeProgramTest, SigtermMidEpochCheckpointsAndTheResumedRunEqualsTheUninterruptedOne) {
+  expect_stopped_run_resumes_to_the_same_end(SIGTERM);
+}
+
+TEST(ResumeProgramTest, SigkillMidEpochThenResumeLatestEqualsTheUninterruptedRun) {
+  expect_stopped_run_resumes_to_the_same_end(SIGKILL);
+}
+
+TEST(ResumeProgramTest, ResumeLatestFallsBackPastADamagedCheckpointAndSaysSo) {
+  test::TempDir dir;
+  const std::string run_dir = dir.file("run");
+  const auto first = test::run_command(kTrain + " --config " + std::string(BASIN_SOURCE_DIR) +
+                                       "/examples/configs/synthetic_smoke.json --run-dir " + run_dir);
+  ASSERT_EQ(first.exit_code, 0) << first.output;
+  const auto files = list_checkpoint_files(run_dir + "/checkpoints");
+  ASSERT_GE(files.size(), 2u);
+  std::ofstream(files.front(), std::ios::binary | std::ios::app) << "x";  // one byte too many
+  const auto damaged = test::run_command(kTrain + " --run-dir " + run_dir + " --resume " + files.front());
+  EXPECT_EQ(damaged.exit_code, 2) << damaged.output;
+  EXPECT_NE(damaged.output.find(files.front()), std::string::npos) << damaged.output;
+  EXPECT_NE(damaged.output.find("truncated or was changed"), std::string::npos) << damaged.output;
+
+  const auto resumed = test::run_command(kTrain + " --run-dir " + run_dir + " --resume latest");
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
+  EXPECT_NE(resumed.output.find(files.front()), std::string::npos) << resumed.output;
+  EXPECT_NE(resumed.output.find("falling back"), std::string::npos) << resumed.output;
+  EXPECT_NE(resumed.output.find(files[1]), std::string::npos) << resumed.output;
+}
+
+bool have_python_torch() { return std::system("/usr/bin/python3 -c 'import torch' > /dev/null 2>&1") == 0; }
+
+TEST(ResumeProgramTest, PythonOpensACheckpointAndItsWeightsEqualTheProgramsOnes) {
+  if (!have_python_torch()) GTEST_SKIP() << "Python's torch is not installed (Debian package python3-torch)";
+  test::TempDir dir;
+  const std::string run_dir = dir.file("run");
+  const auto run = test::run_command(kTrain + " --config " + std::string(BASIN_SOURCE_DIR) +
+                                     "/examples/configs/synthetic_smoke.json --run-dir " + run_dir);
+  ASSERT_EQ(run.exit_code, 0) << run.output;
+  const std::string checkpoint = final_checkpoint(run_dir);
+  const std::string copy = dir.file("from_python.pt");
+  // Python opens it as a dict and saves the weights it sees; they come back bit-equal.
+  const auto python = test::run_command(
+      "/usr/bin/python3 -c \"import sys, torch; c = torch.load(sys.argv[1]); "
+      "assert isinstance(c, dict) and c['basin']['format'] == 1; "
+      "assert c['timestamp']['step'] == 48, c['timestamp']; "
+      "assert sorted(c['optimizer']['state'][0]) == ['momentum_buffer']; "
+      "torch.save(c['model'], sys.argv[2]); print('python read', len(c['model']), 'tensors')\" " +
+      checkpoint + " " + copy);
+  ASSERT_EQ(python.exit_code, 0) << python.output;
+  std::ifstream in(copy, std::ios::binary);
+  const std::vector<char> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const auto from_python = torch::jit::pickle_load(bytes).toGenericDict();
+  const auto from_cpp = read_checkpoint_file(checkpoint).at("model").toGenericDict();
+  ASSERT_EQ(from_python.size(), from_cpp.size());
+  for (const auto& entry : from_cpp) {
+    EXPECT_TRUE(at::equal(entry.value().toTensor(), from_python.at(entry.key()).toTensor())) << entry.key().toStringRef();
+  }
+}
+
+TEST(ResumeProgramTest, PythonWeightsStartARunAndTheFirstForwardEqualsPythons) {
+  if (!have_python_torch()) GTEST_SKIP() << "Python's torch is not installed (Debian package python3-torch)";
+  test::TempDir dir;
+  const std::string ordered = dir.file("ordered.pt"), weights = dir.file("weights.pt"), probe = dir.file("probe.pt");
+  // basin's mlp, written in Python: flatten, Linear+ReLU, Linear; the same names.
+  const auto python = test::run_command(
+      "/usr/bin/python3 -c \"import sys, torch\n"
+      "torch.manual_seed(7)\n"
+      "class Mlp(torch.nn.Module):\n"
+      "  def __init__(self):\n"
+      "    super().__init__(); self.fc0 = torch.nn.Linear(36, 16); self.out = torch.nn.Linear(16, 3)\n"
+      "  def forward(self, x): return self.out(torch.relu(self.fc0(x.flatten(1))))\n"
+      "m = Mlp(); x = torch.randn(5, 1, 6, 6)\n"
+      "torch.save(m.state_dict(), sys.argv[1])\n"
+      "torch.save(dict(m.state_dict()), sys.argv[2])\n"
+      "torch.save({'input': x, 'output': m(x).detach()}, sys.argv[3])\" " + ordered + " " + weights + " " + probe);
+  ASSERT_EQ(python.exit_code, 0) << python.output;
+  std::ifstream in(probe, std::ios::binary);
+  const auto expected = torch::jit::pickle_load(std::vector<char>((std::istreambuf_iterator<char>(in)),
+                                                                  std::istreambuf_iterator<char>())).toGenericDict();
+  Json config = test::smoke_config();
+  config["init_from"] = ordered;  // state_dict() itself, an OrderedDict
+  const std::string ordered_error = test::trainer_config_error(config);
+  if (TORCH_VERSION_MAJOR < 2) {  // LibTorch 1.13 reads an OrderedDict as None: the error says what to do
+    EXPECT_NE(ordered_error.find("dict(model.state_dict())"), std::string::npos) << ordered_error;
+    config["init_from"] = weights;
+  } else {
+    EXPECT_EQ(ordered_error, "(no error)");
+  }
+  Trainer trainer(config);
+  at::NoGradGuard no_grad;
+  const at::Tensor output = trainer.model().forward(expected.at("input").toTensor());
+  EXPECT_TRUE(at::allclose(output, expected.at("output").toTensor(), 1e-6, 1e-7))
+      << (output - expected.at("output").toTensor()).abs().max().item<double>();
+
+  // A model of other widths: the mis-shaped tensor is named.
+  config["init_from"] = weights;
+  config["model"]["hidden"] = Json::array({8});
+  const std::string shape = test::trainer_config_error(config);
+  EXPECT_NE(shape.find("'fc0.bias' has shape [16], the model's [8]"), std::string::npos) << shape;
+  // A deeper model lacks nothing in the file but has tensors the file lacks.
+  config["model"]["hidden"] = Json::array({16, 16});
+  const std::string missing = test::trainer_config_error(config);
+  EXPECT_NE(missing.find("lacks tensor 'fc1."), std::string::npos) << missing;
+  // Asked for, the missing ones keep their initial values.
+  config["init_from"] = Json{{"path", weights}, {"allow_missing", true}};
+  EXPECT_EQ(test::trainer_config_error(config), "(no error)");
+}
+
+}  // namespace
+}  // namespace basin
