@@ -28,7 +28,8 @@ namespace basin {
 ///         schedulers step (per-step ones)
 ///         BATCH_END
 ///       EVAL_START, EVAL_END    test set evaluation
-///       EPOCH_END               (checkpoint); per-epoch schedulers step
+///       per-epoch schedulers step
+///       EPOCH_END               (checkpoint: the epoch is closed whole)
 ///     FIT_END
 ///
 /// Algorithms run in registration order, reversed on AFTER_* and *_END events

@@ -23,6 +23,8 @@
 
 #include <CLI/CLI.hpp>
 
+#include "basin/core/interrupt.h"
+
 namespace {
 
 constexpr int kBadInput = 2;
@@ -201,7 +203,8 @@ int main(int argc, char** argv) {
       if (waited == 0) continue;
       if (waited < 0) r.status = 1 << 8;  // ECHILD: it is gone, how is unknown; count it as a failure
       r.running = false;
-      const bool ok = WIFEXITED(r.status) && WEXITSTATUS(r.status) == 0;
+      // A rank that stopped on a signal after writing its checkpoint ended as asked.
+      const bool ok = WIFEXITED(r.status) && (WEXITSTATUS(r.status) == 0 || WEXITSTATUS(r.status) == basin::kExitInterrupted);
       if (!ok) failures.push_back(rank);
       if (!ok && failed < 0 && !stopping) {
         failed = rank;
@@ -227,6 +230,13 @@ int main(int argc, char** argv) {
               << others << std::endl;
     const int status = ranks[static_cast<std::size_t>(failed)].status;
     return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  }
+  for (auto& r : ranks) {
+    if (WIFEXITED(r.status) && WEXITSTATUS(r.status) == basin::kExitInterrupted) {
+      std::cerr << "basin-run: the ranks stopped on a signal after writing a checkpoint; continue with --resume latest"
+                << std::endl;
+      return basin::kExitInterrupted;
+    }
   }
   if (interrupted) return 130;
   return 0;
