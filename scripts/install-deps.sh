@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs the Debian packages basin needs, and only those that are missing:
-# on a machine that has them all it runs no apt-get at all.
+# on a machine that has them all it runs no apt-get at all. Arguments name
+# further packages a script needs (scripts/fuzz.sh: clang and libFuzzer).
 set -euo pipefail
 
 packages=(
@@ -8,6 +9,7 @@ packages=(
   libtorch-dev libgloo-dev nlohmann-json3-dev libboost-dev libgtest-dev
   zlib1g-dev libspdlog-dev libcli11-dev libbenchmark-dev
   dataset-fashion-mnist
+  "$@"
 )
 
 missing=()
