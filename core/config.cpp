@@ -95,7 +95,9 @@ JsonFailure prescan(const std::string& text, int max_depth) {
     }
     const char c = text[pos];
     if (in_string) {
-      if (c == '\\') pos += 1;  // the escaped character cannot close the string
+      // An escaped '"' cannot close the string; a byte above ASCII after the
+      // backslash is not skipped, so that it is checked for UTF-8 too.
+      if (c == '\\' && pos + 1 < text.size() && static_cast<unsigned char>(text[pos + 1]) < 0x80) pos += 1;
       else if (c == '"') in_string = false;
     } else if (c == '"') {
       in_string = true;

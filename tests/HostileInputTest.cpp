@@ -82,9 +82,10 @@ TEST(HostileInputTest, BytesThatAreNotUtf8NameTheFileAndOffset) {
       "\xe2\x82",      // cut short
   };
   for (const auto& bytes : bad) {
-    for (const bool in_string : {true, false}) {
-      const std::string head = "{\n  \"name\": " + std::string(in_string ? "\"ab" : "");
-      const std::string text = head + bytes + (in_string ? "\"" : "") + "\n}";
+    // Outside strings, inside, and after a backslash: an escape hides no byte.
+    for (const std::string prefix : {"", "\"ab", "\"ab\\"}) {
+      const std::string head = "{\n  \"name\": " + prefix;
+      const std::string text = head + bytes + (prefix.empty() ? "" : "\"") + "\n}";
       const std::string message = parse_error(text, "enc.json");
       EXPECT_TRUE(contains(message, "enc.json:2:")) << message;
       EXPECT_TRUE(contains(message, "offset " + std::to_string(head.size()))) << message;
@@ -184,6 +185,9 @@ TEST(HostileInputTest, OverridesGetTheSameLimits) {
   EXPECT_TRUE(contains(message, "'model.hidden[1]'")) << message;
   message = test::config_error_of([&] { apply_override(config, "model.name=cn\xffn"); });
   EXPECT_TRUE(contains(message, "'model.name'")) << message;
+  EXPECT_TRUE(contains(message, "UTF-8")) << message;
+  // Not JSON, so a bare word, but still not UTF-8 (found by fuzz/config_fuzzer).
+  message = test::config_error_of([&] { apply_override(config, "model.name=\"a\\\xb7"); });
   EXPECT_TRUE(contains(message, "UTF-8")) << message;
   message = test::config_error_of([&] { apply_override(config, "mod\xc3l.name=cnn"); });
   EXPECT_TRUE(contains(message, "UTF-8")) << message;
