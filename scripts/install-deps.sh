@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs the Debian packages basin needs, and only those that are missing:
-# on a machine that has them all it runs no apt-get at all.
+# on a machine that has them all it runs no apt-get at all. Arguments name
+# further packages a script needs (scripts/fuzz.sh: clang and libFuzzer).
 set -euo pipefail
 
 packages=(
@@ -9,6 +10,7 @@ packages=(
   zlib1g-dev libspdlog-dev libcli11-dev libbenchmark-dev
   dataset-fashion-mnist
   python3-torch  # the tests open checkpoints with Python's torch.load
+  "$@"
 )
 
 missing=()

@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# Builds the fuzz targets (fuzz/) with clang, libFuzzer, ASan and UBSan into
+# build-fuzz/, then runs each for SECONDS (default 60) from a corpus in
+# build-fuzz/corpus/<target>/ that is seeded, on every run, with
+# fuzz/corpus/<target>/ and the target's SEEDS folders (see fuzz/CMakeLists.txt).
+# Exits non-zero if any target crashed; the input that did so is left in
+# build-fuzz/crashes/<target>/. A second run rebuilds nothing and keeps the
+# corpus grown so far.
+#   scripts/fuzz.sh [SECONDS] [TARGET...]      e.g. scripts/fuzz.sh 600 config
+set -euo pipefail
+cd "$(dirname "$0")/.."
+seconds=${1:-60}
+shift || true
+[[ "$seconds" =~ ^[0-9]+$ ]] || { echo "fuzz.sh: SECONDS must be a whole number, got '$seconds'" >&2; exit 2; }
+
+bash scripts/install-deps.sh clang libclang-rt-14-dev
+build_dir=build-fuzz
+options=(-DCMAKE_BUILD_TYPE=RelWithDebInfo -DBASIN_BUILD_FUZZERS=ON -DBASIN_BUILD_TESTS=OFF
+         -DBASIN_BUILD_EXAMPLES=OFF -DBASIN_BUILD_BENCH=OFF
+         -DBASIN_SANITIZE=address,undefined,fuzzer-no-link)
+if [ ! -f "$build_dir/CMakeCache.txt" ]; then
+  options+=(-DCMAKE_CXX_COMPILER=clang++)
+  command -v ninja > /dev/null && options+=(-G Ninja)
+fi
+cmake -S . -B "$build_dir" "${options[@]}" > /dev/null
+cmake --build "$build_dir" --target basin_fuzzers --parallel "$(nproc)"
+
+# UBSan findings are crashes too; allocations above 2 GB are bugs, not inputs.
+export UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
+export ASAN_OPTIONS=abort_on_error=1:allocator_may_return_null=1:detect_leaks=1
+
+failed=()
+while IFS=$'\t' read -r name program seeds; do
+  if [ $# -gt 0 ] && [[ ! " $* " =~ " $name " ]]; then continue; fi
+  corpus=$build_dir/corpus/$name
+  crashes=$build_dir/crashes/$name
+  mkdir -p "$corpus" "$crashes"
+  for seed in $seeds; do
+    [ -d "$seed" ] && cp -f "$seed"/* "$corpus"/ 2> /dev/null || true
+  done
+  dict=()
+  [ -f "fuzz/$name.dict" ] && dict=(-dict="fuzz/$name.dict")
+  echo "fuzz.sh: $name for ${seconds} s (corpus $corpus: $(ls "$corpus" | wc -l) inputs)"
+  if "$program" "$corpus" "${dict[@]}" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 \
+       -max_len=65536 -artifact_prefix="$crashes/" -print_final_stats=1 > "$build_dir/$name.log" 2>&1; then
+    grep -E "^(#[0-9]+\s+DONE|stat::number_of_executed_units|stat::peak_rss_mb)" "$build_dir/$name.log" || true
+  else
+    echo "fuzz.sh: $name FAILED; the end of $build_dir/$name.log:" >&2
+    tail -40 "$build_dir/$name.log" >&2
+    failed+=("$name")
+  fi
+done < "$build_dir/fuzz/fuzz_targets.tsv"
+
+if [ ${#failed[@]} -gt 0 ]; then
+  echo "fuzz.sh: crashed: ${failed[*]} (inputs in $build_dir/crashes/)" >&2
+  exit 1
+fi
+echo "fuzz.sh: no crash"
