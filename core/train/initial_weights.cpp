@@ -35,10 +35,11 @@ c10::impl::GenericDict read_tensors(const std::string& path) {
     value = torch::jit::pickle_load(bytes);
   } catch (const std::exception& error) {
     if (holds_ordered_dict) {
-      // LibTorch before 2.x unpickles an OrderedDict (what state_dict() returns) as None.
+      // LibTorch's unpickler does not rebuild the OrderedDict state_dict() returns
+      // (1.13 makes it None; 2.11 fails on it too).
       throw ConfigError("config key 'init_from': '" + path + "' holds an OrderedDict, which LibTorch " +
-                        compat::torch_version() + " cannot read; save it as a plain dict, "
-                        "torch.save(dict(model.state_dict()), path), or build basin against LibTorch 2.x");
+                        compat::torch_version() + " cannot read; save a plain dict instead: "
+                        "torch.save(dict(model.state_dict()), path)");
     }
     throw ConfigError("config key 'init_from': '" + path + "' is not a file torch.save wrote (" +
                       std::string(error.what()).substr(0, 160) + ")");

@@ -10,8 +10,9 @@ namespace basin {
 ///     "init_from": "weights.pt"
 ///     "init_from": {"path": "weights.pt", "allow_missing": false, "allow_extra": false}
 /// The file is what Python writes with `torch.save(model.state_dict(), path)`
-/// (or a basin checkpoint, whose "model" entry is used). LibTorch 1.13 reads
-/// a state_dict's OrderedDict as None: there, save `dict(model.state_dict())`.
+/// as a plain dict, `torch.save(dict(model.state_dict()), path)` (LibTorch's
+/// unpickler cannot rebuild the OrderedDict state_dict() returns; the error
+/// says so), or a basin checkpoint, whose "model" entry is used.
 struct InitialWeights {
   std::string path;
   bool allow_missing = false;  // model tensors the file lacks keep their initial values
