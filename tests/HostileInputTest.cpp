@@ -224,6 +224,10 @@ TEST(HostileInputTest, MessagesStayOneLineAndBounded) {
   message = ConfigError(raw).what();
   EXPECT_EQ(message, "x\\r\\ny\\xff\\xe2\\x82");
   EXPECT_EQ(ConfigError(std::string(10000, 'e')).what(), std::string(ConfigError::kMaxBytes, 'e') + "...");
+  // Escapes count toward the bound too, and are never cut in half (found by fuzz/config_fuzzer).
+  message = ConfigError("e" + std::string(2000, '\x15')).what();
+  EXPECT_LE(message.size(), ConfigError::kMaxBytes + 3);
+  EXPECT_EQ(message.substr(message.size() - 7), "\\x15...") << message;
 }
 
 // basin-train itself: exit code 2 and one line naming the key or the file,
