@@ -191,6 +191,9 @@ TEST(HostileInputTest, OverridesGetTheSameLimits) {
   EXPECT_TRUE(contains(message, "UTF-8")) << message;
   message = test::config_error_of([&] { apply_override(config, "mod\xc3l.name=cnn"); });
   EXPECT_TRUE(contains(message, "UTF-8")) << message;
+  // Brackets in a key are plain characters, and hide no byte after them (found by fuzz/config_fuzzer).
+  message = test::config_error_of([&] { apply_override(config, std::string(100, '{') + "\xf4\xea.lr=1"); });
+  EXPECT_TRUE(contains(message, "UTF-8")) << message;
   message = test::config_error_of([&] { apply_override(config, "a.b=" + std::string(100000, '[')); });
   EXPECT_TRUE(contains(message, "'a.b'")) << message;
   EXPECT_TRUE(contains(message, "deeper than")) << message;
