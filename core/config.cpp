@@ -329,7 +329,9 @@ void apply_override(Json& config, const std::string& assignment) {
     if (dot == std::string::npos) break;
     start = dot + 1;
   }
-  const JsonFailure key_check = prescan(key, kMaxConfigDepth);
+  // UTF-8 alone: brackets in a key are characters, and a depth failure
+  // found first would hide the encoding one.
+  const JsonFailure key_check = prescan(key, std::numeric_limits<int>::max());
   if (key_check.kind == JsonFailure::Kind::kUtf8) throw ConfigError(shown + ": key is " + key_check.reason);
   if (static_cast<int>(parts.size()) > kMaxConfigDepth) {
     throw ConfigError(shown + ": key nested deeper than " + std::to_string(kMaxConfigDepth) + " levels");

@@ -38,7 +38,8 @@ inline std::size_t utf8_sequence_length(const std::string& text, std::size_t pos
 ///
 /// Whatever the message quotes from the input, it stays one printable line:
 /// control characters and bytes that are not UTF-8 are written as escapes
-/// (\n, \x1b), and a message longer than kMaxBytes is cut.
+/// (\n, \x1b), and a message longer than kMaxBytes is cut there (to end
+/// with "...", kMaxBytes + 3 bytes in all).
 class ConfigError : public std::runtime_error {
  public:
   static constexpr std::size_t kMaxBytes = 1024;
@@ -49,27 +50,30 @@ class ConfigError : public std::runtime_error {
   static std::string one_line(const std::string& text) {
     std::string out;
     for (std::size_t pos = 0; pos < text.size();) {
-      if (out.size() >= kMaxBytes) {
-        out += "...";
-        break;
-      }
       const std::size_t length = utf8_sequence_length(text, pos);
       const auto c = static_cast<unsigned char>(text[pos]);
+      std::string piece;
       if (length == 1 && c >= 0x20 && c != 0x7F) {
-        out += text[pos];
+        piece = text[pos];
       } else if (length > 1) {
-        out.append(text, pos, length);
+        piece = text.substr(pos, length);
       } else if (c == '\n') {
-        out += "\\n";
+        piece = "\\n";
       } else if (c == '\r') {
-        out += "\\r";
+        piece = "\\r";
       } else if (c == '\t') {
-        out += "\\t";
+        piece = "\\t";
       } else {
         char escaped[5];
         std::snprintf(escaped, sizeof escaped, "\\x%02x", c);
-        out += escaped;
+        piece = escaped;
       }
+      // Whole characters and escapes only, and never past kMaxBytes + "...".
+      if (out.size() + piece.size() > kMaxBytes) {
+        out += "...";
+        break;
+      }
+      out += piece;
       pos += length == 0 ? 1 : length;
     }
     return out;

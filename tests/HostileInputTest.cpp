@@ -191,6 +191,9 @@ TEST(HostileInputTest, OverridesGetTheSameLimits) {
   EXPECT_TRUE(contains(message, "UTF-8")) << message;
   message = test::config_error_of([&] { apply_override(config, "mod\xc3l.name=cnn"); });
   EXPECT_TRUE(contains(message, "UTF-8")) << message;
+  // Brackets in a key are plain characters, and hide no byte after them (found by fuzz/config_fuzzer).
+  message = test::config_error_of([&] { apply_override(config, std::string(100, '{') + "\xf4\xea.lr=1"); });
+  EXPECT_TRUE(contains(message, "UTF-8")) << message;
   message = test::config_error_of([&] { apply_override(config, "a.b=" + std::string(100000, '[')); });
   EXPECT_TRUE(contains(message, "'a.b'")) << message;
   EXPECT_TRUE(contains(message, "deeper than")) << message;
@@ -224,6 +227,10 @@ TEST(HostileInputTest, MessagesStayOneLineAndBounded) {
   message = ConfigError(raw).what();
   EXPECT_EQ(message, "x\\r\\ny\\xff\\xe2\\x82");
   EXPECT_EQ(ConfigError(std::string(10000, 'e')).what(), std::string(ConfigError::kMaxBytes, 'e') + "...");
+  // Escapes count toward the bound too, and are never cut in half (found by fuzz/config_fuzzer).
+  message = ConfigError("e" + std::string(2000, '\x15')).what();
+  EXPECT_LE(message.size(), ConfigError::kMaxBytes + 3);
+  EXPECT_EQ(message.substr(message.size() - 7), "\\x15...") << message;
 }
 
 // basin-train itself: exit code 2 and one line naming the key or the file,
