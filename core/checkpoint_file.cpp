@@ -143,13 +143,19 @@ StateDict read_checkpoint_file(const std::string& path) {
     throw CheckpointError("checkpoint '" + path + "' is corrupted: CRC-32 " + crc + ", its checksum file says " +
                           sum.at("crc32").get<std::string>());
   }
+  return parse_checkpoint_bytes(bytes, path);
+}
+
+StateDict parse_checkpoint_bytes(const std::vector<char>& bytes, const std::string& name) {
   c10::IValue value;
   try {
     value = torch::jit::pickle_load(bytes);
   } catch (const std::exception& error) {
-    throw CheckpointError("checkpoint '" + path + "' is not a LibTorch pickle: " + std::string(error.what()).substr(0, 200));
+    // LibTorch's messages carry a backtrace: its first line says enough.
+    const std::string what = error.what();
+    throw CheckpointError("checkpoint '" + name + "' is not a LibTorch pickle: " + what.substr(0, std::min<std::size_t>(what.find('\n'), 200)));
   }
-  if (!value.isGenericDict()) throw CheckpointError("checkpoint '" + path + "' does not hold a dict");
+  if (!value.isGenericDict()) throw CheckpointError("checkpoint '" + name + "' does not hold a dict");
   return value.toGenericDict();
 }
 

@@ -29,6 +29,10 @@ void write_checkpoint_file(const std::string& path, const StateDict& checkpoint)
 /// missing, no .sum, truncated, corrupted, not a dict.
 StateDict read_checkpoint_file(const std::string& path);
 
+/// The dict in a checkpoint's bytes (after their checksum passed); throws
+/// CheckpointError naming `name` when they are not a LibTorch pickle of a dict.
+StateDict parse_checkpoint_bytes(const std::vector<char>& bytes, const std::string& name);
+
 /// The checkpoint files (step-*.pt, finished or not) in `dir`, newest step first.
 std::vector<std::string> list_checkpoint_files(const std::string& dir);
 

@@ -57,7 +57,8 @@ at::Tensor restored(const StateDict& entry, const char* name, const at::Tensor& 
             << ", the parameter " << param.sizes();
     throw std::invalid_argument(message.str());
   }
-  return value.to(param.device(), value.scalar_type(), /*non_blocking=*/false, /*copy=*/true);
+  // Cast to the parameter's dtype, as PyTorch's load_state_dict does.
+  return value.to(param.device(), param.scalar_type(), /*non_blocking=*/false, /*copy=*/true);
 }
 
 at::Tensor restored_if_present(const StateDict& entry, const char* name, const at::Tensor& param, int64_t index) {
