@@ -3,6 +3,7 @@
 #include <array>
 
 #include <boost/signals2/signal.hpp>
+#include <c10/util/Exception.h>
 
 #include "basin/core/algorithm.h"
 #include "basin/core/callback.h"
@@ -16,7 +17,11 @@ namespace {
 // Slot groups: lower runs first.
 enum SlotGroup { kAlgorithms = 0, kCallbacks = 1, kLoggers = 2 };
 
-std::string describe(const std::exception& error) { return error.what(); }
+// LibTorch's errors carry a C++ backtrace; the message alone is what a user reads.
+std::string describe(const std::exception& error) {
+  if (const auto* torch_error = dynamic_cast<const c10::Error*>(&error)) return torch_error->what_without_backtrace();
+  return error.what();
+}
 
 }  // namespace
 

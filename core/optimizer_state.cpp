@@ -72,6 +72,20 @@ int64_t integer(const StateDict& entry, const char* name, int64_t index) {
   return entry.at(name).toInt();
 }
 
+// Adam's and AdamW's states are distinct types with the same fields.
+template <class AdamState>
+void save_adam_state(const AdamState& adam, StateDict& entry) {
+  entry.insert("step", adam.step());
+  for (const auto& [name, value] : {std::pair<const char*, at::Tensor>{"exp_avg", adam.exp_avg()},
+                                    {"exp_avg_sq", adam.exp_avg_sq()},
+                                    {"max_exp_avg_sq", adam.max_exp_avg_sq()}}) {
+    if (value.defined()) entry.insert(name, to_cpu(value));
+  }
+}
+
+template <class AdamState>
+std::unique_ptr<AdamState> load_adam_state(const StateDict& entry, const at::Tensor& param, int64_t index);
+
 StateDict save_param_state(const torch::optim::OptimizerParamState& state, int64_t index) {
   StateDict entry = new_state_dict();
   auto put = [&entry](const char* name, const at::Tensor& value) {
@@ -80,15 +94,9 @@ StateDict save_param_state(const torch::optim::OptimizerParamState& state, int64
   if (const auto* sgd = dynamic_cast<const torch::optim::SGDParamState*>(&state)) {
     put("momentum_buffer", sgd->momentum_buffer());
   } else if (const auto* adam = dynamic_cast<const torch::optim::AdamParamState*>(&state)) {
-    entry.insert("step", adam->step());
-    put("exp_avg", adam->exp_avg());
-    put("exp_avg_sq", adam->exp_avg_sq());
-    put("max_exp_avg_sq", adam->max_exp_avg_sq());
+    save_adam_state(*adam, entry);
   } else if (const auto* adamw = dynamic_cast<const torch::optim::AdamWParamState*>(&state)) {
-    entry.insert("step", adamw->step());
-    put("exp_avg", adamw->exp_avg());
-    put("exp_avg_sq", adamw->exp_avg_sq());
-    put("max_exp_avg_sq", adamw->max_exp_avg_sq());
+    save_adam_state(*adamw, entry);
   } else if (const auto* rmsprop = dynamic_cast<const torch::optim::RMSpropParamState*>(&state)) {
     entry.insert("step", rmsprop->step());
     put("square_avg", rmsprop->square_avg());
@@ -113,20 +121,10 @@ std::unique_ptr<torch::optim::OptimizerParamState> load_param_state(Optimizer& o
     return state;
   }
   if (dynamic_cast<torch::optim::Adam*>(&optimizer) != nullptr) {
-    auto state = std::make_unique<torch::optim::AdamParamState>();
-    state->step(integer(entry, "step", index));
-    state->exp_avg(restored(entry, "exp_avg", param, index));
-    state->exp_avg_sq(restored(entry, "exp_avg_sq", param, index));
-    state->max_exp_avg_sq(restored_if_present(entry, "max_exp_avg_sq", param, index));
-    return state;
+    return load_adam_state<torch::optim::AdamParamState>(entry, param, index);
   }
   if (dynamic_cast<torch::optim::AdamW*>(&optimizer) != nullptr) {
-    auto state = std::make_unique<torch::optim::AdamWParamState>();
-    state->step(integer(entry, "step", index));
-    state->exp_avg(restored(entry, "exp_avg", param, index));
-    state->exp_avg_sq(restored(entry, "exp_avg_sq", param, index));
-    state->max_exp_avg_sq(restored_if_present(entry, "max_exp_avg_sq", param, index));
-    return state;
+    return load_adam_state<torch::optim::AdamWParamState>(entry, param, index);
   }
   if (dynamic_cast<torch::optim::RMSprop*>(&optimizer) != nullptr) {
     auto state = std::make_unique<torch::optim::RMSpropParamState>();
@@ -144,6 +142,16 @@ std::unique_ptr<torch::optim::OptimizerParamState> load_param_state(Optimizer& o
   }
   throw std::invalid_argument("checkpoints cannot restore this kind of optimizer; they know SGD, Adam, AdamW, "
                               "RMSprop and Adagrad");
+}
+
+template <class AdamState>
+std::unique_ptr<AdamState> load_adam_state(const StateDict& entry, const at::Tensor& param, int64_t index) {
+  auto state = std::make_unique<AdamState>();
+  state->step(integer(entry, "step", index));
+  state->exp_avg(restored(entry, "exp_avg", param, index));
+  state->exp_avg_sq(restored(entry, "exp_avg_sq", param, index));
+  state->max_exp_avg_sq(restored_if_present(entry, "max_exp_avg_sq", param, index));
+  return state;
 }
 
 }  // namespace

@@ -236,6 +236,10 @@ int main(int argc, char** argv) {
   } catch (const basin::CheckpointError& error) {
     std::cerr << "basin-train: " << error.what() << std::endl;
     return kBadInput;
+  } catch (const c10::Error& error) {
+    // LibTorch's own backtrace means nothing to a user: its message alone.
+    std::cerr << "basin-train: error: " << error.what_without_backtrace() << std::endl;
+    return 1;
   } catch (const std::exception& error) {
     std::cerr << "basin-train: error: " << error.what() << std::endl;
     return 1;
