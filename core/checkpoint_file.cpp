@@ -16,6 +16,7 @@
 #include <nlohmann/json.hpp>
 #include <torch/csrc/jit/serialization/pickle.h>
 
+#include "basin/core/bounded_unpickle.h"
 #include "basin/core/checkpoint.h"
 
 namespace fs = std::filesystem;
@@ -149,7 +150,7 @@ StateDict read_checkpoint_file(const std::string& path) {
 StateDict parse_checkpoint_bytes(const std::vector<char>& bytes, const std::string& name) {
   c10::IValue value;
   try {
-    value = torch::jit::pickle_load(bytes);
+    value = bounded_pickle_load(bytes);
   } catch (const std::exception& error) {
     // LibTorch's messages carry a backtrace: its first line says enough.
     const std::string what = error.what();

@@ -8,8 +8,9 @@
 #include <vector>
 
 #include <ATen/ATen.h>
-#include <torch/csrc/jit/serialization/pickle.h>
 
+
+#include "basin/core/bounded_unpickle.h"
 #include "basin/core/config_error.h"
 #include "basin/core/torch_compat.h"
 
@@ -32,7 +33,7 @@ c10::impl::GenericDict read_tensors(const std::string& path) {
   const std::string ordered_dict = "collections\nOrderedDict";
   const bool holds_ordered_dict = std::search(bytes.begin(), bytes.end(), ordered_dict.begin(), ordered_dict.end()) != bytes.end();
   try {
-    value = torch::jit::pickle_load(bytes);
+    value = bounded_pickle_load(bytes);
   } catch (const std::exception& error) {
     if (holds_ordered_dict) {
       // LibTorch's unpickler does not rebuild the OrderedDict state_dict() returns
