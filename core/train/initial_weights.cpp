@@ -11,6 +11,7 @@
 
 
 #include "basin/core/bounded_unpickle.h"
+#include "basin/core/config.h"
 #include "basin/core/config_error.h"
 #include "basin/core/torch_compat.h"
 
@@ -57,6 +58,25 @@ c10::impl::GenericDict read_tensors(const std::string& path) {
 }
 
 }  // namespace
+
+std::optional<InitialWeights> initial_weights_from_config(Params& root) {
+  const Json value = root.raw("init_from");
+  if (value.is_null()) return std::nullopt;
+  InitialWeights weights;
+  if (value.is_string()) {
+    weights.path = value.get<std::string>();
+  } else if (value.is_object()) {
+    Params params(value, "init_from");
+    weights.path = params.string("path");
+    weights.allow_missing = params.boolean("allow_missing", false);
+    weights.allow_extra = params.boolean("allow_extra", false);
+    params.finish();
+  } else {
+    root.fail("init_from", "a file path or {\"path\": ..., \"allow_missing\": ..., \"allow_extra\": ...}", value);
+  }
+  if (weights.path.empty()) root.fail("init_from", "a file path", value);
+  return weights;
+}
 
 void load_initial_weights(torch::nn::Module& model, const InitialWeights& weights) {
   const auto saved = read_tensors(weights.path);

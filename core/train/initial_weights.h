@@ -1,10 +1,13 @@
 #pragma once
 
+#include <optional>
 #include <string>
 
 #include <torch/nn/module.h>
 
 namespace basin {
+
+class Params;
 
 /// Where a run's weights come from before training ("init_from"):
 ///     "init_from": "weights.pt"
@@ -18,6 +21,9 @@ struct InitialWeights {
   bool allow_missing = false;  // model tensors the file lacks keep their initial values
   bool allow_extra = false;    // file tensors the model lacks are ignored
 };
+
+/// The config's "init_from", if any; ConfigError naming the key when malformed.
+std::optional<InitialWeights> initial_weights_from_config(Params& root);
 
 /// Copies the file's tensors into `model`'s parameters and buffers, matched
 /// by name. Throws ConfigError naming the file and the first missing, extra

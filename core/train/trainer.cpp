@@ -29,7 +29,6 @@
 #include "basin/core/train/initial_weights.h"
 #include "basin/core/train/model.h"
 #include "basin/core/train/optimizers.h"
-#include "basin/core/train/run_identity.h"
 
 namespace basin {
 
@@ -48,25 +47,6 @@ c10::DeviceType parse_device(Params& root) {
     throw ConfigError("config key 'device': \"cuda\" asked for, but this LibTorch has no CUDA or no GPU is visible");
   }
   return c10::DeviceType::CUDA;
-}
-
-std::optional<InitialWeights> parse_initial_weights(Params& root) {
-  const Json value = root.raw("init_from");
-  if (value.is_null()) return std::nullopt;
-  InitialWeights weights;
-  if (value.is_string()) {
-    weights.path = value.get<std::string>();
-  } else if (value.is_object()) {
-    Params params(value, "init_from");
-    weights.path = params.string("path");
-    weights.allow_missing = params.boolean("allow_missing", false);
-    weights.allow_extra = params.boolean("allow_extra", false);
-    params.finish();
-  } else {
-    root.fail("init_from", "a file path or {\"path\": ..., \"allow_missing\": ..., \"allow_extra\": ...}", value);
-  }
-  if (weights.path.empty()) root.fail("init_from", "a file path", value);
-  return weights;
 }
 
 }  // namespace
@@ -115,7 +95,7 @@ void Trainer::build(const Json& config, std::vector<std::shared_ptr<Callback>> c
   skip_nonfinite_ = nonfinite.boolean("skip", true);
   max_nonfinite_steps_ = nonfinite.integer("max_consecutive", 10, 0);
   nonfinite.finish();
-  const std::optional<InitialWeights> initial_weights = parse_initial_weights(root);
+  const std::optional<InitialWeights> initial_weights = initial_weights_from_config(root);
   Params data = root.object("data");
   Params model = root.object("model");
   Params optimizer = root.object("optimizer");
@@ -262,61 +242,6 @@ bool Trainer::pass_loss_finite() {
   }
   if (!finite) nonfinite_in_step_ = true;
   return finite;
-}
-
-void Trainer::resume(const StateDict& checkpoint, bool allow_config_change) {
-  if (!allow_config_change) {
-    if (!checkpoint.contains("config") || !checkpoint.at("config").isString()) {
-      throw CheckpointError("checkpoint has no 'config' entry to compare with this run's");
-    }
-    Json saved;
-    try {
-      saved = Json::parse(checkpoint.at("config").toStringRef());
-    } catch (const std::exception&) {
-      throw CheckpointError("checkpoint's 'config' entry is not JSON");
-    }
-    check_same_run(saved, config_);
-    if (checkpoint.contains("basin") && checkpoint.at("basin").isGenericDict()) {
-      const auto meta = checkpoint.at("basin").toGenericDict();
-      const int64_t saved_world = meta.contains("world_size") ? meta.at("world_size").toInt() : 1;
-      if (saved_world != state_.world_size) {
-        throw ConfigError("the checkpoint was made by " + std::to_string(saved_world) + " ranks and this run has " +
-                          std::to_string(state_.world_size) + ": each rank's batches would differ, so it would be "
-                          "a different run. Pass --allow-config-change to resume anyway (weights and optimizer "
-                          "state load at any world size)");
-      }
-    }
-  }
-  restore_checkpoint(*engine_, checkpoint);
-  resumed_ = true;
-}
-
-c10::IValue Trainer::loop_state() const {
-  StateDict loop = new_state_dict();
-  loop.insert("epochs_completed", epochs_completed_);
-  loop.insert("epoch_open", epoch_open_);
-  loop.insert("epoch_loss_sum", epoch_loss_sum_.defined() ? epoch_loss_sum_.detach().cpu() : at::zeros({}));
-  loop.insert("epoch_steps", epoch_steps_);
-  loop.insert("skipped_steps", state_.skipped_steps);
-  loop.insert("nonfinite_streak", nonfinite_streak_);
-  loop.insert("test_accuracy", state_.test_accuracy);
-  loop.insert("test_loss", state_.test_loss);
-  return loop;
-}
-
-void Trainer::load_loop_state(const c10::IValue& saved) {
-  const StateDict loop = saved.toGenericDict();
-  epochs_completed_ = loop.at("epochs_completed").toInt();
-  epoch_open_ = loop.at("epoch_open").toBool();
-  epoch_loss_sum_ = loop.at("epoch_loss_sum").toTensor().to(state_.device, at::kFloat, false, /*copy=*/true);
-  epoch_steps_ = loop.at("epoch_steps").toInt();
-  state_.skipped_steps = loop.at("skipped_steps").toInt();
-  nonfinite_streak_ = loop.at("nonfinite_streak").toInt();
-  state_.test_accuracy = loop.at("test_accuracy").toDouble();
-  state_.test_loss = loop.at("test_loss").toDouble();
-  // The next batch: inside the open epoch, or the first of the next one.
-  state_.timestamp.epoch = epochs_completed_;
-  if (!epoch_open_) state_.timestamp.batch_in_epoch = 0;
 }
 
 void Trainer::wrap_for_distribution(Params& optimizer_config) {
@@ -539,8 +464,8 @@ EvalResult Trainer::evaluate() {
   return result;
 }
 
-void Trainer::end_epoch(FitSummary& summary) {
-  auto& ts = state_.timestamp;
+void Trainer::evaluate_and_log(FitSummary& summary) {
+  const auto& ts = state_.timestamp;
   const EvalResult eval = evaluate();
   summary.final_train_loss = epoch_steps_ > 0 ? epoch_loss_sum_.item<double>() / static_cast<double>(epoch_steps_) : 0.0;
   engine_->logger().emit(Json{{"epoch", ts.epoch},
@@ -548,6 +473,10 @@ void Trainer::end_epoch(FitSummary& summary) {
                               {"train_loss", summary.final_train_loss},
                               {"test_accuracy", eval.accuracy},
                               {"test_loss", eval.loss}});
+}
+
+void Trainer::end_epoch(FitSummary& summary) {
+  evaluate_and_log(summary);
   // Per-epoch schedulers step before EPOCH_END, so a checkpoint written
   // there holds the closed epoch whole.
   for (auto& scheduler : state_.schedulers) {
@@ -604,14 +533,7 @@ FitSummary Trainer::fit() {
     if (ts.batch_in_epoch < state_.steps_per_epoch) {
       // Stopped inside the epoch (max_steps, a callback): evaluate, but keep
       // the epoch open, so a run extended from here continues it.
-      const EvalResult eval = evaluate();
-      summary.final_train_loss =
-          epoch_steps_ > 0 ? epoch_loss_sum_.item<double>() / static_cast<double>(epoch_steps_) : 0.0;
-      engine_->logger().emit(Json{{"epoch", ts.epoch},
-                                  {"step", ts.step},
-                                  {"train_loss", summary.final_train_loss},
-                                  {"test_accuracy", eval.accuracy},
-                                  {"test_loss", eval.loss}});
+      evaluate_and_log(summary);
       break;
     }
     end_epoch(summary);

@@ -86,6 +86,8 @@ class Trainer {
   /// gradient sync set up, the optimizer sharded under zero1.
   void wrap_for_distribution(Params& optimizer_config);
   void train_batch(const Batch& batch);
+  /// Evaluates on the test split and logs the epoch's record.
+  void evaluate_and_log(FitSummary& summary);
   /// Evaluation, the epoch's record and per-epoch schedulers, then EPOCH_END.
   void end_epoch(FitSummary& summary);
   /// The trainer's part of a checkpoint: where it stands in the epoch.
