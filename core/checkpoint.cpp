@@ -119,7 +119,7 @@ c10::IValue part(const StateDict& checkpoint, const std::string& name) {
   return checkpoint.at(name);
 }
 
-const StateDict dict_part(const StateDict& checkpoint, const std::string& name) {
+StateDict dict_part(const StateDict& checkpoint, const std::string& name) {
   const c10::IValue value = part(checkpoint, name);
   if (!value.isGenericDict()) throw CheckpointError("checkpoint entry '" + name + "' is not a dict");
   return value.toGenericDict();

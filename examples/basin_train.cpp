@@ -80,23 +80,26 @@ void write_json(const fs::path& path, const basin::Json& value) {
   if (!out) throw std::runtime_error("cannot write '" + path.string() + "'");
 }
 
-// The config's checkpoint callback, or the default one every basin-train run
-// gets, so that any run can be resumed.
-std::shared_ptr<basin::CheckpointSaver> checkpoint_saver(basin::Json& config) {
-  if (config.contains("callbacks") && config["callbacks"].is_object() && config["callbacks"].contains("checkpoint")) {
-    return nullptr;  // the trainer builds it from the config
-  }
+// The config's "callbacks.checkpoint" settings; null when it has none.
+const basin::Json* checkpoint_settings(const basin::Json& config) {
+  const auto callbacks = config.find("callbacks");
+  if (callbacks == config.end() || !callbacks->is_object()) return nullptr;
+  const auto settings = callbacks->find("checkpoint");
+  return settings == callbacks->end() ? nullptr : &*settings;
+}
+
+// The default checkpoint callback every basin-train run gets, so that any run
+// can be resumed; null when the config has its own (the trainer builds that).
+std::shared_ptr<basin::CheckpointSaver> default_checkpoint_saver(const basin::Json& config) {
+  if (checkpoint_settings(config) != nullptr) return nullptr;
   basin::Params defaults(basin::Json::object(), "callbacks.checkpoint");
   return std::make_shared<basin::CheckpointSaver>(defaults);
 }
 
 // Where --resume latest looks: the folder the run's checkpoint callback writes to.
 std::string checkpoint_folder(const basin::Json& config, const std::string& run_dir) {
-  basin::Json settings = basin::Json::object();
-  if (config.contains("callbacks") && config["callbacks"].is_object() && config["callbacks"].contains("checkpoint")) {
-    settings = config["callbacks"]["checkpoint"];
-  }
-  basin::Params params(settings, "callbacks.checkpoint");
+  const basin::Json* settings = checkpoint_settings(config);
+  basin::Params params(settings != nullptr ? *settings : basin::Json::object(), "callbacks.checkpoint");
   return basin::CheckpointSaver(params).folder(run_dir);
 }
 
@@ -184,7 +187,7 @@ int main(int argc, char** argv) {
     if (writer && resume.empty()) check_run_dir(run_dir, overwrite);
 
     std::vector<std::shared_ptr<basin::Callback>> callbacks;
-    if (auto saver = checkpoint_saver(config)) callbacks.push_back(saver);  // on every rank: saving is collective
+    if (auto saver = default_checkpoint_saver(config)) callbacks.push_back(saver);  // on every rank: saving is collective
     std::vector<std::shared_ptr<basin::LoggerDestination>> loggers;
     if (writer) {
       callbacks.push_back(std::make_shared<basin::Progress>(0, isatty(fileno(stderr)) != 0));
