@@ -16,8 +16,8 @@
 #include <nlohmann/json.hpp>
 #include <torch/csrc/jit/serialization/pickle.h>
 
-#include "basin/core/bounded_unpickle.h"
 #include "basin/core/checkpoint.h"
+#include "basin/core/serialization/safe_unpickle.h"
 
 namespace fs = std::filesystem;
 
@@ -150,11 +150,11 @@ StateDict read_checkpoint_file(const std::string& path) {
 StateDict parse_checkpoint_bytes(const std::vector<char>& bytes, const std::string& name) {
   c10::IValue value;
   try {
-    value = bounded_pickle_load(bytes);
+    value = safe_pickle_load(bytes);
   } catch (const std::exception& error) {
     // LibTorch's messages carry a backtrace: its first line says enough.
     const std::string what = error.what();
-    throw CheckpointError("checkpoint '" + name + "' is not a LibTorch pickle: " + what.substr(0, std::min<std::size_t>(what.find('\n'), 200)));
+    throw CheckpointError("checkpoint '" + name + "' cannot be read: " + what.substr(0, std::min<std::size_t>(what.find('\n'), 200)));
   }
   if (!value.isGenericDict()) throw CheckpointError("checkpoint '" + name + "' does not hold a dict");
   return value.toGenericDict();

@@ -9,11 +9,9 @@
 
 #include <ATen/ATen.h>
 
-
-#include "basin/core/bounded_unpickle.h"
 #include "basin/core/config.h"
 #include "basin/core/config_error.h"
-#include "basin/core/torch_compat.h"
+#include "basin/core/serialization/safe_unpickle.h"
 
 namespace basin {
 
@@ -31,20 +29,12 @@ c10::impl::GenericDict read_tensors(const std::string& path) {
   if (!in) throw ConfigError("config key 'init_from': cannot read '" + path + "'");
   const std::vector<char> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   c10::IValue value;
-  const std::string ordered_dict = "collections\nOrderedDict";
-  const bool holds_ordered_dict = std::search(bytes.begin(), bytes.end(), ordered_dict.begin(), ordered_dict.end()) != bytes.end();
   try {
-    value = bounded_pickle_load(bytes);
+    value = safe_pickle_load(bytes);
   } catch (const std::exception& error) {
-    if (holds_ordered_dict) {
-      // LibTorch's unpickler does not rebuild the OrderedDict state_dict() returns
-      // (1.13 makes it None; 2.11 fails on it too).
-      throw ConfigError("config key 'init_from': '" + path + "' holds an OrderedDict, which LibTorch " +
-                        compat::torch_version() + " cannot read; save a plain dict instead: "
-                        "torch.save(dict(model.state_dict()), path)");
-    }
+    const std::string what = error.what();  // LibTorch's messages carry a backtrace: the first line says enough
     throw ConfigError("config key 'init_from': '" + path + "' is not a file torch.save wrote (" +
-                      std::string(error.what()).substr(0, 160) + ")");
+                      what.substr(0, std::min<std::size_t>(what.find('\n'), 200)) + ")");
   }
   if (!value.isGenericDict()) {
     throw ConfigError("config key 'init_from': '" + path + "' does not hold a dict of tensors (a state_dict)");
