@@ -157,6 +157,36 @@ TEST(ResumeProgramTest, ResumeLatestFallsBackPastADamagedCheckpointAndSaysSo) {
   EXPECT_NE(resumed.output.find(files[1]), std::string::npos) << resumed.output;
 }
 
+TEST(ResumeProgramTest, AFullDiskStopsTrainingAndKeepsTheLastCheckpoint) {
+  test::TempDir dir;
+  const std::string run_dir = dir.file("run"), folder = dir.file("run/checkpoints");
+  const auto first = test::run_command(kTrain + " --config " + std::string(BASIN_SOURCE_DIR) +
+                                       "/examples/configs/synthetic_smoke.json --run-dir " + run_dir +
+                                       " --set max_epochs=1");
+  ASSERT_EQ(first.exit_code, 0) << first.output;
+  const auto written = list_checkpoint_files(folder);
+  ASSERT_EQ(written.size(), 1u);
+  // A file-size limit below one checkpoint fails its write part way, as a
+  // full disk does (EFBIG where a disk gives ENOSPC; the same failed write).
+  const uintmax_t limit_kb = fs::file_size(written.front()) / 2 / 1024;
+  ASSERT_GT(limit_kb, 1u);
+  const auto full = test::run_command("sh -c \"trap '' XFSZ; ulimit -f " + std::to_string(limit_kb) + "; exec " +
+                                      kTrain + " --run-dir " + run_dir + " --resume latest --set max_epochs=2\"");
+  EXPECT_EQ(full.exit_code, 1) << full.output;
+  EXPECT_NE(full.output.find("cannot write checkpoint '" + folder + "/" + checkpoint_file_name(32) +
+                             "' (write): File too large; training stops"),
+            std::string::npos)
+      << full.output;
+  // The earlier checkpoint is whole and alone: no partial file is left.
+  EXPECT_EQ(list_checkpoint_files(folder), written);
+  EXPECT_EQ(std::distance(fs::directory_iterator(folder), fs::directory_iterator()), 2);  // .pt and .pt.sum
+  EXPECT_NO_THROW(read_checkpoint_file(written.front()));
+  // With room again, the run resumes from it and finishes.
+  const auto resumed = test::run_command(kTrain + " --run-dir " + run_dir + " --resume latest --set max_epochs=2");
+  EXPECT_EQ(resumed.exit_code, 0) << resumed.output;
+  EXPECT_EQ(list_checkpoint_files(folder).front(), folder + "/" + checkpoint_file_name(32));
+}
+
 bool have_python_torch() { return std::system("/usr/bin/python3 -c 'import torch' > /dev/null 2>&1") == 0; }
 
 TEST(ResumeProgramTest, PythonOpensACheckpointAndItsWeightsEqualTheProgramsOnes) {
