@@ -1,6 +1,7 @@
 #include "basin/core/serialization/pickle_check.h"
 
 #include <algorithm>
+#include <array>
 #include <map>
 #include <memory>
 #include <vector>
@@ -17,14 +18,17 @@ constexpr int kMaxDepth = 100;
 constexpr std::size_t kMaxKeptText = 256;  // longer strings are never names the walk needs
 constexpr const char* kOrderedDict = "collections.OrderedDict";
 
-// What the walk knows of a value: enough to follow storages and OrderedDicts.
+// What the walk knows of a value: enough to follow storages, OrderedDicts and nesting.
 struct Node {
-  enum class Kind { kMark, kString, kInt, kGlobal, kTuple, kOrderedDict, kOther } kind = Kind::kOther;
+  enum class Kind { kMark, kString, kInt, kGlobal, kTuple, kList, kDict, kOrderedDict, kOther } kind = Kind::kOther;
   std::string text;  // a kString's value; a kGlobal's "module.name"
   int64_t number = 0;
   std::vector<std::shared_ptr<Node>> items;  // a kTuple's elements
-  int depth = 0;                             // containers nested in it, itself included
+  int depth = 0;           // containers nested in it, itself included; final once it is contained
+  bool contained = false;  // an element of a tuple, list or dict: no longer filled
   bool memoized = false;
+  int key_kinds = 0;                  // a kOrderedDict's keys: 1 strings, 2 integers, 4 others
+  std::size_t type_edit = SIZE_MAX;   // a kOrderedDict's edit that names its type
 };
 using NodePtr = std::shared_ptr<Node>;
 using Kind = Node::Kind;
@@ -50,6 +54,29 @@ std::optional<uint64_t> element_size(const std::string& storage_type) {
   return found->second;
 }
 
+// Pickle's names for its opcodes (protocols 0 to 5), for messages.
+std::string opcode_name(char op) {
+  static const std::map<char, const char*> names = {
+      {'(', "MARK"}, {'.', "STOP"}, {'0', "POP"}, {'1', "POP_MARK"}, {'2', "DUP"}, {'F', "FLOAT"}, {'I', "INT"},
+      {'J', "BININT"}, {'K', "BININT1"}, {'L', "LONG"}, {'M', "BININT2"}, {'N', "NONE"}, {'P', "PERSID"},
+      {'Q', "BINPERSID"}, {'R', "REDUCE"}, {'S', "STRING"}, {'T', "BINSTRING"}, {'U', "SHORT_BINSTRING"},
+      {'V', "UNICODE"}, {'X', "BINUNICODE"}, {'a', "APPEND"}, {'b', "BUILD"}, {'c', "GLOBAL"}, {'d', "DICT"},
+      {'}', "EMPTY_DICT"}, {'e', "APPENDS"}, {'g', "GET"}, {'h', "BINGET"}, {'i', "INST"}, {'j', "LONG_BINGET"},
+      {'l', "LIST"}, {']', "EMPTY_LIST"}, {'o', "OBJ"}, {'p', "PUT"}, {'q', "BINPUT"}, {'r', "LONG_BINPUT"},
+      {'s', "SETITEM"}, {'t', "TUPLE"}, {')', "EMPTY_TUPLE"}, {'u', "SETITEMS"}, {'G', "BINFLOAT"},
+      {'\x80', "PROTO"}, {'\x81', "NEWOBJ"}, {'\x82', "EXT1"}, {'\x83', "EXT2"}, {'\x84', "EXT4"},
+      {'\x85', "TUPLE1"}, {'\x86', "TUPLE2"}, {'\x87', "TUPLE3"}, {'\x88', "NEWTRUE"}, {'\x89', "NEWFALSE"},
+      {'\x8a', "LONG1"}, {'\x8b', "LONG4"}, {'B', "BINBYTES"}, {'C', "SHORT_BINBYTES"},
+      {'\x8c', "SHORT_BINUNICODE"}, {'\x8d', "BINUNICODE8"}, {'\x8e', "BINBYTES8"}, {'\x8f', "EMPTY_SET"},
+      {'\x90', "ADDITEMS"}, {'\x91', "FROZENSET"}, {'\x92', "NEWOBJ_EX"}, {'\x93', "STACK_GLOBAL"},
+      {'\x94', "MEMOIZE"}, {'\x95', "FRAME"}, {'\x96', "BYTEARRAY8"}, {'\x97', "NEXT_BUFFER"},
+      {'\x98', "READONLY_BUFFER"}};
+  static const char* const hex = "0123456789abcdef";
+  const auto code = static_cast<uint8_t>(op);
+  const auto found = names.find(op);
+  return std::string(found == names.end() ? "byte" : found->second) + " (0x" + hex[code >> 4] + hex[code & 15] + ")";
+}
+
 std::string binunicode(const std::string& text) {
   std::string op = "X";
   for (int i = 0; i < 4; ++i) op += static_cast<char>(text.size() >> (8 * i) & 0xFF);
@@ -68,10 +95,10 @@ class Walk {
     at_ = 2;
     while (!stopped_) step();
     if (!rewrite_) return std::nullopt;
-    if (!rewritable_) fail("uses collections.OrderedDict other than as OrderedDict(), which basin cannot rewrite");
-    // An insertion goes before a replacement at the same byte.
-    std::stable_sort(edits_.begin(), edits_.end(),
-                     [](const Edit& a, const Edit& b) { return a.at < b.at || (a.at == b.at && a.length < b.length); });
+    if (!unrewritable_.empty()) throw ArchiveError(unrewritable_);
+    std::stable_sort(edits_.begin(), edits_.end(), [](const Edit& a, const Edit& b) {
+      return a.at < b.at || (a.at == b.at && a.length < b.length);  // an insertion goes first
+    });
     std::string rewritten;
     std::size_t copied = 0;
     for (const Edit& edit : edits_) {
@@ -88,11 +115,11 @@ class Walk {
     std::string replacement;
   };
 
-  [[noreturn]] void fail(const std::string& what) const {
-    static const char* const hex = "0123456789abcdef";
-    const auto code = static_cast<uint8_t>(op_);
-    throw ArchiveError("data.pkl, byte " + std::to_string(op_at_) + " (opcode 0x" + hex[code >> 4] + hex[code & 15] +
-                       "): " + what);
+  std::string where() const { return "data.pkl, byte " + std::to_string(op_at_) + ", " + opcode_name(op_); }
+  [[noreturn]] void fail(const std::string& what) const { throw ArchiveError(where() + ": " + what); }
+  // The program reads as it is, but a rewrite (needed elsewhere) could not keep its meaning.
+  void cannot_rewrite(const std::string& what) {
+    if (unrewritable_.empty()) unrewritable_ = where() + ": " + what + ", which basin cannot rewrite for LibTorch";
   }
 
   std::string_view take(uint64_t n) {
@@ -123,6 +150,11 @@ class Walk {
     node->depth = depth;
     return node;
   }
+  // None, True, False, floats: one shared node, so the walk's memory stays small.
+  const NodePtr& leaf() {
+    if (!leaf_) leaf_ = make(Kind::kOther);
+    return leaf_;
+  }
   NodePtr text(Kind kind, std::string_view value) {
     if (value.size() > kMaxKeptText) return make(Kind::kOther);
     NodePtr node = make(kind);
@@ -134,29 +166,37 @@ class Walk {
     node->number = value;
     return node;
   }
-  static int deepest(const std::vector<Slot>& slots) {
+  static bool is_ordered_dict_class(const NodePtr& node) {
+    return node->kind == Kind::kGlobal && node->text == kOrderedDict;
+  }
+  // `items` become elements of a new or growing container: a container holds
+  // no container that is still filled later, so depths are final and no
+  // value holds itself.
+  int contain(const std::vector<Slot>& items) {
     int depth = 0;
-    for (const auto& slot : slots) depth = std::max(depth, slot.node->depth);
-    return depth;
+    for (const auto& slot : items) {
+      if (is_ordered_dict_class(slot.node)) cannot_rewrite("the OrderedDict class is an element");
+      slot.node->contained = true;
+      depth = std::max(depth, slot.node->depth);
+    }
+    return depth + 1;
   }
   NodePtr tuple(const std::vector<Slot>& slots) {
-    NodePtr node = make(Kind::kTuple, deepest(slots) + 1);
+    NodePtr node = make(Kind::kTuple, contain(slots));
     for (const auto& slot : slots) node->items.push_back(slot.node);
     return node;
   }
 
-  // A value the current opcode pushed, or built from values that began at `start`.
   void push(NodePtr node) { stack_.push_back({std::move(node), op_at_}); }
   void push(NodePtr node, std::size_t start) { stack_.push_back({std::move(node), start}); }
   Slot& top() {
-    if (stack_.empty() || stack_.back().node->kind == Kind::kMark) fail("needs a value, the stack has none");
+    if (stack_.empty()) fail("needs a value, the stack is empty");
+    if (stack_.back().node->kind == Kind::kMark) fail("needs a value, a MARK is on top of the stack");
     return stack_.back();
   }
-  // Takes a value off the stack to use it: only OrderedDict() may use the OrderedDict class.
   Slot pop() {
     Slot slot = top();
     stack_.pop_back();
-    if (slot.node->kind == Kind::kGlobal && slot.node->text == kOrderedDict) rewritable_ = false;
     return slot;
   }
   std::vector<Slot> pop_to_mark(std::size_t* mark_start = nullptr) {
@@ -165,16 +205,31 @@ class Walk {
     if (mark_start) *mark_start = mark->start;
     std::vector<Slot> slots(mark.base(), stack_.end());
     stack_.erase(std::prev(mark.base()), stack_.end());
-    for (const auto& slot : slots) {
-      if (slot.node->kind == Kind::kGlobal && slot.node->text == kOrderedDict) rewritable_ = false;
-    }
     return slots;
   }
-  // `container` now holds `items` (an append, a setitem).
-  void fill(Slot& container, const std::vector<Slot>& items) {
-    container.node->depth = std::max(container.node->depth, deepest(items) + 1);
-    if (container.node->depth > kMaxDepth) fail("values nest deeper than " + std::to_string(kMaxDepth));
-    if (container.node->kind == Kind::kOrderedDict) rewrite_ = true;
+  // `container` now holds `items`: key, value pairs when `pairs`.
+  void fill(Slot& container, const std::vector<Slot>& items, bool pairs) {
+    Node& target = *container.node;
+    if (target.kind != Kind::kList && target.kind != Kind::kDict && target.kind != Kind::kOrderedDict) {
+      fail("adds items to a value that is not a list or a dict");
+    }
+    const int depth = contain(items);
+    if (target.contained) fail("adds items to a container another one already holds (a cycle, or nesting out of order)");
+    target.depth = std::max(target.depth, depth);
+    if (target.depth > kMaxDepth) fail("values nest deeper than " + std::to_string(kMaxDepth));
+    if (target.kind != Kind::kOrderedDict) return;
+    rewrite_ = true;
+    for (std::size_t i = 0; pairs && i < items.size(); i += 2) {
+      const Kind key = items[i].node->kind;
+      target.key_kinds |= key == Kind::kString ? 1 : key == Kind::kInt ? 2 : 4;
+    }
+  }
+  // MARK before the first item, the batch opcode instead of the single one
+  // (LibTorch 1.13 reads APPENDS and SETITEMS only).
+  void batch_instead(std::size_t first_item, char batch_op) {
+    edits_.push_back({first_item, 0, "("});
+    edits_.push_back({op_at_, 1, std::string(1, batch_op)});
+    rewrite_ = true;
   }
 
   // Memo ids other than the next one cost LibTorch memory in proportion to the id.
@@ -210,43 +265,56 @@ class Walk {
   }
 
   // LibTorch reads OrderedDict() as None. Rewritten, the class becomes
-  // restore_type_tag and each `()` its arguments `({}, "Dict[str, Any]")`: a dict.
+  // restore_type_tag and each `()` its arguments `({}, "Dict[<key>, Any]")`: a dict.
   void reduce() {
-    const Slot args = pop_args();
-    const Slot callable = top();
+    const Slot args = pop();
+    const Slot callable = top();  // the only use of the OrderedDict class that can be rewritten
     stack_.pop_back();
-    const bool ordered_dict = callable.node->kind == Kind::kGlobal && callable.node->text == kOrderedDict;
-    if (ordered_dict && args.node->kind == Kind::kTuple && args.node->items.empty()) {
-      if (args.node->memoized || program_[args.start] != ')') rewritable_ = false;
-      edits_.push_back({args.start, 1, "}" + binunicode("Dict[str, Any]") + "\x86"});
-      push(make(Kind::kOrderedDict, 1), callable.start);
+    if (is_ordered_dict_class(callable.node)) {
+      if (args.node->kind != Kind::kTuple || !args.node->items.empty()) {
+        cannot_rewrite("OrderedDict is called with arguments");
+      } else if (args.node->memoized || program_[args.start] != ')') {
+        cannot_rewrite("OrderedDict's empty arguments are shared");
+      }
+      NodePtr dict = make(Kind::kOrderedDict, 1);
+      dict->type_edit = edits_.size();
+      edits_.push_back({args.start, 1, ""});  // its key type is known at the end (finish_types)
+      ordered_dicts_.push_back(dict);
+      push(dict, callable.start);
       return;
     }
-    if (ordered_dict) rewritable_ = false;
     push(make(Kind::kOther, args.node->depth), callable.start);
-  }
-  Slot pop_args() {
-    Slot slot = top();
-    stack_.pop_back();
-    return slot;
   }
 
   // LibTorch's BUILD is its REDUCE: it cannot give a dict attributes. Rewritten,
   // an OrderedDict's attributes (state_dict's _metadata) become an entry under
   // kDroppedAttributesKey, which safe_pickle_load then removes.
   void build() {
-    const Slot state = pop_args();
+    const Slot state = pop();
     Slot& target = top();
     if (target.node->kind == Kind::kOrderedDict) {
       edits_.push_back({state.start, 0, "(" + binunicode(kDroppedAttributesKey)});
       edits_.push_back({op_at_, 1, "u"});
-      fill(target, {state});
+      Slot key{text(Kind::kString, kDroppedAttributesKey), state.start};
+      fill(target, {key, state}, /*pairs=*/true);
       return;
     }
-    if (target.node->kind == Kind::kGlobal && target.node->text == kOrderedDict) rewritable_ = false;
+    if (is_ordered_dict_class(target.node)) cannot_rewrite("the OrderedDict class is built upon");
     const std::size_t start = target.start;
     stack_.pop_back();
     push(make(Kind::kOther, state.node->depth), start);
+  }
+
+  // Each OrderedDict's type tag, from the keys it was given.
+  void finish_types() {
+    for (const auto& dict : ordered_dicts_) {
+      std::string key = "str";
+      if (dict->key_kinds == 2) key = "int";
+      if (dict->key_kinds != 0 && dict->key_kinds != 1 && dict->key_kinds != 2) {
+        cannot_rewrite("an OrderedDict has keys of several types or of a type other than str and int");
+      }
+      edits_[dict->type_edit].replacement = "}" + binunicode("Dict[" + key + ", Any]") + "\x86";
+    }
   }
 
   void step() {
@@ -257,20 +325,36 @@ class Walk {
       case '.': {  // STOP
         if (stack_.size() != 1) fail("STOP with " + std::to_string(stack_.size()) + " values on the stack");
         if (top().node->kind == Kind::kOrderedDict) rewrite_ = true;
+        finish_types();
         stopped_ = true;
         break;
       }
       case '(': push(make(Kind::kMark)); break;
-      case 'N': case '\x88': case '\x89': push(make(Kind::kOther)); break;  // None, True, False
-      case 'K': push(integer(static_cast<int64_t>(unsigned_arg(1)))); break;
-      case 'M': push(integer(static_cast<int64_t>(unsigned_arg(2)))); break;
-      case 'J': push(integer(static_cast<int32_t>(static_cast<uint32_t>(unsigned_arg(4))))); break;
-      case '\x8a': {  // LONG1: LibTorch reads only 8-byte ones
-        if (unsigned_arg(1) != 8) fail("LibTorch reads only 8-byte LONG1 integers");
-        push(integer(static_cast<int64_t>(unsigned_arg(8))));
+      case 'N': case '\x88': case '\x89': push(leaf()); break;  // None, True, False
+      case 'G': unsigned_arg(8); push(leaf()); break;          // BINFLOAT
+      case 'K': {  // BININT1: the commonest, from one shared node per value
+        const uint64_t value = unsigned_arg(1);
+        NodePtr& small = small_integers_[value];
+        if (!small) small = integer(static_cast<int64_t>(value));
+        push(small);
         break;
       }
-      case 'G': unsigned_arg(8); push(make(Kind::kOther)); break;          // BINFLOAT
+      case 'M': push(integer(static_cast<int64_t>(unsigned_arg(2)))); break;
+      case 'J': push(integer(static_cast<int32_t>(static_cast<uint32_t>(unsigned_arg(4))))); break;
+      case '\x8a': {  // LONG1: LibTorch reads 8 bytes only, so shorter ones are widened
+        const std::string_view bytes = take(unsigned_arg(1));
+        if (bytes.size() > 8) fail("an integer of " + std::to_string(bytes.size()) + " bytes, more than int64 holds");
+        uint64_t value = !bytes.empty() && (static_cast<uint8_t>(bytes.back()) & 0x80) ? ~uint64_t{0} : 0;
+        for (auto c = bytes.rbegin(); c != bytes.rend(); ++c) value = value << 8 | static_cast<uint8_t>(*c);
+        if (bytes.size() != 8) {
+          std::string widened = "\x8a\x08";
+          for (int i = 0; i < 8; ++i) widened += static_cast<char>(value >> (8 * i) & 0xFF);
+          edits_.push_back({op_at_, at_ - op_at_, widened});
+          rewrite_ = true;
+        }
+        push(integer(static_cast<int64_t>(value)));
+        break;
+      }
       case 'X': push(text(Kind::kString, take(unsigned_arg(4)))); break;  // BINUNICODE
       case 'c': {                                                         // GLOBAL module\nname\n
         const std::string module(line());
@@ -294,24 +378,30 @@ class Walk {
         push(tuple(items), items.front().start);
         break;
       }
-      case ']': case '}': push(make(Kind::kOther, 1)); break;  // empty list, dict
-      case 'l': case 'd': {                                     // LIST, DICT
+      case ']': push(make(Kind::kList, 1)); break;
+      case '}': push(make(Kind::kDict, 1)); break;
+      case 'l': case 'd': {  // LIST, DICT
         std::size_t start = 0;
         const auto items = pop_to_mark(&start);
-        push(make(Kind::kOther, deepest(items) + 1), start);
+        push(make(op_ == 'l' ? Kind::kList : Kind::kDict, contain(items)), start);
         break;
       }
-      case 's': {  // SETITEM, which LibTorch 1.13 lacks: rewritten as MARK key value SETITEMS
+      case 'a': {  // APPEND, which LibTorch lacks: MARK item APPENDS
+        const Slot item = pop();
+        batch_instead(item.start, 'e');
+        fill(top(), {item}, /*pairs=*/false);
+        break;
+      }
+      case 's': {  // SETITEM, which LibTorch 1.13 lacks: MARK key value SETITEMS
         const Slot value = pop();
         const Slot key = pop();
-        edits_.push_back({key.start, 0, "("});
-        edits_.push_back({op_at_, 1, "u"});
-        rewrite_ = true;
-        fill(top(), {key, value});
+        batch_instead(key.start, 'u');
+        fill(top(), {key, value}, /*pairs=*/true);
         break;
       }
-      case 'e': case 'u': { const auto items = pop_to_mark(); fill(top(), items); break; }  // APPENDS, SETITEMS
-      case 'Q': {                                                                           // BINPERSID
+      case 'e': { const auto items = pop_to_mark(); fill(top(), items, /*pairs=*/false); break; }  // APPENDS
+      case 'u': { const auto items = pop_to_mark(); fill(top(), items, /*pairs=*/true); break; }   // SETITEMS
+      case 'Q': {  // BINPERSID
         const Slot id = pop();
         check_storage(id.node);
         push(make(Kind::kOther), id.start);
@@ -335,15 +425,22 @@ class Walk {
   char op_ = 0;
   bool stopped_ = false;
   bool rewrite_ = false;
-  bool rewritable_ = true;
+  std::string unrewritable_;  // the first reason a rewrite would be wrong
   std::vector<Slot> stack_;
   std::vector<NodePtr> memo_;
   std::vector<Edit> edits_;
+  std::vector<NodePtr> ordered_dicts_;
+  NodePtr leaf_;
+  std::array<NodePtr, 256> small_integers_;
 };
 
 }  // namespace
 
 std::optional<std::string> check_pickle(std::string_view program, const StorageRecordSize& storage_record_size) {
+  if (program.size() > kMaxPickleBytes) {
+    throw ArchiveError("data.pkl is " + std::to_string(program.size()) + " bytes; basin reads pickles up to " +
+                       std::to_string(kMaxPickleBytes >> 20) + " MiB (tensors live in their own records)");
+  }
   return Walk(program, storage_record_size).run();
 }
 

@@ -1,15 +1,15 @@
 #include "basin/core/serialization/safe_unpickle.h"
 
+#include <algorithm>
 #include <cstring>
 #include <map>
-#include <memory>
 #include <sstream>
 #include <string_view>
+#include <unordered_set>
 
 #include <ATen/core/Tensor.h>
-#include <caffe2/serialize/inline_container.h>
-#include <caffe2/serialize/read_adapter_interface.h>
-#include <torch/csrc/jit/serialization/import_read.h>
+#include <c10/core/CPUAllocator.h>
+#include <torch/csrc/jit/serialization/unpickler.h>
 
 #include "basin/core/serialization/pickle_check.h"
 #include "basin/core/serialization/zip_directory.h"
@@ -18,47 +18,36 @@ namespace basin {
 
 namespace {
 
-// A read outside the buffer returns 0 bytes; the zip reader treats the short
-// read as a corrupt archive instead of copying memory it does not own (as
-// LibTorch's own buffer reader did: found by fuzzing checkpoint loading).
-class BoundedReader : public caffe2::serialize::ReadAdapterInterface {
- public:
-  explicit BoundedReader(std::string_view bytes) : bytes_(bytes) {}
-  size_t size() const override { return bytes_.size(); }
-  size_t read(uint64_t pos, void* buf, size_t n, const char* /*what*/) const override {
-    if (pos > bytes_.size() || n > bytes_.size() - pos) return 0;
-    std::memcpy(buf, bytes_.data() + pos, n);
-    return n;
+// The archive's entries by name inside its folder ("data.pkl", "data/0", ...),
+// as LibTorch names them: relative to the folder of the first entry.
+std::map<std::string, ZipEntry> records_of(std::string_view archive) {
+  std::map<std::string, ZipEntry> records;
+  std::string folder;
+  for (auto& entry : read_zip_directory(archive)) {
+    const std::size_t slash = entry.name.find('/');
+    if (slash == std::string::npos) throw ArchiveError("zip entry '" + entry.name + "' is not in the archive's folder");
+    if (folder.empty()) folder = entry.name.substr(0, slash + 1);
+    if (entry.name.compare(0, folder.size(), folder) != 0) continue;
+    const std::string name = entry.name.substr(folder.size());
+    if (!records.emplace(name, entry).second) throw ArchiveError("zip entry '" + entry.name + "' appears twice");
   }
-
- private:
-  std::string_view bytes_;
-};
-
-c10::IValue load(std::string_view archive) {
-  caffe2::serialize::PyTorchStreamReader reader(std::make_unique<BoundedReader>(archive));
-  // The layout torch::pickle_save and torch.save write: data.pkl, tensors in data/.
-  return torch::jit::readArchiveAndTensors("data", /*pickle_prefix=*/"", /*tensor_prefix=*/"", /*type_resolver=*/{},
-                                           /*obj_loader=*/{}, /*device=*/{}, reader);
+  return records;
 }
 
-// The archive again, with `program` as its data.pkl.
-std::string with_program(std::string_view archive, const std::map<std::string, ZipEntry>& records,
-                         const std::string& program) {
-  std::string out;
-  caffe2::serialize::PyTorchStreamWriter writer([&out](const void* data, size_t n) {
-    out.append(static_cast<const char*>(data), n);
-    return n;
-  });
-  for (const auto& [name, entry] : records) {
-    if (name == "data.pkl") {
-      writer.writeRecord(name, program.data(), program.size());
-    } else {
-      writer.writeRecord(name, archive.data() + entry.offset, entry.size);
+uint64_t format_version(std::string_view archive, const std::map<std::string, ZipEntry>& records) {
+  for (const char* name : {".data/version", "version"}) {
+    const auto found = records.find(name);
+    if (found == records.end()) continue;
+    const std::string_view text = archive.substr(found->second.offset, std::min<uint64_t>(found->second.size, 20));
+    uint64_t version = 0;
+    std::size_t digits = 0;
+    for (; digits < text.size() && text[digits] >= '0' && text[digits] <= '9'; ++digits) {
+      version = version * 10 + static_cast<uint64_t>(text[digits] - '0');
     }
+    if (digits == 0) throw ArchiveError(std::string("the archive's ") + name + " record is not a number");
+    return version;
   }
-  writer.writeEndOfFile();
-  return out;
+  throw ArchiveError("the archive has no version record");
 }
 
 // Rebuilding a tensor sets its sizes and strides without checking them against the storage.
@@ -83,22 +72,28 @@ void check_inside_storage(const at::Tensor& tensor) {
   }
 }
 
-// Checks every tensor and drops the OrderedDict attributes a rewrite kept (check_pickle).
-void check_and_tidy(const c10::IValue& value) {
+// Checks every tensor and drops the OrderedDict attributes a rewrite kept
+// (check_pickle), visiting each shared value once: the walk bounded the
+// depth, and shared values can make the paths exponentially many.
+void check_and_tidy(const c10::IValue& value, std::unordered_set<const void*>& seen) {
   if (value.isTensor()) {
-    check_inside_storage(value.toTensor());
-  } else if (value.isGenericDict()) {
+    if (seen.insert(value.toTensor().unsafeGetTensorImpl()).second) check_inside_storage(value.toTensor());
+    return;
+  }
+  if (!value.isGenericDict() && !value.isList() && !value.isTuple()) return;
+  if (!seen.insert(value.internalToPointer()).second) return;
+  if (value.isGenericDict()) {
     auto dict = value.toGenericDict();
     (void)dict.erase(kDroppedAttributesKey);
     for (const auto& entry : dict) {
-      check_and_tidy(entry.key());
-      check_and_tidy(entry.value());
+      check_and_tidy(entry.key(), seen);
+      check_and_tidy(entry.value(), seen);
     }
   } else if (value.isList()) {
     const auto list = value.toList();
-    for (std::size_t i = 0; i < list.size(); ++i) check_and_tidy(list.get(i));
-  } else if (value.isTuple()) {
-    for (const auto& element : value.toTuple()->elements()) check_and_tidy(element);
+    for (std::size_t i = 0; i < list.size(); ++i) check_and_tidy(list.get(i), seen);
+  } else {
+    for (const auto& element : value.toTuple()->elements()) check_and_tidy(element, seen);
   }
 }
 
@@ -106,27 +101,40 @@ void check_and_tidy(const c10::IValue& value) {
 
 c10::IValue safe_pickle_load(const std::vector<char>& bytes) {
   const std::string_view archive(bytes.data(), bytes.size());
-  // LibTorch names records relative to the folder of the archive's first entry.
-  std::map<std::string, ZipEntry> records;
-  std::string folder;
-  for (auto& entry : read_zip_directory(archive)) {
-    const std::size_t slash = entry.name.find('/');
-    if (slash == std::string::npos) throw ArchiveError("zip entry '" + entry.name + "' is not in the archive's folder");
-    if (folder.empty()) folder = entry.name.substr(0, slash + 1);
-    if (entry.name.compare(0, folder.size(), folder) != 0) continue;
-    const std::string name = entry.name.substr(folder.size());
-    if (!records.emplace(name, entry).second) throw ArchiveError("zip entry '" + entry.name + "' appears twice");
-  }
-  const auto program = records.find("data.pkl");
-  if (program == records.end()) throw ArchiveError("the archive holds no data.pkl");
-  const auto rewritten = check_pickle(archive.substr(program->second.offset, program->second.size),
-                                      [&records](const std::string& key) -> std::optional<uint64_t> {
-                                        const auto record = records.find("data/" + key);
-                                        if (record == records.end()) return std::nullopt;
-                                        return record->second.size;
-                                      });
-  const c10::IValue value = rewritten ? load(with_program(archive, records, *rewritten)) : load(archive);
-  check_and_tidy(value);
+  const std::map<std::string, ZipEntry> records = records_of(archive);
+  const auto data = records.find("data.pkl");
+  if (data == records.end()) throw ArchiveError("the archive holds no data.pkl");
+  const uint64_t version = format_version(archive, records);
+  std::string_view program = archive.substr(data->second.offset, data->second.size);
+  const auto rewritten = check_pickle(program, [&records](const std::string& key) -> std::optional<uint64_t> {
+    const auto record = records.find("data/" + key);
+    if (record == records.end()) return std::nullopt;
+    return record->second.size;
+  });
+  if (rewritten) program = *rewritten;
+
+  // LibTorch's unpickler, fed from the checked bytes: the program through a
+  // reader that stops at its end, each storage from its checked entry.
+  std::size_t position = 0;
+  auto read_program = [&program, &position](char* buffer, std::size_t n) {
+    const std::size_t count = std::min(n, program.size() - position);
+    std::memcpy(buffer, program.data() + position, count);
+    position += count;
+    return count;
+  };
+  auto read_record = [&archive, &records](const std::string& key) {
+    const ZipEntry& entry = records.at("data/" + key);  // check_pickle found it
+    at::DataPtr storage = c10::GetCPUAllocator()->allocate(entry.size);
+    if (entry.size > 0) std::memcpy(storage.get(), archive.data() + entry.offset, entry.size);
+    return storage;
+  };
+  // Storages load on the CPU whatever device saved them; restoring copies them where they belong.
+  torch::jit::Unpickler unpickler(read_program, /*type_resolver=*/nullptr, /*obj_loader=*/nullptr, read_record,
+                                  at::Device(at::kCPU));
+  unpickler.set_version(version);
+  const c10::IValue value = unpickler.parse_ivalue();
+  std::unordered_set<const void*> seen;
+  check_and_tidy(value, seen);
   return value;
 }
 

@@ -33,7 +33,7 @@ c10::impl::GenericDict read_tensors(const std::string& path) {
     value = safe_pickle_load(bytes);
   } catch (const std::exception& error) {
     const std::string what = error.what();  // LibTorch's messages carry a backtrace: the first line says enough
-    throw ConfigError("config key 'init_from': '" + path + "' is not a file torch.save wrote (" +
+    throw ConfigError("config key 'init_from': '" + path + "' cannot be read as a torch.save file (" +
                       what.substr(0, std::min<std::size_t>(what.find('\n'), 200)) + ")");
   }
   if (!value.isGenericDict()) {
