@@ -1,5 +1,7 @@
 #include "basin/algorithms/sam.h"
 
+#include <regex>
+
 #include <torch/nn/module.h>
 
 #include "basin/core/hyperparameters.h"
@@ -7,7 +9,7 @@
 
 namespace basin {
 
-SAM::SAM(Params& params) {
+SAM::SAM(Params& params, const SAMDefaults& defaults) : path_(params.path()) {
   const Json rho = params.raw("rho");
   if (rho.is_array()) {
     group_rho_ = params.numbers("rho", {});
@@ -17,15 +19,22 @@ SAM::SAM(Params& params) {
     if (group_rho_.empty()) params.fail("rho", "a non-empty list", rho);
     options_.rho = group_rho_.front();
   } else {
-    options_.rho = params.positive("rho", 0.05);
+    options_.rho = params.positive("rho", defaults.rho);
   }
-  options_.epsilon = params.number("epsilon", 1e-12, 0);
-  options_.adaptive = params.boolean("adaptive", false);
-  options_.eta = params.number("eta", 0.01, 0);
+  options_.epsilon = params.number("epsilon", defaults.epsilon, 0);
+  options_.adaptive = params.boolean("adaptive", defaults.adaptive);
+  options_.eta = params.number("eta", defaults.eta, 0);
   options_.interval = params.integer("interval", 1, 1);
-  sync_ascent_ = params.boolean("sync_ascent", false);
+  sync_ascent_ = params.boolean("sync_ascent", defaults.sync_ascent);
   options_.sync_ascent = sync_ascent_;
   freeze_running_stats_ = params.boolean("freeze_running_stats", true);
+  perturb_ = params.string("perturb", "");
+  try {
+    std::regex check(perturb_);
+  } catch (const std::regex_error& error) {
+    params.fail("perturb", std::string("a regular expression over parameter names (") + error.what() + ")",
+                Json(perturb_));
+  }
 }
 
 bool SAM::match(Event event, const State& state) const {
@@ -35,20 +44,49 @@ bool SAM::match(Event event, const State& state) const {
 }
 
 std::shared_ptr<SAMOptimizer> SAM::make_optimizer(std::shared_ptr<torch::optim::Optimizer> base,
-                                                  const SAMOptions& options) {
+                                                  const SAMOptions& options, const State& /*state*/) {
   return std::make_shared<SAMOptimizer>(std::move(base), options);
+}
+
+std::unordered_set<const c10::TensorImpl*> SAM::parameters_named(const torch::nn::Module& model,
+                                                                 const std::string& pattern) {
+  const std::regex regex(pattern);
+  std::unordered_set<const c10::TensorImpl*> found;
+  for (const auto& item : model.named_parameters(true)) {
+    if (std::regex_search(item.key(), regex)) found.insert(item.value().unsafeGetTensorImpl());
+  }
+  return found;
 }
 
 void SAM::apply(Event /*event*/, State& state, Logger& /*logger*/) { wrap(state); }
 
 void SAM::wrap(State& state) {
   if (!state.optimizer) throw std::logic_error("the state has no optimizer to wrap");
-  optimizer_ = make_optimizer(state.optimizer, options_);
+  const std::string synced_because = why_synced_ascent();
+  if (state.world_size > 1 && !sync_ascent_ && !synced_because.empty()) {
+    throw ConfigError(key("sync_ascent") + ": false under data-parallel training, but " + name() + " " +
+                      synced_because + "; set it to true");
+  }
+  optimizer_ = make_optimizer(state.optimizer, options_, state);
+  if (!perturb_.empty()) {
+    if (!state.model) throw ConfigError(key("perturb") + ": there is no model whose parameter names it could match");
+    const auto perturbed = parameters_named(*state.model, perturb_);
+    if (perturbed.empty()) {
+      std::string names;
+      for (const auto& item : state.model->named_parameters(true)) names += (names.empty() ? "" : ", ") + item.key();
+      throw ConfigError(key("perturb") + ": \"" + perturb_ + "\" matches no parameter name; the model has " + names);
+    }
+    std::unordered_set<const c10::TensorImpl*> unperturbed;
+    for (const auto& p : state.model->parameters(true)) {
+      if (perturbed.count(p.unsafeGetTensorImpl()) == 0) unperturbed.insert(p.unsafeGetTensorImpl());
+    }
+    optimizer_->set_unperturbed(std::move(unperturbed));
+  }
   auto& groups = optimizer_->param_groups();
   if (!group_rho_.empty()) {
     if (group_rho_.size() != groups.size()) {
-      throw ConfigError("config key 'algorithms.sam.rho': " + std::to_string(group_rho_.size()) +
-                        " values for " + std::to_string(groups.size()) + " param groups");
+      throw ConfigError(key("rho") + ": " + std::to_string(group_rho_.size()) + " values for " +
+                        std::to_string(groups.size()) + " param groups");
     }
     for (std::size_t i = 0; i < groups.size(); ++i) set_hyperparameter(groups[i].options(), "rho", group_rho_[i]);
   }
@@ -56,6 +94,8 @@ void SAM::wrap(State& state) {
   PassHooks hooks;
   hooks.before_pass = [this, s](Pass pass) {
     s->pass = pass;
+    s->batch_part = optimizer_->part();
+    s->batch_parts = optimizer_->parts();
     // Rank-local ascent (the paper's m-sharpness): no gradient sync in this
     // pass; an enclosing NoGradientSync scope keeps every pass local.
     outer_skip_gradient_sync_ = s->skip_gradient_sync;
@@ -65,6 +105,8 @@ void SAM::wrap(State& state) {
   hooks.after_pass = [this, s](Pass pass) {
     if (pass == Pass::kDescent && freeze_running_stats_ && s->model) running_stats_.restore();
     s->pass = Pass::kPlain;
+    s->batch_part = 0;
+    s->batch_parts = 1;
     s->skip_gradient_sync = outer_skip_gradient_sync_;
   };
   optimizer_->add_pass_hooks(std::move(hooks));
@@ -73,7 +115,10 @@ void SAM::wrap(State& state) {
 
 StateDict SAM::state_dict() const {
   StateDict state = new_state_dict();
-  if (optimizer_) state.insert("optimizer", optimizer_->counters());
+  if (optimizer_) {
+    state.insert("optimizer", optimizer_->counters());
+    state.insert("parameters", optimizer_->variant_states(ParameterNumbering(*optimizer_)));
+  }
   return state;
 }
 
@@ -83,6 +128,10 @@ void SAM::load_state_dict(const StateDict& state) {
     throw std::invalid_argument("SAM state has no 'optimizer' counters");
   }
   optimizer_->load_counters(state.at("optimizer").toGenericDict());
+  if (state.contains("parameters")) {
+    if (!state.at("parameters").isGenericDict()) throw std::invalid_argument("SAM state's 'parameters' is not a dict");
+    optimizer_->load_variant_states(state.at("parameters").toGenericDict(), ParameterNumbering(*optimizer_));
+  }
 }
 
 BASIN_REGISTER(algorithm_registry(), "sam", SAM);

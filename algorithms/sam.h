@@ -1,18 +1,32 @@
 #pragma once
 
 #include <memory>
+#include <string>
+#include <unordered_set>
 #include <vector>
 
 #include "basin/algorithms/buffer_snapshot.h"
 #include "basin/algorithms/sam_optimizer.h"
 #include "basin/core/algorithm.h"
 
+namespace torch::nn { class Module; }
+
 namespace basin {
+
+/// The defaults a variant gives SAM's own keys (ASAM: rho 0.5, adaptive).
+struct SAMDefaults {
+  double rho = 0.05;
+  double epsilon = 1e-12;
+  bool adaptive = false;
+  double eta = 0.01;
+  bool sync_ascent = false;
+};
 
 /// SAM as a plug-in algorithm:
 ///
 ///     {"algorithms": {"sam": {"rho": 0.05, "epsilon": 1e-12, "adaptive": false, "eta": 0.01,
-///                             "interval": 1, "sync_ascent": false, "freeze_running_stats": true}}}
+///                             "interval": 1, "sync_ascent": false, "freeze_running_stats": true,
+///                             "perturb": ".*"}}}
 ///
 /// On AFTER_SHARDING — after distribution has rebuilt the optimizer — it
 /// wraps the state's optimizer in a SAMOptimizer, once. "rho" may be a list,
@@ -21,20 +35,26 @@ namespace basin {
 /// ascent pass at w updates them ("freeze_running_stats": false turns that
 /// off). "sync_ascent" chooses, under data-parallel training, whether the
 /// ascent gradients are all-reduced (true) or rank-local as in the SAM paper
-/// (false, the default); single-process training ignores it.
+/// (false, the default); single-process training ignores it. "perturb" is
+/// a regular expression over parameter names (PyTorch's, "layer1.0.bn1.weight"):
+/// only the parameters it finds (std::regex_search) are perturbed and normed;
+/// SAM-ON's "bn|norm" perturbs the normalization layers alone.
 ///
-/// Variants subclass it and override `make_optimizer` to build their own
+/// Variants subclass it: a constructor that reads their keys (and gives
+/// SAM's theirs defaults), `name`, and `make_optimizer` to build their own
 /// SAMOptimizer subclass.
 class SAM : public Algorithm {
  public:
-  explicit SAM(Params& params);
+  explicit SAM(Params& params) : SAM(params, SAMDefaults{}) {}
+  SAM(Params& params, const SAMDefaults& defaults);
 
   std::string name() const override { return "sam"; }
   bool match(Event event, const State& state) const override;
   void apply(Event event, State& state, Logger& logger) override;
 
-  /// The wrapper's counters; the per-parameter state and the groups'
-  /// hyper-parameters (rho) travel with the optimizer's state.
+  /// The wrapper's counters and a variant's per-parameter state; the base's
+  /// per-parameter state and the groups' hyper-parameters (rho) travel with
+  /// the optimizer's state.
   StateDict state_dict() const override;
   void load_state_dict(const StateDict& state) override;
 
@@ -45,13 +65,25 @@ class SAM : public Algorithm {
   const std::shared_ptr<SAMOptimizer>& optimizer() const { return optimizer_; }
 
  protected:
+  /// The wrapper around `base`; `state.model` names the parameters.
   virtual std::shared_ptr<SAMOptimizer> make_optimizer(std::shared_ptr<torch::optim::Optimizer> base,
-                                                       const SAMOptions& options);
+                                                       const SAMOptions& options, const State& state);
+  /// Why the variant needs the ascent gradients averaged over ranks when
+  /// training is data-parallel, or "" when a rank-local ascent is sound.
+  virtual std::string why_synced_ascent() const { return ""; }
+  /// The model's parameters whose names `pattern` finds (regex_search).
+  static std::unordered_set<const c10::TensorImpl*> parameters_named(const torch::nn::Module& model,
+                                                                    const std::string& pattern);
+  /// "config key 'algorithms.<name>.<key>'", for messages.
+  std::string key(const std::string& name) const { return "config key '" + path_ + "." + name + "'"; }
+
+  SAMOptions options_;
 
  private:
   void wrap(State& state);
 
-  SAMOptions options_;
+  std::string path_;
+  std::string perturb_;
   std::vector<double> group_rho_;
   bool sync_ascent_ = false;
   bool freeze_running_stats_ = true;

@@ -7,6 +7,7 @@
 #include <torch/serialize/archive.h>
 
 #include "basin/core/hyperparameters.h"
+#include "basin/core/parallel/communicator.h"
 #include "basin/core/parallel/grad_norm.h"
 #include "basin/core/parallel/sharded_optimizer.h"
 
@@ -31,6 +32,7 @@ SAMOptimizer::SAMOptimizer(std::shared_ptr<torch::optim::Optimizer> base, SAMOpt
   if (!(options_.rho >= 0)) throw std::invalid_argument("SAM: rho must be >= 0");
   if (!(options_.epsilon >= 0)) throw std::invalid_argument("SAM: epsilon must be >= 0");
   if (options_.interval < 1) throw std::invalid_argument("SAM: interval must be >= 1");
+  if (options_.parts < 1) throw std::invalid_argument("SAM: parts must be >= 1");
   if (dynamic_cast<SAMOptimizer*>(base_.get()) != nullptr) {
     throw std::invalid_argument("SAM: the base optimizer is already a SAMOptimizer");
   }
@@ -39,20 +41,53 @@ SAMOptimizer::SAMOptimizer(std::shared_ptr<torch::optim::Optimizer> base, SAMOpt
 
 void SAMOptimizer::sync_param_groups() { sync_.sync(*this, *base_); }
 
-std::vector<SAMOptimizer::GroupView> SAMOptimizer::groups_with_grads() {
+std::vector<SAMOptimizer::GroupView> SAMOptimizer::groups_with_grads(bool perturbed_only) {
   std::vector<GroupView> groups;
   // A tensor listed twice (tied weights, or in two groups) is perturbed, normed and restored once.
   std::unordered_set<const c10::TensorImpl*> seen;
   for (auto& group : param_groups_) {
     GroupView view{{}, {}, &group.options()};
     for (const auto& p : group.params()) {
-      if (!p.requires_grad() || !p.grad().defined() || !seen.insert(p.unsafeGetTensorImpl()).second) continue;
+      if (!p.requires_grad() || !p.grad().defined() || (perturbed_only && !perturbs(p)) ||
+          !seen.insert(p.unsafeGetTensorImpl()).second) {
+        continue;
+      }
       view.params.push_back(p);
       view.grads.push_back(p.grad());
     }
     groups.push_back(std::move(view));
   }
   return groups;
+}
+
+std::vector<at::Tensor> SAMOptimizer::parameters_of(const std::vector<GroupView>& groups) {
+  std::vector<at::Tensor> params;
+  for (const auto& g : groups) params.insert(params.end(), g.params.begin(), g.params.end());
+  return params;
+}
+
+ShardedParameters* SAMOptimizer::shards() const { return dynamic_cast<ShardedParameters*>(base_.get()); }
+
+bool SAMOptimizer::owns(const at::Tensor& param) const { return shards() == nullptr || shards()->owns(param); }
+
+at::Tensor SAMOptimizer::sum_over_shards(const at::Tensor& partial) {
+  if (shards() == nullptr) return partial;
+  std::vector<at::Tensor> sums{partial.clone()};
+  shards()->communicator().all_reduce_sum(sums);
+  return sums.front();
+}
+
+void SAMOptimizer::scale_to_rho(std::vector<Perturbation>& perturbation, const std::vector<GroupView>& groups,
+                                const std::vector<at::Tensor>& normed, const std::vector<at::Tensor>& params) {
+  // Averaged gradients are the same on every rank: under ZeRO-1 each rank
+  // norms its own shard and one all-reduce adds them up.
+  last_grad_norm_ = shards() != nullptr && options_.sync_ascent ? global_norm_over_shards(normed, params, *shards())
+                                                                : global_norm(normed);
+  const double norm = last_grad_norm_.item<double>();
+  if (norm == 0) return;
+  for (std::size_t k = 0; k < groups.size(); ++k) {
+    if (!groups[k].params.empty()) perturbation[k].scale = groups[k].get("rho") / (norm + options_.epsilon);
+  }
 }
 
 at::Tensor SAMOptimizer::run_pass(Pass pass, const LossClosure& closure) {
@@ -173,6 +208,9 @@ std::vector<SAMOptimizer::Perturbation> SAMOptimizer::perturbation(std::vector<G
     if (options_.adaptive) {
       auto t = at::_foreach_abs(g.params);
       at::_foreach_add_(t, g.get("eta"));
+      for (std::size_t j = 0; j < t.size(); ++j) {
+        if (unscaled_.count(g.params[j].unsafeGetTensorImpl()) != 0) t[j].fill_(1);
+      }
       auto tg = at::_foreach_mul(t, g.grads);
       normed.insert(normed.end(), tg.begin(), tg.end());
       at::_foreach_mul_(t, tg);  // the direction is T^2 g
@@ -182,16 +220,7 @@ std::vector<SAMOptimizer::Perturbation> SAMOptimizer::perturbation(std::vector<G
       result[k].directions = g.grads;
     }
   }
-  // Averaged gradients are the same on every rank: under ZeRO-1 each rank
-  // norms its own shard and one all-reduce adds them up.
-  auto* shards = dynamic_cast<ShardedParameters*>(base_.get());
-  last_grad_norm_ = shards != nullptr && options_.sync_ascent ? global_norm_over_shards(normed, normed_params, *shards)
-                                                              : global_norm(normed);
-  const double norm = last_grad_norm_.item<double>();
-  if (norm == 0) return result;  // no direction to climb: every scale stays 0, no NaN
-  for (std::size_t k = 0; k < groups.size(); ++k) {
-    if (!groups[k].params.empty()) result[k].scale = groups[k].get("rho") / (norm + options_.epsilon);
-  }
+  scale_to_rho(result, groups, normed, normed_params);
   return result;
 }
 
@@ -206,12 +235,34 @@ at::Tensor SAMOptimizer::step(LossClosure closure) {
   if (!sam_step) return plain_step(closure);
   ++sam_steps_;
 
-  at::Tensor loss = run_pass(Pass::kAscent, closure);
-  if (!gradients_finite(Pass::kAscent)) {
-    skip_step();  // nothing was perturbed yet
-    return loss;
+  at::Tensor loss;
+  for (part_ = 0; part_ < options_.parts; ++part_) {
+    if (!sam_part(closure, loss)) {
+      part_ = 0;
+      skip_step();
+      return loss;
+    }
   }
-  auto groups = groups_with_grads();
+  part_ = 0;
+  auto descent = groups_with_grads();
+  if (options_.parts > 1) {
+    std::size_t i = 0;
+    for (auto& g : descent) {
+      for (auto& grad : g.grads) grad.copy_(summed_descent_[i++]);
+    }
+  }
+  adjust_descent_gradients(descent);
+  before_base_step();
+  base_->step();
+  after_base_step();
+  return loss;
+}
+
+bool SAMOptimizer::sam_part(const LossClosure& closure, at::Tensor& loss) {
+  const at::Tensor part_loss = run_pass(Pass::kAscent, closure);
+  loss = loss.defined() ? loss + part_loss : part_loss;
+  if (!gradients_finite(Pass::kAscent)) return false;  // nothing is perturbed now
+  auto groups = groups_with_grads(/*perturbed_only=*/true);
   bool finite = false;
   try {
     {
@@ -226,16 +277,25 @@ at::Tensor SAMOptimizer::step(LossClosure closure) {
     restore_weights(/*base_step_follows=*/false, /*collectives_allowed=*/false);
     throw;
   }
-  restore_weights(/*base_step_follows=*/finite);
-  if (!finite) {
-    skip_step();
-    return loss;
+  // The next part's ascent starts from w again: only the last part's restore
+  // may leave ZeRO-1's unowned parameters to the base step's broadcast.
+  restore_weights(/*base_step_follows=*/finite && part_ + 1 == options_.parts);
+  if (!finite || options_.parts == 1) return finite;
+  at::NoGradGuard no_grad;
+  const auto descent = groups_with_grads();
+  std::size_t i = 0;
+  if (part_ == 0) summed_descent_.clear();
+  for (const auto& g : descent) {
+    for (const auto& grad : g.grads) {
+      if (part_ == 0) {
+        summed_descent_.push_back(grad.clone());
+      } else {
+        summed_descent_.at(i).add_(grad);
+      }
+      ++i;
+    }
   }
-  auto descent = groups_with_grads();
-  adjust_descent_gradients(descent);
-  before_base_step();
-  base_->step();
-  return loss;
+  return true;
 }
 
 ParameterStates SAMOptimizer::parameter_states(const ParameterNumbering& numbering) {

@@ -2,6 +2,7 @@
 
 #include <functional>
 #include <memory>
+#include <unordered_set>
 #include <vector>
 
 #include <torch/optim/optimizer.h>
@@ -14,6 +15,8 @@
 
 namespace basin {
 
+class ShardedParameters;
+
 /// Settings of the SAM step. Per-group values ("rho", "eta") live in the
 /// wrapper's param groups, so schedulers can drive them; these are defaults.
 struct SAMOptions {
@@ -25,6 +28,9 @@ struct SAMOptions {
   /// Whether the ascent gradients are averaged over ranks. Only then may the
   /// norm be taken over shards (rank-local ascent needs each rank's own norm).
   bool sync_ascent = false;
+  /// mSAM: the batch is split into this many parts, each perturbed from its
+  /// own gradient; the descent gradients are summed over the parts.
+  int64_t parts = 1;
 };
 
 /// Sharpness-Aware Minimization around any LibTorch optimizer.
@@ -39,6 +45,9 @@ struct SAMOptions {
 ///   restore   each parameter takes its own storage back: w is bit-exact by
 ///             construction (never w + e - e), and no copy is made
 ///   step      base optimizer steps at w with g(w + e)
+/// With `parts` > 1 (mSAM) ascent, perturb, descent and restore run once per
+/// part of the batch (the closure reads `part()`), and the base steps with
+/// the descent gradients summed over the parts.
 /// A skipped pass (gradients_finite false) zeroes gradients and restores w.
 /// `step()` without a closure is one plain base step. Like any closure given
 /// to a LibTorch optimizer, the closure must zero the gradients first.
@@ -47,7 +56,8 @@ struct SAMOptions {
 /// schedulers and users may set them on either optimizer.
 ///
 /// Variants subclass it and override `perturbation` (what e(w) is) and/or
-/// `adjust_descent_gradients` (what the base step uses).
+/// `adjust_descent_gradients` (what the base step uses); what they keep
+/// between steps they save through `variant_states`.
 class SAMOptimizer : public torch::optim::Optimizer, public PassAwareOptimizer, public WrappingOptimizer {
  public:
   SAMOptimizer(std::shared_ptr<torch::optim::Optimizer> base, SAMOptions options = {});
@@ -70,8 +80,25 @@ class SAMOptimizer : public torch::optim::Optimizer, public PassAwareOptimizer, 
   StateDict counters() const;
   void load_counters(const StateDict& counters);
 
+  /// Parameters SAM leaves at w: not perturbed and not in the norm (SAM-ON
+  /// perturbs the normalization layers alone). Their descent gradients are
+  /// taken at the perturbed point of the others all the same.
+  void set_unperturbed(std::unordered_set<const c10::TensorImpl*> params) { unperturbed_ = std::move(params); }
+  bool perturbs(const at::Tensor& param) const { return unperturbed_.count(param.unsafeGetTensorImpl()) == 0; }
+  /// With `adaptive`, parameters whose scale T is 1 rather than |w| + eta
+  /// (ASAM's authors scale the parameters named "weight" alone).
+  void set_unscaled(std::unordered_set<const c10::TensorImpl*> params) { unscaled_ = std::move(params); }
+
+  /// What a variant keeps per parameter between steps (moving averages), by
+  /// parameter index, for checkpoints; SAM keeps nothing.
+  virtual ParameterStates variant_states(const ParameterNumbering& /*numbering*/) const { return new_parameter_states(); }
+  virtual void load_variant_states(const ParameterStates& /*states*/, const ParameterNumbering& /*numbering*/) {}
+
   /// The pass the closure is running now (kPlain between steps).
   Pass pass() const { return pass_; }
+  /// The part of the batch the closure runs on (mSAM), of `parts()`: 0 of 1 for SAM.
+  int64_t part() const { return part_; }
+  int64_t parts() const { return pass_ == Pass::kPlain ? 1 : options_.parts; }
   int64_t steps() const { return steps_; }          // step(closure) calls
   int64_t sam_steps() const { return sam_steps_; }  // of which two-pass SAM steps
   int64_t skipped_steps() const { return skipped_steps_; }
@@ -102,9 +129,9 @@ class SAMOptimizer : public torch::optim::Optimizer, public PassAwareOptimizer, 
     double scale = 0;                    // 0: the group stays at w
   };
 
-  /// e(w) per group, given the ascent gradients (runs without grad). The
-  /// default is SAM's rho * g / ||g||, or ASAM's rho * T^2 g / ||T g|| with
-  /// T = |w| + eta when adaptive.
+  /// e(w) per group, given the ascent gradients of the parameters it
+  /// perturbs (runs without grad). The default is SAM's rho * g / ||g||, or
+  /// ASAM's rho * T^2 g / ||T g|| with T = |w| + eta when adaptive.
   virtual std::vector<Perturbation> perturbation(std::vector<GroupView>& groups);
   /// Last chance to change the descent gradients before the base step.
   /// Under ZeRO-1 only the gradients this rank owns are averaged over ranks
@@ -112,11 +139,34 @@ class SAMOptimizer : public torch::optim::Optimizer, public PassAwareOptimizer, 
   /// parameters (a norm, a dot product) must be taken over shards, as
   /// global_norm_over_shards does.
   virtual void adjust_descent_gradients(std::vector<GroupView>& /*groups*/) {}
+  /// Runs after the base optimizer stepped (WSAM's decoupled sharpness step).
+  virtual void after_base_step() {}
 
-  std::vector<GroupView> groups_with_grads();
+  /// Every parameter with a gradient, by group; `perturbed_only` leaves out
+  /// the unperturbed ones.
+  std::vector<GroupView> groups_with_grads(bool perturbed_only = false);
+  /// The parameters of `groups`, in order.
+  static std::vector<at::Tensor> parameters_of(const std::vector<GroupView>& groups);
+  /// Under ZeRO-1, whether this rank owns `param` (its descent gradient is
+  /// the average over ranks); always true otherwise.
+  bool owns(const at::Tensor& param) const;
+  /// The ZeRO-1 shards when the base is sharded, else nullptr.
+  ShardedParameters* shards() const;
+  /// `partial` (sums over the parameters this rank owns) added up over ranks
+  /// under ZeRO-1; `partial` itself otherwise. Collective under ZeRO-1.
+  at::Tensor sum_over_shards(const at::Tensor& partial);
+  /// Sets each group's scale to rho / (||normed|| + epsilon), the norm taken
+  /// over every group (over shards when the ascent is synced under ZeRO-1:
+  /// one all-reduce); `params` are the parameters of `normed`, in order.
+  /// A zero norm leaves every scale 0: no direction to climb, no NaN.
+  void scale_to_rho(std::vector<Perturbation>& perturbation, const std::vector<GroupView>& groups,
+                    const std::vector<at::Tensor>& normed, const std::vector<at::Tensor>& params);
 
  private:
   at::Tensor run_pass(Pass pass, const LossClosure& closure);
+  /// Ascent, perturbation, descent and restore on part `part_` of the batch;
+  /// adds its loss to `loss`. False when a pass overflowed (w is restored).
+  bool sam_part(const LossClosure& closure, at::Tensor& loss);
   bool gradients_finite(Pass pass);
   void before_base_step();
   at::Tensor plain_step(const LossClosure& closure);
@@ -135,11 +185,14 @@ class SAMOptimizer : public torch::optim::Optimizer, public PassAwareOptimizer, 
   int64_t steps_ = 0;
   int64_t sam_steps_ = 0;
   int64_t skipped_steps_ = 0;
+  int64_t part_ = 0;
+  std::unordered_set<const c10::TensorImpl*> unperturbed_;
+  std::unordered_set<const c10::TensorImpl*> unscaled_;
   at::Tensor last_grad_norm_;
   ReusedBuffers perturbed_;  // w + e during the descent, one per parameter with a gradient
   /// Parameters now holding w + e, with their own storage (w) set aside.
   std::vector<std::pair<at::Tensor, at::Tensor>> swapped_;
-
+  std::vector<at::Tensor> summed_descent_;  // mSAM: the descent gradients of the parts so far
 };
 
 }  // namespace basin

@@ -13,8 +13,8 @@ Registry<Schedule>& schedule_registry() {
   return registry;
 }
 
-Scheduler::Scheduler(std::shared_ptr<Schedule> schedule, std::string hyperparameter, Interval interval)
-    : schedule_(std::move(schedule)), hyperparameter_(std::move(hyperparameter)), interval_(interval) {}
+Scheduler::Scheduler(std::shared_ptr<Schedule> schedule, std::string hyperparameter, Interval interval, double minimum)
+    : schedule_(std::move(schedule)), hyperparameter_(std::move(hyperparameter)), interval_(interval), minimum_(minimum) {}
 
 void Scheduler::attach(torch::optim::Optimizer& optimizer, int64_t horizon) {
   schedule_->set_horizon(horizon);
@@ -33,7 +33,7 @@ void Scheduler::apply(torch::optim::Optimizer& optimizer) {
   }
   const double f = schedule_->factor(count_);
   for (std::size_t i = 0; i < groups.size(); ++i) {
-    set_hyperparameter(groups[i].options(), hyperparameter_, base_values_[i] * f);
+    set_hyperparameter(groups[i].options(), hyperparameter_, minimum_ + (base_values_[i] - minimum_) * f);
   }
 }
 
@@ -59,9 +59,11 @@ std::shared_ptr<Scheduler> make_scheduler(Params& config) {
   const std::string name = config.string("name");
   const std::string hyperparameter = config.string("hyperparameter", "lr");
   const std::string interval = config.choice("interval", "step", {"step", "epoch"});
+  const double minimum = config.number("minimum", 0.0);
   auto schedule = schedule_registry().create(name, config);
   return std::make_shared<Scheduler>(std::move(schedule), hyperparameter,
-                                     interval == "step" ? Scheduler::Interval::kStep : Scheduler::Interval::kEpoch);
+                                     interval == "step" ? Scheduler::Interval::kStep : Scheduler::Interval::kEpoch,
+                                     minimum);
 }
 
 }  // namespace basin

@@ -17,7 +17,11 @@ namespace basin {
 /// It lives in core, beside the engine, because the loop steps it; the
 /// shapes it follows are the plug-ins of schedulers/.
 ///
-///     {"name": "cosine_warmup", "warmup": 100, "hyperparameter": "lr", "interval": "step"}
+///     {"name": "cosine_warmup", "warmup": 100, "hyperparameter": "lr", "interval": "step", "minimum": 0}
+///
+/// The value is minimum + (base - minimum) * factor(t): a factor of 1 gives
+/// the base, 0 the minimum. With the lr's schedule and "hyperparameter":
+/// "rho", rho follows the lr as GSAM's does (rho_min at lr 0).
 ///
 /// It binds no optimizer: each call names the one to drive, so a scheduler
 /// can never act on a stale object after SAM or sharding wrapped the
@@ -28,7 +32,7 @@ class Scheduler {
   enum class Interval { kStep, kEpoch };
 
   Scheduler(std::shared_ptr<Schedule> schedule, std::string hyperparameter = "lr",
-            Interval interval = Interval::kStep);
+            Interval interval = Interval::kStep, double minimum = 0);
 
   /// Records each group's current value as its base (unless a loaded state
   /// gave one) and applies the current factor. `horizon` is the run's length
@@ -52,12 +56,13 @@ class Scheduler {
   std::shared_ptr<Schedule> schedule_;
   std::string hyperparameter_;
   Interval interval_;
+  double minimum_;
   int64_t count_ = 0;
   std::vector<double> base_values_;
 };
 
 /// Builds a scheduler from its config entry: "name" picks the schedule,
-/// "hyperparameter" and "interval" ("step" or "epoch") the rest.
+/// "hyperparameter", "interval" ("step" or "epoch") and "minimum" the rest.
 std::shared_ptr<Scheduler> make_scheduler(Params& config);
 
 }  // namespace basin

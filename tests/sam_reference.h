@@ -4,7 +4,11 @@
 // autograd only, no basin code, so that the tests compare the library
 // against the formulas rather than against itself.
 
+#include <functional>
 #include <vector>
+
+#include <gtest/gtest.h>
+#include <torch/optim/optimizer.h>
 
 #include <ATen/ATen.h>
 #include <torch/csrc/autograd/autograd.h>
@@ -49,6 +53,46 @@ inline Tensors asam_gradient(const LossFn& loss, const Tensors& w, double rho, d
     perturbed.push_back(w[i] + (w[i].abs() + eta).pow(2) * g[i] * (rho / (norm + eps)));
   }
   return gradient_at(loss, perturbed);
+}
+
+// A small non-linear regression: loss(w1, w2) = mean((tanh(x w1) w2 - y)^2).
+struct Problem {
+  at::Tensor x, y;
+  Problem() {
+    at::manual_seed(11);
+    x = at::randn({16, 4});
+    y = at::randn({16, 2});
+  }
+  at::Tensor loss(const Tensors& w) const { return (x.matmul(w[0]).tanh().matmul(w[1]) - y).pow(2).mean(); }
+  test::LossFn fn() const {
+    return [this](const Tensors& w) { return loss(w); };
+  }
+  Tensors initial() const { return {at::randn({4, 3}), at::randn({3, 2})}; }
+};
+
+inline Tensors leaves(const Tensors& values) {
+  Tensors out;
+  for (const auto& v : values) out.push_back(v.detach().clone().requires_grad_(true));
+  return out;
+}
+
+inline torch::optim::Optimizer::LossClosure closure_for(torch::optim::Optimizer& optimizer, const Problem& problem, const Tensors& w,
+                                   int* calls = nullptr) {
+  return [&optimizer, &problem, w, calls] {
+    if (calls != nullptr) ++*calls;
+    optimizer.zero_grad();
+    at::Tensor loss = problem.loss(w);
+    loss.backward();
+    return loss.detach();
+  };
+}
+
+inline void expect_close(const Tensors& actual, const Tensors& expected, double tolerance = 1e-6) {
+  ASSERT_EQ(actual.size(), expected.size());
+  for (std::size_t i = 0; i < actual.size(); ++i) {
+    EXPECT_TRUE(at::allclose(actual[i], expected[i], tolerance, tolerance))
+        << "tensor " << i << " max diff " << (actual[i] - expected[i]).abs().max().item<double>();
+  }
 }
 
 /// SGD with momentum and weight decay (PyTorch's definition, no dampening).

@@ -325,8 +325,16 @@ PassHooks Trainer::pass_hooks() {
 
 at::Tensor Trainer::closure() {
   state_.optimizer->zero_grad();
-  const auto inputs = state_.batch.inputs.chunk(microbatches_);
-  const auto targets = state_.batch.targets.chunk(microbatches_);
+  const int64_t parts = state_.batch_parts;
+  if (parts < 1 || state_.batch_part < 0 || state_.batch_part >= parts || state_.batch.size() % (parts * microbatches_) != 0) {
+    throw ConfigError("batch part " + std::to_string(state_.batch_part) + " of " + std::to_string(parts) + ": the " +
+                      std::to_string(state_.batch.size()) + "-sample batch must split into " + std::to_string(parts) +
+                      " parts of " + std::to_string(microbatches_) + " equal microbatches (data.batch_size)");
+  }
+  const at::Tensor part_inputs = parts == 1 ? state_.batch.inputs : state_.batch.inputs.chunk(parts)[state_.batch_part];
+  const at::Tensor part_targets = parts == 1 ? state_.batch.targets : state_.batch.targets.chunk(parts)[state_.batch_part];
+  const auto inputs = part_inputs.chunk(microbatches_);
+  const auto targets = part_targets.chunk(microbatches_);
   at::Tensor total = at::zeros({}, at::TensorOptions(at::kFloat).device(state_.device));
   for (int64_t i = 0; i < microbatches_; ++i) {
     state_.microbatch = {inputs[i], targets[i]};
@@ -340,7 +348,7 @@ at::Tensor Trainer::closure() {
       // Each microbatch carries 1/k of the batch's mean loss, so k microbatches
       // of b samples give the gradient of one batch of k*b. The loss is fp32.
       state_.loss = at::cross_entropy_loss(state_.outputs.to(at::kFloat), state_.microbatch.targets) /
-                    static_cast<double>(microbatches_);
+                    static_cast<double>(microbatches_ * parts);
       engine_->run(Event::AFTER_LOSS);
     }
     total += state_.loss.detach();

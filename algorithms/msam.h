@@ -1,0 +1,26 @@
+#pragma once
+
+#include "basin/algorithms/sam.h"
+
+namespace basin {
+
+/// mSAM, m-sharpness within one process (Foret et al., 2021; Behdin et al.,
+/// 2023): the batch is split into m equal parts; each part climbs from its
+/// own gradient, e_i = rho * g_i / ||g_i||, and the base steps with the mean
+/// of the parts' descent gradients g_i(w + e_i). Across ranks the rank-local
+/// ascent already is m-sharpness; this is it within a rank.
+///
+///     {"algorithms": {"msam": {"m": 4, "rho": 0.05, ...SAM's other keys}}}
+///
+/// Cost: the same two passes' compute over the batch as SAM, in 2m smaller
+/// passes, plus one copy of the gradients (the parts' descent sum). Under
+/// data-parallel training each part's descent gradients are synced: m
+/// all-reduces per step. m = 1 is SAM. The batch (data.batch_size) must
+/// split into m parts of equal microbatches.
+class MSAM : public SAM {
+ public:
+  explicit MSAM(Params& params);
+  std::string name() const override { return "msam"; }
+};
+
+}  // namespace basin
