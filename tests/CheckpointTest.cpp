@@ -114,6 +114,41 @@ TEST(CheckpointTest, ResumedSamWithAdamWarmupMicrobatchesBatchNormAndIntervalEqu
   expect_resume_matches(config, 5);  // odd: the interval's phase must survive
 }
 
+// Every SAM-family algorithm resumes exactly: its moving averages (friendly_sam,
+// vasso) travel in the algorithm's state, the rest in the optimizer's.
+class VariantResumeTest : public ::testing::TestWithParam<std::pair<std::string, std::string>> {};
+
+TEST_P(VariantResumeTest, ResumedRunEqualsTheUninterruptedRun) {
+  Json config = test::smoke_config();
+  config["optimizer"] = Json::parse(R"({"name": "adam", "lr": 0.01})");
+  config["algorithms"] = Json::object();
+  config["algorithms"][GetParam().first] = Json::parse(GetParam().second);
+  expect_resume_matches(config, 5);
+}
+
+INSTANTIATE_TEST_SUITE_P(Variants, VariantResumeTest,
+                         ::testing::Values(std::make_pair("asam", "{}"), std::make_pair("gsam", "{}"),
+                                           std::make_pair("wsam", "{}"), std::make_pair("friendly_sam", "{}"),
+                                           std::make_pair("fisher_sam", "{}"), std::make_pair("vasso", "{}"),
+                                           std::make_pair("msam", R"({"m": 2})")),
+                         [](const auto& info) { return std::string(info.param.first); });
+
+TEST(CheckpointTest, MovingAveragesAreInTheCheckpointByParameterIndex) {
+  Json config = test::smoke_config();
+  config["max_steps"] = 3;
+  config["algorithms"] = Json::parse(R"({"vasso": {}})");
+  Trainer trainer(config);
+  trainer.fit();
+  const StateDict checkpoint = capture_checkpoint(trainer.engine());
+  const auto averages = checkpoint.at("algorithms").toGenericDict().at("vasso").toGenericDict().at("parameters").toGenericDict();
+  const auto params = trainer.model().parameters();
+  ASSERT_EQ(averages.size(), params.size());
+  for (std::size_t i = 0; i < params.size(); ++i) {
+    const at::Tensor saved = averages.at(static_cast<int64_t>(i)).toGenericDict().at("gradient_average").toTensor();
+    EXPECT_EQ(saved.sizes(), params[i].sizes()) << i;
+  }
+}
+
 TEST(CheckpointTest, ResumedRunAfterASkippedScalerStepEqualsTheUninterruptedRun) {
   // A real fp32 overflow (as in MixedPrecisionTest): the largest scale a float
   // holds, 2^127, and inputs large enough that scaled gradients exceed it.

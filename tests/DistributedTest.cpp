@@ -239,6 +239,47 @@ INSTANTIATE_TEST_SUITE_P(
                                       "param_groups": [{"params": "bias", "lr": 0.02}]})"}),
     [](const auto& info) { return info.param.name; });
 
+// Every SAM-family algorithm under ZeRO-1 follows its unsharded trajectory:
+// descent reductions (GSAM's) over shards, WSAM's decoupled step on each
+// owner's shard, moving averages on the synced ascent.
+class VariantZeroOneTest : public ::testing::TestWithParam<std::pair<std::string, std::string>> {};
+
+TEST_P(VariantZeroOneTest, ZeroOneEqualsDataParallel) {
+  Json config = sam_config("{}", "ddp");
+  config["algorithms"] = Json::object();
+  config["algorithms"][GetParam().first] = Json::parse(GetParam().second);
+  config["optimizer"] = Json::parse(R"({"name": "sgd", "lr": 0.1, "momentum": 0.9,
+                                         "param_groups": [{"params": "bias", "lr": 0.02}]})");
+  const auto replicated = train_on_ranks(2, config);
+  config["parallel"]["mode"] = "zero1";
+  const auto sharded = train_on_ranks(2, config);
+  EXPECT_LE(max_difference(sharded[0], replicated[0]), 1e-5) << GetParam().first;
+  EXPECT_EQ(max_difference(sharded[0], sharded[1]), 0.0) << GetParam().first;
+  EXPECT_EQ(max_difference(replicated[0], replicated[1]), 0.0) << GetParam().first;
+}
+
+INSTANTIATE_TEST_SUITE_P(Variants, VariantZeroOneTest,
+                         ::testing::Values(std::make_pair("asam", "{}"), std::make_pair("gsam", "{}"),
+                                           std::make_pair("wsam", "{}"), std::make_pair("friendly_sam", "{}"),
+                                           std::make_pair("fisher_sam", "{}"), std::make_pair("vasso", "{}"),
+                                           std::make_pair("msam", R"({"m": 2})")),
+                         [](const auto& info) { return std::string(info.param.first); });
+
+TEST(DistributedTest, VariantsThatNeedTheSyncedAscentRefuseARankLocalOne) {
+  for (const char* name : {"gsam", "wsam", "friendly_sam", "vasso"}) {
+    Json config = sam_config("{}", "ddp");
+    config["algorithms"] = Json::object();
+    config["algorithms"][name] = Json::parse(R"({"sync_ascent": false})");
+    std::vector<std::string> messages(2);
+    test::run_ranks(2, [&](int rank, std::shared_ptr<Communicator> communicator) {
+      messages[static_cast<std::size_t>(rank)] = test::config_error_of([&] { Trainer(config, {}, {}, communicator); });
+    });
+    EXPECT_NE(messages[0].find(std::string("config key 'algorithms.") + name + ".sync_ascent': false under data-parallel"),
+              std::string::npos)
+        << messages[0];
+  }
+}
+
 TEST(DistributedTest, ZeroOneStateConsolidatesOnRankZero) {
   Json config = sam_config(R"({"rho": 0.05})", "zero1");
   config["max_steps"] = 3;

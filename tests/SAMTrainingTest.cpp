@@ -3,6 +3,11 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <filesystem>
+#include <numeric>
+#include <tuple>
+
 #include <ATen/ATen.h>
 #include <torch/nn/modules/batchnorm.h>
 #include <torch/nn/modules/linear.h>
@@ -154,6 +159,165 @@ TEST(SAMTrainingTest, SchedulerDrivesTheWrappedOptimizer) {
   sam->sync_param_groups();
   EXPECT_DOUBLE_EQ(sam->base().param_groups()[0].options().get_lr(), 0.075);  // 3 of 4 warmup steps
   EXPECT_DOUBLE_EQ(get_hyperparameter(sam->param_groups()[0].options(), "rho"), 0.05);
+}
+
+}  // namespace
+}  // namespace basin
+
+namespace basin {
+namespace {
+
+// Each SAM-family algorithm by its registered name, with keys off their defaults.
+const std::vector<std::pair<std::string, std::string>> kVariants = {
+    {"asam", R"({"rho": 0.5})"},
+    {"gsam", R"({"alpha": 0.3})"},
+    {"wsam", R"({"gamma": 0.8})"},
+    {"friendly_sam", R"({"sigma": 0.9, "lambda": 0.6})"},
+    {"fisher_sam", R"({"eta": 2.0})"},
+    {"vasso", R"({"theta": 0.4})"},
+    {"msam", R"({"m": 4})"},
+};
+
+Json variant_config(const std::string& name, const std::string& keys) {
+  Json config = test::smoke_config();
+  config["algorithms"] = Json::object();
+  config["algorithms"][name] = Json::parse(keys);
+  return config;
+}
+
+class VariantTrainingTest : public ::testing::TestWithParam<std::pair<std::string, std::string>> {};
+
+TEST_P(VariantTrainingTest, TrainsTheSyntheticRun) {
+  auto losses = std::make_shared<test::LossRecorder>();
+  Trainer trainer(variant_config(GetParam().first, GetParam().second), {losses});
+  const FitSummary summary = trainer.fit();
+  auto* sam = dynamic_cast<SAMOptimizer*>(trainer.state().optimizer.get());
+  ASSERT_NE(sam, nullptr);
+  EXPECT_EQ(sam->sam_steps(), summary.steps);
+  ASSERT_EQ(losses->losses.size(), 16u);
+  const auto mean = [](auto begin, auto end) { return std::accumulate(begin, end, 0.0) / std::distance(begin, end); };
+  EXPECT_LT(mean(losses->losses.end() - 4, losses->losses.end()), mean(losses->losses.begin(), losses->losses.begin() + 4));
+  EXPECT_GT(summary.test_accuracy, 0.4);
+}
+
+TEST_P(VariantTrainingTest, TrainsOnFashionMnist) {
+  if (!std::filesystem::exists("/usr/share/datasets/fashion-mnist")) {
+    GTEST_SKIP() << "Fashion-MNIST is not installed (Debian package dataset-fashion-mnist)";
+  }
+  Json config = variant_config(GetParam().first, GetParam().second);
+  config["data"] = Json::parse(R"({"name": "fashion_mnist", "batch_size": 64, "train_subset": 1024})");
+  config["model"] = Json::parse(R"({"name": "mlp", "hidden": [32]})");
+  config["max_epochs"] = 1;
+  auto losses = std::make_shared<test::LossRecorder>();
+  Trainer trainer(config, {losses});
+  const FitSummary summary = trainer.fit();
+  ASSERT_EQ(losses->losses.size(), 16u);
+  const auto mean = [](auto begin, auto end) { return std::accumulate(begin, end, 0.0) / std::distance(begin, end); };
+  EXPECT_LT(mean(losses->losses.end() - 4, losses->losses.end()), mean(losses->losses.begin(), losses->losses.begin() + 4));
+  EXPECT_GT(summary.test_accuracy, 0.5);  // ten classes: chance is 0.1
+}
+
+TEST_P(VariantTrainingTest, MicrobatchesEqualOneLargeBatch) {
+  test::expect_microbatches_match_one_batch(variant_config(GetParam().first, GetParam().second));
+}
+
+TEST_P(VariantTrainingTest, TrainsUnderBf16AndSkipsOverflowedStepsUnderTheGradScaler) {
+  Json bf16 = variant_config(GetParam().first, GetParam().second);
+  bf16["precision"] = "amp_bf16";
+  const FitSummary mixed = Trainer(bf16).fit();
+  EXPECT_TRUE(std::isfinite(mixed.final_train_loss));
+  EXPECT_GT(mixed.test_accuracy, 0.4);
+
+  // The largest scale a float holds overflows the first steps' scaled
+  // gradients (as in MixedPrecisionTest): they are skipped with w untouched,
+  // the scale backs off and training goes on.
+  Json scaled = variant_config(GetParam().first, GetParam().second);
+  scaled["data"]["input_scale"] = 30;
+  scaled["optimizer"]["lr"] = 0.001;
+  scaled["callbacks"] = Json::parse(R"({"grad_scaler": {"init_scale": 1.7014118346046923e+38}})");
+  Trainer trainer(scaled);
+  const FitSummary summary = trainer.fit();
+  EXPECT_GT(summary.skipped_steps, 0);
+  EXPECT_LT(summary.skipped_steps, summary.steps);
+  for (const auto& p : trainer.model().parameters()) EXPECT_TRUE(p.isfinite().all().item<bool>());
+}
+
+INSTANTIATE_TEST_SUITE_P(Variants, VariantTrainingTest, ::testing::ValuesIn(kVariants),
+                         [](const auto& info) { return info.param.first; });
+
+std::vector<at::Tensor> trained_weights(const Json& config) {
+  Trainer trainer(config);
+  trainer.fit();
+  std::vector<at::Tensor> weights;
+  for (const auto& p : trainer.model().parameters()) weights.push_back(p.detach().clone());
+  return weights;
+}
+
+void expect_same_weights(const Json& a, const Json& b, const std::string& what) {
+  const auto wa = trained_weights(a), wb = trained_weights(b);
+  ASSERT_EQ(wa.size(), wb.size());
+  for (std::size_t i = 0; i < wa.size(); ++i) EXPECT_TRUE(at::equal(wa[i], wb[i])) << what << " parameter " << i;
+}
+
+TEST(SAMVariantsTrainingTest, PerturbMatchingEveryNameAndMsamOfOnePartAreSam) {
+  expect_same_weights(variant_config("sam", R"({"perturb": "."})"), variant_config("sam", "{}"), "perturb .");
+  expect_same_weights(variant_config("msam", R"({"m": 1})"), variant_config("sam", "{}"), "msam m 1");
+  expect_same_weights(variant_config("gsam", R"({"alpha": 0})"), variant_config("sam", "{}"), "gsam alpha 0");
+}
+
+TEST(SAMVariantsTrainingTest, SamOnPerturbsTheNormalizationLayersAlone) {
+  Json config = variant_config("sam", R"({"perturb": "bn"})");
+  config["model"] = Json::parse(R"({"name": "resnet", "width": 4, "blocks": [1]})");
+  config["max_steps"] = 2;
+  Trainer trainer(config);
+  trainer.fit();
+  auto& sam = dynamic_cast<SAMOptimizer&>(*trainer.state().optimizer);
+  int64_t bn_numel = 0, all_numel = 0;
+  for (const auto& item : trainer.model().named_parameters()) {
+    all_numel += item.value().numel();
+    if (item.key().find("bn") != std::string::npos) bn_numel += item.value().numel();
+  }
+  int64_t buffered = 0;
+  for (const auto& b : sam.perturbed_buffers()) buffered += b.numel();
+  EXPECT_GT(bn_numel, 0);
+  EXPECT_LT(bn_numel, all_numel);
+  EXPECT_EQ(buffered, bn_numel);  // only they were moved to w + e
+}
+
+TEST(SAMVariantsTrainingTest, BadVariantConfigsNameTheKey) {
+  const std::vector<std::tuple<std::string, std::string, std::string>> cases = {
+      {"gsam", R"({"alpha": -1})", "'algorithms.gsam.alpha'"},
+      {"wsam", R"({"gamma": 1})", "'algorithms.wsam.gamma'"},
+      {"friendly_sam", R"({"lambda": 2})", "'algorithms.friendly_sam.lambda'"},
+      {"vasso", R"({"theta": 0})", "'algorithms.vasso.theta'"},
+      {"msam", R"({"m": 0})", "'algorithms.msam.m'"},
+      {"asam", R"({"scale": "biases"})", "'algorithms.asam.scale'"},
+      {"asam", R"({"adaptive": false})", "'algorithms.asam.adaptive'"},
+      {"fisher_sam", R"({"adaptive": true})", "'algorithms.fisher_sam.adaptive'"},
+      {"sam", R"({"perturb": "(bn"})", "'algorithms.sam.perturb'"},
+      {"vasso", R"({"perturb": "no_such_layer"})", "'algorithms.vasso.perturb': \"no_such_layer\" matches no parameter name; the model has fc0.weight"},
+      {"msam", R"({"m": 3})", "must split into 3 parts"},
+  };
+  for (const auto& [name, keys, expected] : cases) {
+    const Json config = variant_config(name, keys);
+    const std::string message = test::config_error_of([&config] { Trainer(config).fit(); });
+    EXPECT_NE(message.find(expected), std::string::npos) << name << " " << keys << ": " << message;
+  }
+}
+
+TEST(SAMVariantsTrainingTest, RhoFollowsTheLrWithAMinimumAsGsamDoes) {
+  Json config = variant_config("gsam", R"({"rho": 0.04})");
+  config["schedulers"] = Json::parse(R"([{"name": "cosine_warmup", "warmup": 0},
+      {"name": "cosine_warmup", "warmup": 0, "hyperparameter": "rho", "minimum": 0.02}])");
+  config["max_steps"] = 5;
+  Trainer trainer(config);
+  trainer.fit();
+  for (const auto& group : trainer.state().optimizer->param_groups()) {
+    const double lr = get_hyperparameter(group.options(), "lr"), rho = get_hyperparameter(group.options(), "rho");
+    // GSAM's rule with lr_min = 0: rho = rho_min + (rho_max - rho_min) * lr / lr_max.
+    EXPECT_NEAR(rho, 0.02 + (0.04 - 0.02) * lr / 0.1, 1e-12);
+    EXPECT_LT(lr, 0.1);
+  }
 }
 
 }  // namespace
