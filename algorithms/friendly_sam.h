@@ -1,6 +1,6 @@
 #pragma once
 
-#include "basin/algorithms/parameter_buffers.h"
+#include "basin/algorithms/moving_average_sam.h"
 #include "basin/algorithms/sam.h"
 
 namespace basin {
@@ -35,20 +35,16 @@ class FriendlySAM : public SAM {
   double lambda_ = 0.9;
 };
 
-class FriendlySAMOptimizer : public SAMOptimizer {
+class FriendlySAMOptimizer : public MovingAverageSAMOptimizer {
  public:
   FriendlySAMOptimizer(std::shared_ptr<torch::optim::Optimizer> base, SAMOptions options, double sigma, double lambda);
 
-  ParameterStates variant_states(const ParameterNumbering& numbering) const override;
-  void load_variant_states(const ParameterStates& states, const ParameterNumbering& numbering) override;
-
  protected:
-  std::vector<Perturbation> perturbation(std::vector<GroupView>& groups) override;
+  at::Tensor direction(const at::Tensor& grad, at::Tensor& average) override;
 
  private:
   double sigma_;
   double lambda_;
-  ParameterBuffers average_{"gradient_average"};
 };
 
 }  // namespace basin

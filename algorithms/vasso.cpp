@@ -26,37 +26,15 @@ std::shared_ptr<SAMOptimizer> VaSSO::make_optimizer(std::shared_ptr<torch::optim
 }
 
 VaSSOOptimizer::VaSSOOptimizer(std::shared_ptr<torch::optim::Optimizer> base, SAMOptions options, double theta)
-    : SAMOptimizer(std::move(base), options), theta_(theta) {}
+    : MovingAverageSAMOptimizer(std::move(base), options), theta_(theta) {}
 
-std::vector<SAMOptimizer::Perturbation> VaSSOOptimizer::perturbation(std::vector<GroupView>& groups) {
-  std::vector<Perturbation> result(groups.size());
-  std::vector<at::Tensor> directions, params;
-  for (std::size_t k = 0; k < groups.size(); ++k) {
-    for (std::size_t j = 0; j < groups[k].params.size(); ++j) {
-      const at::Tensor& grad = groups[k].grads[j];
-      at::Tensor& average = average_.of(groups[k].params[j]);
-      if (!average.defined()) {
-        average = grad.detach().clone();
-      } else {
-        average.mul_(1 - theta_).add_(grad, theta_);
-      }
-      result[k].directions.push_back(average);
-      directions.push_back(average);
-      params.push_back(groups[k].params[j]);
-    }
+at::Tensor VaSSOOptimizer::direction(const at::Tensor& grad, at::Tensor& average) {
+  if (!average.defined()) {
+    average = grad.detach().clone();
+  } else {
+    average.mul_(1 - theta_).add_(grad, theta_);  // updated before use
   }
-  scale_to_rho(result, groups, directions, params);
-  return result;
-}
-
-ParameterStates VaSSOOptimizer::variant_states(const ParameterNumbering& numbering) const {
-  ParameterStates states = new_parameter_states();
-  average_.save(states, numbering);
-  return states;
-}
-
-void VaSSOOptimizer::load_variant_states(const ParameterStates& states, const ParameterNumbering& numbering) {
-  average_.load(states, numbering);
+  return average;
 }
 
 BASIN_REGISTER(algorithm_registry(), "vasso", VaSSO);

@@ -1,6 +1,6 @@
 #pragma once
 
-#include "basin/algorithms/parameter_buffers.h"
+#include "basin/algorithms/moving_average_sam.h"
 #include "basin/algorithms/sam.h"
 
 namespace basin {
@@ -32,19 +32,15 @@ class VaSSO : public SAM {
   double theta_ = 0.9;
 };
 
-class VaSSOOptimizer : public SAMOptimizer {
+class VaSSOOptimizer : public MovingAverageSAMOptimizer {
  public:
   VaSSOOptimizer(std::shared_ptr<torch::optim::Optimizer> base, SAMOptions options, double theta);
 
-  ParameterStates variant_states(const ParameterNumbering& numbering) const override;
-  void load_variant_states(const ParameterStates& states, const ParameterNumbering& numbering) override;
-
  protected:
-  std::vector<Perturbation> perturbation(std::vector<GroupView>& groups) override;
+  at::Tensor direction(const at::Tensor& grad, at::Tensor& average) override;
 
  private:
   double theta_;
-  ParameterBuffers average_{"gradient_average"};
 };
 
 }  // namespace basin

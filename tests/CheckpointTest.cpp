@@ -127,11 +127,8 @@ TEST_P(VariantResumeTest, ResumedRunEqualsTheUninterruptedRun) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Variants, VariantResumeTest,
-                         ::testing::Values(std::make_pair("asam", "{}"), std::make_pair("gsam", "{}"),
-                                           std::make_pair("wsam", "{}"), std::make_pair("friendly_sam", "{}"),
-                                           std::make_pair("fisher_sam", "{}"), std::make_pair("vasso", "{}"),
-                                           std::make_pair("msam", R"({"m": 2})")),
-                         [](const auto& info) { return std::string(info.param.first); });
+                         ::testing::ValuesIn(test::sam_family()),
+                         [](const auto& info) { return info.param.first; });
 
 TEST(CheckpointTest, MovingAveragesAreInTheCheckpointByParameterIndex) {
   Json config = test::smoke_config();

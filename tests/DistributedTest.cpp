@@ -259,11 +259,8 @@ TEST_P(VariantZeroOneTest, ZeroOneEqualsDataParallel) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Variants, VariantZeroOneTest,
-                         ::testing::Values(std::make_pair("asam", "{}"), std::make_pair("gsam", "{}"),
-                                           std::make_pair("wsam", "{}"), std::make_pair("friendly_sam", "{}"),
-                                           std::make_pair("fisher_sam", "{}"), std::make_pair("vasso", "{}"),
-                                           std::make_pair("msam", R"({"m": 2})")),
-                         [](const auto& info) { return std::string(info.param.first); });
+                         ::testing::ValuesIn(test::sam_family()),
+                         [](const auto& info) { return info.param.first; });
 
 TEST(DistributedTest, VariantsThatNeedTheSyncedAscentRefuseARankLocalOne) {
   for (const char* name : {"gsam", "wsam", "friendly_sam", "vasso"}) {

@@ -167,17 +167,6 @@ TEST(SAMTrainingTest, SchedulerDrivesTheWrappedOptimizer) {
 namespace basin {
 namespace {
 
-// Each SAM-family algorithm by its registered name, with keys off their defaults.
-const std::vector<std::pair<std::string, std::string>> kVariants = {
-    {"asam", R"({"rho": 0.5})"},
-    {"gsam", R"({"alpha": 0.3})"},
-    {"wsam", R"({"gamma": 0.8})"},
-    {"friendly_sam", R"({"sigma": 0.9, "lambda": 0.6})"},
-    {"fisher_sam", R"({"eta": 2.0})"},
-    {"vasso", R"({"theta": 0.4})"},
-    {"msam", R"({"m": 4})"},
-};
-
 Json variant_config(const std::string& name, const std::string& keys) {
   Json config = test::smoke_config();
   config["algorithms"] = Json::object();
@@ -242,7 +231,7 @@ TEST_P(VariantTrainingTest, TrainsUnderBf16AndSkipsOverflowedStepsUnderTheGradSc
   for (const auto& p : trainer.model().parameters()) EXPECT_TRUE(p.isfinite().all().item<bool>());
 }
 
-INSTANTIATE_TEST_SUITE_P(Variants, VariantTrainingTest, ::testing::ValuesIn(kVariants),
+INSTANTIATE_TEST_SUITE_P(Variants, VariantTrainingTest, ::testing::ValuesIn(test::sam_family()),
                          [](const auto& info) { return info.param.first; });
 
 std::vector<at::Tensor> trained_weights(const Json& config) {

@@ -7,6 +7,8 @@
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "basin/core/callback.h"
 #include "basin/core/config.h"
@@ -114,6 +116,15 @@ inline void expect_microbatches_match_one_batch(Json config) {
     EXPECT_TRUE(at::allclose(a[i], b[i], 1e-5, 1e-6))
         << "parameter " << i << " max diff " << (a[i] - b[i]).abs().max().item<double>();
   }
+}
+
+/// Each algorithm of the SAM family by its registered name, with config keys
+/// (some off their defaults; msam's m fits the smoke config's batch twice).
+inline std::vector<std::pair<std::string, std::string>> sam_family() {
+  return {{"asam", R"({"rho": 0.5})"},           {"gsam", R"({"alpha": 0.3})"},
+          {"wsam", R"({"gamma": 0.8})"},         {"friendly_sam", R"({"sigma": 0.9, "lambda": 0.6})"},
+          {"fisher_sam", R"({"eta": 2.0})"},     {"vasso", R"({"theta": 0.4})"},
+          {"msam", R"({"m": 2})"}};
 }
 
 /// A small, fast config on the synthetic dataset; tests edit it further.
