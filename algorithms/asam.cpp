@@ -23,7 +23,8 @@ ASAM::ASAM(Params& params) : SAM(params, asam_defaults()) {
 std::shared_ptr<SAMOptimizer> ASAM::make_optimizer(std::shared_ptr<torch::optim::Optimizer> base,
                                                    const SAMOptions& options, const State& state) {
   auto optimizer = SAM::make_optimizer(std::move(base), options, state);
-  if (weights_only_ && state.model) {
+  if (weights_only_) {
+    if (!state.model) throw ConfigError(key("scale") + ": \"weights\" needs a model whose parameter names it can read");
     const auto scaled = parameters_named(*state.model, "weight");
     std::unordered_set<const c10::TensorImpl*> unscaled;
     for (const auto& p : state.model->parameters(true)) {

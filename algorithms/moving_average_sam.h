@@ -8,7 +8,10 @@ namespace basin {
 /// A SAM step that climbs along a direction built from a moving average of
 /// the ascent gradients, kept per parameter and saved in checkpoints
 /// (Friendly SAM, VaSSO). e = rho * d / (||d|| + epsilon) over every
-/// perturbed parameter; subclasses say what d is.
+/// perturbed parameter; subclasses say what d is. The average takes every
+/// SAM step's finite ascent gradient, a step whose descent then overflows
+/// included (the gradient it took was sound); the plain steps between SAM
+/// steps (`interval` > 1) do not feed it, as their papers have no such steps.
 class MovingAverageSAMOptimizer : public SAMOptimizer {
  public:
   using SAMOptimizer::SAMOptimizer;

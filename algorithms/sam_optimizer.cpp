@@ -157,12 +157,10 @@ void SAMOptimizer::move_to_perturbed(const std::vector<GroupView>& groups,
                              std::to_string(k));
     }
   }
-  auto* shards = dynamic_cast<ShardedParameters*>(base_.get());
-  auto owned = [shards](const at::Tensor& p) { return shards == nullptr || shards->owns(p); };
   std::vector<at::Tensor> own;
   for (const auto& g : groups) {
     for (const auto& p : g.params) {
-      if (owned(p)) own.push_back(p);
+      if (owns(p)) own.push_back(p);
     }
   }
   perturbed_.match(own);
@@ -170,7 +168,7 @@ void SAMOptimizer::move_to_perturbed(const std::vector<GroupView>& groups,
   for (std::size_t k = 0; k < groups.size(); ++k) {
     for (std::size_t j = 0; j < groups[k].params.size(); ++j) {
       at::Tensor param = groups[k].params[j];
-      const bool mine = owned(param);
+      const bool mine = owns(param);
       if (perturbation[k].scale != 0) {
         if (mine) {
           at::Tensor& buffer = perturbed_.buffers()[b];
@@ -193,8 +191,7 @@ void SAMOptimizer::restore_weights(bool base_step_follows, bool collectives_allo
   swapped_.clear();
   // Under ZeRO-1 the skip decision is agreed by every rank, so every rank
   // (whether or not it perturbed anything) joins the owners' broadcast.
-  auto* shards = dynamic_cast<ShardedParameters*>(base_.get());
-  if (shards != nullptr && !base_step_follows && collectives_allowed) shards->broadcast_parameters();
+  if (shards() != nullptr && !base_step_follows && collectives_allowed) shards()->broadcast_parameters();
 }
 
 std::vector<SAMOptimizer::Perturbation> SAMOptimizer::perturbation(std::vector<GroupView>& groups) {
@@ -236,21 +233,33 @@ at::Tensor SAMOptimizer::step(LossClosure closure) {
   ++sam_steps_;
 
   at::Tensor loss;
+  struct PartReset {  // part() is 0 again however the step ends, a throwing closure included
+    int64_t& part;
+    ~PartReset() { part = 0; }
+  } reset{part_};
+  summed_descent_.clear();
+  summed_index_.clear();
   for (part_ = 0; part_ < options_.parts; ++part_) {
     if (!sam_part(closure, loss)) {
-      part_ = 0;
       skip_step();
       return loss;
     }
   }
-  part_ = 0;
-  auto descent = groups_with_grads();
   if (options_.parts > 1) {
-    std::size_t i = 0;
-    for (auto& g : descent) {
-      for (auto& grad : g.grads) grad.copy_(summed_descent_[i++]);
+    // Each part's closure gave its part's mean loss: the batch's is their mean.
+    at::NoGradGuard no_grad;
+    const double parts = static_cast<double>(options_.parts);
+    for (auto& [param, sum] : summed_descent_) {
+      at::Tensor& grad = param.mutable_grad();
+      if (grad.defined()) {
+        grad.copy_(sum).div_(parts);
+      } else {
+        grad = sum.div_(parts);
+      }
     }
+    loss = loss / parts;
   }
+  auto descent = groups_with_grads();
   adjust_descent_gradients(descent);
   before_base_step();
   base_->step();
@@ -281,18 +290,16 @@ bool SAMOptimizer::sam_part(const LossClosure& closure, at::Tensor& loss) {
   // may leave ZeRO-1's unowned parameters to the base step's broadcast.
   restore_weights(/*base_step_follows=*/finite && part_ + 1 == options_.parts);
   if (!finite || options_.parts == 1) return finite;
+  // Summed by parameter: a part may leave a parameter without a gradient.
   at::NoGradGuard no_grad;
-  const auto descent = groups_with_grads();
-  std::size_t i = 0;
-  if (part_ == 0) summed_descent_.clear();
-  for (const auto& g : descent) {
-    for (const auto& grad : g.grads) {
-      if (part_ == 0) {
-        summed_descent_.push_back(grad.clone());
+  for (const auto& g : groups_with_grads()) {
+    for (std::size_t j = 0; j < g.params.size(); ++j) {
+      const auto [found, added] = summed_index_.emplace(g.params[j].unsafeGetTensorImpl(), summed_descent_.size());
+      if (added) {
+        summed_descent_.emplace_back(g.params[j], g.grads[j].clone());
       } else {
-        summed_descent_.at(i).add_(grad);
+        summed_descent_[found->second].second.add_(g.grads[j]);
       }
-      ++i;
     }
   }
   return true;

@@ -2,6 +2,7 @@
 
 #include <functional>
 #include <memory>
+#include <unordered_map>
 #include <unordered_set>
 #include <vector>
 
@@ -46,8 +47,9 @@ struct SAMOptions {
 ///             construction (never w + e - e), and no copy is made
 ///   step      base optimizer steps at w with g(w + e)
 /// With `parts` > 1 (mSAM) ascent, perturb, descent and restore run once per
-/// part of the batch (the closure reads `part()`), and the base steps with
-/// the descent gradients summed over the parts.
+/// part of the batch (the closure reads `part()` and returns that part's
+/// mean loss, as for a whole batch), and the base steps with the mean of the
+/// parts' descent gradients; the step returns the mean of their losses.
 /// A skipped pass (gradients_finite false) zeroes gradients and restores w.
 /// `step()` without a closure is one plain base step. Like any closure given
 /// to a LibTorch optimizer, the closure must zero the gradients first.
@@ -88,6 +90,9 @@ class SAMOptimizer : public torch::optim::Optimizer, public PassAwareOptimizer, 
   /// With `adaptive`, parameters whose scale T is 1 rather than |w| + eta
   /// (ASAM's authors scale the parameters named "weight" alone).
   void set_unscaled(std::unordered_set<const c10::TensorImpl*> params) { unscaled_ = std::move(params); }
+  bool scales(const at::Tensor& param) const {
+    return options_.adaptive && unscaled_.count(param.unsafeGetTensorImpl()) == 0;
+  }
 
   /// What a variant keeps per parameter between steps (moving averages), by
   /// parameter index, for checkpoints; SAM keeps nothing.
@@ -96,7 +101,9 @@ class SAMOptimizer : public torch::optim::Optimizer, public PassAwareOptimizer, 
 
   /// The pass the closure is running now (kPlain between steps).
   Pass pass() const { return pass_; }
-  /// The part of the batch the closure runs on (mSAM), of `parts()`: 0 of 1 for SAM.
+  /// The part of the batch the closure runs on (mSAM), of `parts()`: 0 of 1
+  /// for SAM, and for the plain steps between SAM steps (`interval`), which
+  /// take the whole batch.
   int64_t part() const { return part_; }
   int64_t parts() const { return pass_ == Pass::kPlain ? 1 : options_.parts; }
   int64_t steps() const { return steps_; }          // step(closure) calls
@@ -192,7 +199,9 @@ class SAMOptimizer : public torch::optim::Optimizer, public PassAwareOptimizer, 
   ReusedBuffers perturbed_;  // w + e during the descent, one per parameter with a gradient
   /// Parameters now holding w + e, with their own storage (w) set aside.
   std::vector<std::pair<at::Tensor, at::Tensor>> swapped_;
-  std::vector<at::Tensor> summed_descent_;  // mSAM: the descent gradients of the parts so far
+  /// mSAM: each parameter's descent gradients summed over the parts so far.
+  std::vector<std::pair<at::Tensor, at::Tensor>> summed_descent_;
+  std::unordered_map<const c10::TensorImpl*, std::size_t> summed_index_;
 };
 
 }  // namespace basin

@@ -80,7 +80,7 @@ struct Setup {
       const int64_t parts = optimizer->parts();
       const at::Tensor x = parts == 1 ? inputs : inputs.chunk(parts)[optimizer->part()];
       const at::Tensor y = parts == 1 ? targets : targets.chunk(parts)[optimizer->part()];
-      at::Tensor loss = at::cross_entropy_loss(model->forward(x), y) / static_cast<double>(parts);
+      at::Tensor loss = at::cross_entropy_loss(model->forward(x), y);
       loss.backward();
       return loss.detach();
     });

@@ -64,15 +64,15 @@ struct State {
 
   Batch batch;       // the whole batch of this step
   /// The part of the batch the closure runs on: an algorithm that perturbs
-  /// parts of the batch apart (mSAM) sets them; each part is split into
-  /// microbatches, and carries 1/batch_parts of the batch's loss.
+  /// parts of the batch apart (mSAM) sets them; the closure splits the part
+  /// into microbatches and reports the part's mean loss.
   int64_t batch_part = 0;
   int64_t batch_parts = 1;
   Batch microbatch;  // the microbatch the closure is running on
   int64_t microbatch_index = 0;
   int64_t microbatch_count = 1;
   at::Tensor outputs;
-  at::Tensor loss;   // loss of the current microbatch, already divided by microbatch_count * batch_parts
+  at::Tensor loss;   // loss of the current microbatch, already divided by microbatch_count
   Pass pass = Pass::kPlain;
   /// Set for a pass whose gradients must stay rank-local (SAM's ascent with sync_ascent false).
   bool skip_gradient_sync = false;

@@ -250,12 +250,17 @@ TEST_P(VariantZeroOneTest, ZeroOneEqualsDataParallel) {
   config["algorithms"][GetParam().first] = Json::parse(GetParam().second);
   config["optimizer"] = Json::parse(R"({"name": "sgd", "lr": 0.1, "momentum": 0.9,
                                          "param_groups": [{"params": "bias", "lr": 0.02}]})");
-  const auto replicated = train_on_ranks(2, config);
-  config["parallel"]["mode"] = "zero1";
-  const auto sharded = train_on_ranks(2, config);
-  EXPECT_LE(max_difference(sharded[0], replicated[0]), 1e-5) << GetParam().first;
-  EXPECT_EQ(max_difference(sharded[0], sharded[1]), 0.0) << GetParam().first;
-  EXPECT_EQ(max_difference(replicated[0], replicated[1]), 0.0) << GetParam().first;
+  // Every parameter perturbed, and the weights alone (the biases stay at w).
+  for (const char* perturb : {"", "weight"}) {
+    config["algorithms"][GetParam().first]["perturb"] = perturb;
+    config["parallel"]["mode"] = "ddp";
+    const auto replicated = train_on_ranks(2, config);
+    config["parallel"]["mode"] = "zero1";
+    const auto sharded = train_on_ranks(2, config);
+    EXPECT_LE(max_difference(sharded[0], replicated[0]), 1e-5) << GetParam().first << " perturb " << perturb;
+    EXPECT_EQ(max_difference(sharded[0], sharded[1]), 0.0) << GetParam().first << " perturb " << perturb;
+    EXPECT_EQ(max_difference(replicated[0], replicated[1]), 0.0) << GetParam().first << " perturb " << perturb;
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Variants, VariantZeroOneTest,

@@ -273,6 +273,22 @@ TEST(SAMVariantsTrainingTest, SamOnPerturbsTheNormalizationLayersAlone) {
   EXPECT_EQ(buffered, bn_numel);  // only they were moved to w + e
 }
 
+TEST(SAMVariantsTrainingTest, AsamScalesTheParametersNamedWeightAsItsAuthorsDo) {
+  for (const std::string scale : {"weights", "all"}) {
+    Json config = variant_config("asam", R"({"scale": ")" + scale + R"("})");
+    config["model"] = Json::parse(R"({"name": "resnet", "width": 4, "blocks": [1]})");
+    Trainer trainer(config);
+    auto& sam = dynamic_cast<SAMOptimizer&>(*trainer.state().optimizer);
+    int64_t scaled = 0;
+    for (const auto& item : trainer.model().named_parameters()) {
+      const bool weight = item.key().find("weight") != std::string::npos;
+      EXPECT_EQ(sam.scales(item.value()), scale == "all" || weight) << scale << " " << item.key();
+      scaled += sam.scales(item.value()) ? 1 : 0;
+    }
+    EXPECT_GT(scaled, 0);
+  }
+}
+
 TEST(SAMVariantsTrainingTest, BadVariantConfigsNameTheKey) {
   const std::vector<std::tuple<std::string, std::string, std::string>> cases = {
       {"gsam", R"({"alpha": -1})", "'algorithms.gsam.alpha'"},

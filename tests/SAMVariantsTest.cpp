@@ -55,6 +55,17 @@ Tensors gradient_after(const test::LossFn& loss, const Tensors& w, const Tensors
   return test::gradient_at(loss, moved(w, d, kRho / (norm_of(d) + eps)));
 }
 
+/// ASAM with T = |w| + eta on the first tensor and T = 1 on the second (a bias).
+struct AsamReference : VariantReference {
+  Tensors descent(const test::Problem& batch, const Tensors& w) override {
+    const test::LossFn loss = batch.fn();
+    const Tensors g = test::gradient_at(loss, w);
+    const at::Tensor t0 = w[0].abs() + 0.01;
+    const double norm = norm_of({t0 * g[0], g[1]});
+    return test::gradient_at(loss, {w[0] + t0.pow(2) * g[0] * (kRho / (norm + 1e-12)), w[1] + g[1] * (kRho / (norm + 1e-12))});
+  }
+};
+
 struct GsamReference : VariantReference {
   double alpha;
   explicit GsamReference(double a) : alpha(a) {}
@@ -169,13 +180,13 @@ struct MsamReference : VariantReference {
   }
 };
 
-/// The closure mSAM's parts need: the rows of part `part()` of `parts()`, loss / parts.
+/// The closure mSAM's parts need: the rows of part `part()` of `parts()`.
 torch::optim::Optimizer::LossClosure parts_closure(SAMOptimizer& sam, const test::Problem& problem, const Tensors& w) {
   return [&sam, &problem, w] {
     sam.zero_grad();
     const int64_t parts = sam.parts();
     const at::Tensor x = problem.x.chunk(parts)[sam.part()], y = problem.y.chunk(parts)[sam.part()];
-    at::Tensor loss = (x.matmul(w[0]).tanh().matmul(w[1]) - y).pow(2).mean() / static_cast<double>(parts);
+    at::Tensor loss = (x.matmul(w[0]).tanh().matmul(w[1]) - y).pow(2).mean();  // the part's own mean
     loss.backward();
     return loss.detach();
   };
@@ -194,6 +205,14 @@ void PrintTo(const VariantCase& c, std::ostream* os) { *os << c.name; }
 std::vector<VariantCase> variant_cases() {
   using Base = std::shared_ptr<torch::optim::Optimizer>;
   return {
+      {"asam",
+       [](Base b, SAMOptions o) {
+         o.adaptive = true;
+         auto sam = std::make_shared<SAMOptimizer>(b, o);
+         sam->set_unscaled({sam->param_groups()[1].params()[0].unsafeGetTensorImpl()});
+         return sam;
+       },
+       [] { return std::make_unique<AsamReference>(); }},
       {"gsam", [](Base b, SAMOptions o) { return std::make_shared<GSAMOptimizer>(b, o, 0.3); },
        [] { return std::make_unique<GsamReference>(0.3); }},
       {"wsam", [](Base b, SAMOptions o) { return std::make_shared<WSAMOptimizer>(b, o, 0.9, false); },

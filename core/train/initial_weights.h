@@ -13,9 +13,8 @@ class Params;
 ///     "init_from": "weights.pt"
 ///     "init_from": {"path": "weights.pt", "allow_missing": false, "allow_extra": false}
 /// The file is what Python writes with `torch.save(model.state_dict(), path)`
-/// as a plain dict, `torch.save(dict(model.state_dict()), path)` (LibTorch's
-/// unpickler cannot rebuild the OrderedDict state_dict() returns; the error
-/// says so), or a basin checkpoint, whose "model" entry is used.
+/// (read through safe_pickle_load, which rebuilds its OrderedDict as a dict),
+/// a plain dict of tensors, or a basin checkpoint, whose "model" entry is used.
 struct InitialWeights {
   std::string path;
   bool allow_missing = false;  // model tensors the file lacks keep their initial values

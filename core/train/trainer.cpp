@@ -348,7 +348,7 @@ at::Tensor Trainer::closure() {
       // Each microbatch carries 1/k of the batch's mean loss, so k microbatches
       // of b samples give the gradient of one batch of k*b. The loss is fp32.
       state_.loss = at::cross_entropy_loss(state_.outputs.to(at::kFloat), state_.microbatch.targets) /
-                    static_cast<double>(microbatches_ * parts);
+                    static_cast<double>(microbatches_);
       engine_->run(Event::AFTER_LOSS);
     }
     total += state_.loss.detach();
