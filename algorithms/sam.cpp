@@ -1,5 +1,6 @@
 #include "basin/algorithms/sam.h"
 
+#include <cmath>
 #include <regex>
 
 #include <torch/nn/module.h>
@@ -28,6 +29,14 @@ SAM::SAM(Params& params, const SAMDefaults& defaults) : path_(params.path()) {
   sync_ascent_ = params.boolean("sync_ascent", defaults.sync_ascent);
   options_.sync_ascent = sync_ascent_;
   freeze_running_stats_ = params.boolean("freeze_running_stats", true);
+  const Json start = params.raw("start");
+  if (start.is_number_integer() && start.get<int64_t>() >= 0) {
+    options_.start = start.get<int64_t>();
+  } else if (start.is_number() && start.get<double>() >= 0 && start.get<double>() < 1) {
+    start_fraction_ = start.get<double>();
+  } else if (!start.is_null()) {
+    params.fail("start", "a step (an integer >= 0) or a fraction of the run (a number in [0, 1))", start);
+  }
   perturb_ = params.string("perturb", "");
   try {
     std::regex check(perturb_);
@@ -58,6 +67,10 @@ std::unordered_set<const c10::TensorImpl*> SAM::parameters_named(const torch::nn
   return found;
 }
 
+int64_t SAM::run_length(const State& state) {
+  return state.max_steps > 0 ? state.max_steps : state.steps_per_epoch * state.max_epochs;
+}
+
 void SAM::apply(Event /*event*/, State& state, Logger& /*logger*/) { wrap(state); }
 
 void SAM::wrap(State& state) {
@@ -66,6 +79,10 @@ void SAM::wrap(State& state) {
   if (state.world_size > 1 && !sync_ascent_ && !synced_because.empty()) {
     throw ConfigError(key("sync_ascent") + ": false under data-parallel training, but " + name() + " " +
                       synced_because + "; set it to true");
+  }
+  if (start_fraction_ > 0) {
+    if (run_length(state) == 0) throw ConfigError(key("start") + ": a fraction of the run needs the run's length");
+    options_.start = std::llround(start_fraction_ * static_cast<double>(run_length(state)));
   }
   optimizer_ = make_optimizer(state.optimizer, options_, state);
   if (!perturb_.empty()) {
@@ -118,6 +135,7 @@ StateDict SAM::state_dict() const {
   if (optimizer_) {
     state.insert("optimizer", optimizer_->counters());
     state.insert("parameters", optimizer_->variant_states(ParameterNumbering(*optimizer_)));
+    state.insert("values", optimizer_->variant_values());
   }
   return state;
 }
@@ -131,6 +149,10 @@ void SAM::load_state_dict(const StateDict& state) {
   if (state.contains("parameters")) {
     if (!state.at("parameters").isGenericDict()) throw std::invalid_argument("SAM state's 'parameters' is not a dict");
     optimizer_->load_variant_states(state.at("parameters").toGenericDict(), ParameterNumbering(*optimizer_));
+  }
+  if (state.contains("values")) {
+    if (!state.at("values").isGenericDict()) throw std::invalid_argument("SAM state's 'values' is not a dict");
+    optimizer_->load_variant_values(state.at("values").toGenericDict());
   }
 }
 

@@ -26,7 +26,7 @@ struct SAMDefaults {
 ///
 ///     {"algorithms": {"sam": {"rho": 0.05, "epsilon": 1e-12, "adaptive": false, "eta": 0.01,
 ///                             "interval": 1, "sync_ascent": false, "freeze_running_stats": true,
-///                             "perturb": ".*"}}}
+///                             "perturb": "", "start": 0}}}
 ///
 /// On AFTER_SHARDING — after distribution has rebuilt the optimizer — it
 /// wraps the state's optimizer in a SAMOptimizer, once. "rho" may be a list,
@@ -38,7 +38,9 @@ struct SAMDefaults {
 /// (false, the default); single-process training ignores it. "perturb" is
 /// a regular expression over parameter names (PyTorch's, "layer1.0.bn1.weight"):
 /// only the parameters it finds (std::regex_search) are perturbed and normed;
-/// SAM-ON's "bn|norm" perturbs the normalization layers alone.
+/// SAM-ON's "bn|norm" perturbs the normalization layers alone. "start"
+/// (late-phase SAM) takes plain steps before it: a step, or a fraction of
+/// the run (0.75: SAM for the last quarter).
 ///
 /// Variants subclass it: a constructor that reads their keys (and gives
 /// SAM's theirs defaults), `name`, and `make_optimizer` to build their own
@@ -74,6 +76,8 @@ class SAM : public Algorithm {
   /// The model's parameters whose names `pattern` finds (regex_search).
   static std::unordered_set<const c10::TensorImpl*> parameters_named(const torch::nn::Module& model,
                                                                     const std::string& pattern);
+  /// The run's length in optimizer steps (0 when the state does not know it).
+  static int64_t run_length(const State& state);
   /// "config key 'algorithms.<name>.<key>'", for messages.
   std::string key(const std::string& name) const { return "config key '" + path_ + "." + name + "'"; }
 
@@ -84,6 +88,7 @@ class SAM : public Algorithm {
 
   std::string path_;
   std::string perturb_;
+  double start_fraction_ = 0;
   std::vector<double> group_rho_;
   bool sync_ascent_ = false;
   bool freeze_running_stats_ = true;

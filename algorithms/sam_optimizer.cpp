@@ -227,10 +227,10 @@ at::Tensor SAMOptimizer::step(LossClosure closure) {
     base_->step();
     return {};
   }
-  const bool sam_step = steps_ % options_.interval == 0;
+  // Plain steps before `start` (late-phase SAM), then a SAM step every `interval`.
+  const bool sam_step = steps_ >= options_.start && (steps_ - options_.start) % options_.interval == 0;
   ++steps_;
   if (!sam_step) return plain_step(closure);
-  ++sam_steps_;
 
   at::Tensor loss;
   struct PartReset {  // part() is 0 again however the step ends, a throwing closure included
@@ -239,8 +239,9 @@ at::Tensor SAMOptimizer::step(LossClosure closure) {
   } reset{part_};
   summed_descent_.clear();
   summed_index_.clear();
-  for (part_ = 0; part_ < options_.parts; ++part_) {
-    if (!sam_part(closure, loss)) {
+  bool descended = true;
+  for (part_ = 0; part_ < options_.parts && descended; ++part_) {
+    if (!sam_part(closure, loss, descended)) {
       skip_step();
       return loss;
     }
@@ -260,17 +261,23 @@ at::Tensor SAMOptimizer::step(LossClosure closure) {
     loss = loss / parts;
   }
   auto descent = groups_with_grads();
-  adjust_descent_gradients(descent);
+  if (descended) adjust_descent_gradients(descent);
   before_base_step();
   base_->step();
   after_base_step();
   return loss;
 }
 
-bool SAMOptimizer::sam_part(const LossClosure& closure, at::Tensor& loss) {
+bool SAMOptimizer::sam_part(const LossClosure& closure, at::Tensor& loss, bool& descended) {
   const at::Tensor part_loss = run_pass(Pass::kAscent, closure);
   loss = loss.defined() ? loss + part_loss : part_loss;
   if (!gradients_finite(Pass::kAscent)) return false;  // nothing is perturbed now
+  if (options_.parts == 1) {
+    auto all = groups_with_grads();
+    descended = descend(all);
+    if (!descended) return true;  // the base steps with the ascent gradients as descend() left them
+  }
+  if (part_ == 0) ++sam_steps_;
   auto groups = groups_with_grads(/*perturbed_only=*/true);
   bool finite = false;
   try {

@@ -32,6 +32,8 @@ struct SAMOptions {
   /// mSAM: the batch is split into this many parts, each perturbed from its
   /// own gradient; the descent gradients are summed over the parts.
   int64_t parts = 1;
+  /// Late-phase SAM: plain steps before this step (counting every step).
+  int64_t start = 0;
 };
 
 /// Sharpness-Aware Minimization around any LibTorch optimizer.
@@ -98,6 +100,9 @@ class SAMOptimizer : public torch::optim::Optimizer, public PassAwareOptimizer, 
   /// parameter index, for checkpoints; SAM keeps nothing.
   virtual ParameterStates variant_states(const ParameterNumbering& /*numbering*/) const { return new_parameter_states(); }
   virtual void load_variant_states(const ParameterStates& /*states*/, const ParameterNumbering& /*numbering*/) {}
+  /// Scalars a variant keeps between steps (running statistics), for checkpoints.
+  virtual StateDict variant_values() const { return new_state_dict(); }
+  virtual void load_variant_values(const StateDict& /*values*/) {}
 
   /// The pass the closure is running now (kPlain between steps).
   Pass pass() const { return pass_; }
@@ -107,7 +112,7 @@ class SAMOptimizer : public torch::optim::Optimizer, public PassAwareOptimizer, 
   int64_t part() const { return part_; }
   int64_t parts() const { return pass_ == Pass::kPlain ? 1 : options_.parts; }
   int64_t steps() const { return steps_; }          // step(closure) calls
-  int64_t sam_steps() const { return sam_steps_; }  // of which two-pass SAM steps
+  int64_t sam_steps() const { return sam_steps_; }  // of which took the descent pass (two passes or more)
   int64_t skipped_steps() const { return skipped_steps_; }
   /// fp32 norm the last perturbation was scaled by.
   const at::Tensor& last_grad_norm() const { return last_grad_norm_; }
@@ -148,6 +153,11 @@ class SAMOptimizer : public torch::optim::Optimizer, public PassAwareOptimizer, 
   virtual void adjust_descent_gradients(std::vector<GroupView>& /*groups*/) {}
   /// Runs after the base optimizer stepped (WSAM's decoupled sharpness step).
   virtual void after_base_step() {}
+  /// Called after the ascent pass with every parameter's gradient: whether
+  /// this step perturbs and takes its descent pass. False: the base steps with
+  /// the ascent gradients as this leaves them, one pass in all (AE-SAM's plain
+  /// steps, LookSAM's reuse steps). Not called with parts > 1.
+  virtual bool descend(std::vector<GroupView>& /*groups*/) { return true; }
 
   /// Every parameter with a gradient, by group; `perturbed_only` leaves out
   /// the unperturbed ones.
@@ -173,7 +183,7 @@ class SAMOptimizer : public torch::optim::Optimizer, public PassAwareOptimizer, 
   at::Tensor run_pass(Pass pass, const LossClosure& closure);
   /// Ascent, perturbation, descent and restore on part `part_` of the batch;
   /// adds its loss to `loss`. False when a pass overflowed (w is restored).
-  bool sam_part(const LossClosure& closure, at::Tensor& loss);
+  bool sam_part(const LossClosure& closure, at::Tensor& loss, bool& descended);
   bool gradients_finite(Pass pass);
   void before_base_step();
   at::Tensor plain_step(const LossClosure& closure);

@@ -268,7 +268,7 @@ INSTANTIATE_TEST_SUITE_P(Variants, VariantZeroOneTest,
                          [](const auto& info) { return info.param.first; });
 
 TEST(DistributedTest, VariantsThatNeedTheSyncedAscentRefuseARankLocalOne) {
-  for (const char* name : {"gsam", "wsam", "friendly_sam", "vasso"}) {
+  for (const char* name : {"gsam", "wsam", "friendly_sam", "vasso", "looksam", "ae_sam"}) {
     Json config = sam_config("{}", "ddp");
     config["algorithms"] = Json::object();
     config["algorithms"][name] = Json::parse(R"({"sync_ascent": false})");

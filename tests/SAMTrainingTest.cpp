@@ -182,7 +182,8 @@ TEST_P(VariantTrainingTest, TrainsTheSyntheticRun) {
   const FitSummary summary = trainer.fit();
   auto* sam = dynamic_cast<SAMOptimizer*>(trainer.state().optimizer.get());
   ASSERT_NE(sam, nullptr);
-  EXPECT_EQ(sam->sam_steps(), summary.steps);
+  EXPECT_EQ(sam->steps(), summary.steps);
+  EXPECT_GT(sam->sam_steps(), 0);  // all of them, but LookSAM's reuse steps and AE-SAM's plain ones
   ASSERT_EQ(losses->losses.size(), 16u);
   const auto mean = [](auto begin, auto end) { return std::accumulate(begin, end, 0.0) / std::distance(begin, end); };
   EXPECT_LT(mean(losses->losses.end() - 4, losses->losses.end()), mean(losses->losses.begin(), losses->losses.begin() + 4));
@@ -289,6 +290,21 @@ TEST(SAMVariantsTrainingTest, AsamScalesTheParametersNamedWeightAsItsAuthorsDo) 
   }
 }
 
+TEST(SAMVariantsTrainingTest, StartAsAFractionOfTheRunLeavesTheFirstPartPlain) {
+  Trainer trainer(variant_config("sam", R"({"start": 0.75})"));  // 16 steps: SAM from step 12
+  const FitSummary summary = trainer.fit();
+  auto& sam = dynamic_cast<SAMOptimizer&>(*trainer.state().optimizer);
+  EXPECT_EQ(summary.steps, 16);
+  EXPECT_EQ(sam.sam_steps(), 4);
+  Json long_run = variant_config("ae_sam", "{}");
+  long_run["max_epochs"] = 8;  // mean and variance start at 0: the policy needs some steps to settle
+  Trainer ae(long_run);
+  const FitSummary adaptive = ae.fit();
+  const auto& policy = dynamic_cast<SAMOptimizer&>(*ae.state().optimizer);
+  EXPECT_GT(policy.sam_steps(), 0);
+  EXPECT_LT(policy.sam_steps(), adaptive.steps);  // some steps plain: that is the point
+}
+
 TEST(SAMVariantsTrainingTest, BadVariantConfigsNameTheKey) {
   const std::vector<std::tuple<std::string, std::string, std::string>> cases = {
       {"gsam", R"({"alpha": -1})", "'algorithms.gsam.alpha'"},
@@ -302,6 +318,10 @@ TEST(SAMVariantsTrainingTest, BadVariantConfigsNameTheKey) {
       {"sam", R"({"perturb": "(bn"})", "'algorithms.sam.perturb'"},
       {"vasso", R"({"perturb": "no_such_layer"})", "'algorithms.vasso.perturb': \"no_such_layer\" matches no parameter name; the model has fc0.weight"},
       {"msam", R"({"m": 3})", "must split into 3 parts"},
+      {"sam", R"({"start": -1})", "'algorithms.sam.start'"},
+      {"sam", R"({"start": 1.5})", "'algorithms.sam.start'"},
+      {"looksam", R"({"k": 0})", "'algorithms.looksam.k'"},
+      {"ae_sam", R"({"delta": 1})", "'algorithms.ae_sam.delta'"},
   };
   for (const auto& [name, keys, expected] : cases) {
     const Json config = variant_config(name, keys);

@@ -12,9 +12,11 @@
 #include <torch/optim/adam.h>
 #include <torch/optim/sgd.h>
 
+#include "basin/algorithms/ae_sam.h"
 #include "basin/algorithms/fisher_sam.h"
 #include "basin/algorithms/friendly_sam.h"
 #include "basin/algorithms/gsam.h"
+#include "basin/algorithms/looksam.h"
 #include "basin/algorithms/sam_optimizer.h"
 #include "basin/algorithms/vasso.h"
 #include "basin/algorithms/wsam.h"
@@ -369,6 +371,126 @@ TEST(SAMVariantsTest, AsamScalesOnlyTheParametersItIsAskedTo) {
   const Tensors descent = test::gradient_at(problem.fn(), perturbed);
   for (std::size_t i = 0; i < 2; ++i) expected[i] = expected[i] - descent[i] * 0.1;
   test::expect_close(w, expected);
+}
+
+/// Runs `steps` steps of `sam` (SGD lr 0.1, momentum 0.9 beneath) on rolled
+/// batches, each loss scaled by `scales[t]`; returns the closure's calls.
+int run_counting(SAMOptimizer& sam, const Tensors& w, int steps, const std::vector<double>& scales = {}) {
+  const test::Problem problem;
+  int calls = 0;
+  for (int t = 0; t < steps; ++t) {
+    test::Problem batch = problem;
+    batch.x = problem.x.roll(t, 0);
+    const double scale = scales.empty() ? 1.0 : scales[static_cast<std::size_t>(t)];
+    sam.step([&] {
+      ++calls;
+      sam.zero_grad();
+      at::Tensor loss = batch.loss(w) * scale;
+      loss.backward();
+      return loss.detach();
+    });
+  }
+  return calls;
+}
+
+/// The same run written from the formulas: `rule(t, g, w)` gives step t's
+/// update direction from the clean gradient g at w.
+Tensors reference_run(const Tensors& w0, int steps, const std::vector<double>& scales,
+                      const std::function<Tensors(int, const test::LossFn&, const Tensors&)>& rule) {
+  const test::Problem problem;
+  Tensors w = test::clone_all(w0);
+  test::SgdReference sgd{0.1, 0.9, 0.0, {}};
+  for (int t = 0; t < steps; ++t) {
+    test::Problem batch = problem;
+    batch.x = problem.x.roll(t, 0);
+    const double scale = scales.empty() ? 1.0 : scales[static_cast<std::size_t>(t)];
+    const test::LossFn loss = [batch, scale](const Tensors& v) { return batch.loss(v) * scale; };
+    sgd.step(w, rule(t, loss, w), {0.1, 0.1}, {0.0, 0.0});
+  }
+  return w;
+}
+
+std::shared_ptr<torch::optim::SGD> sgd_for(const Tensors& w) {
+  return std::make_shared<torch::optim::SGD>(w, torch::optim::SGDOptions(0.1).momentum(0.9));
+}
+
+TEST(SAMVariantsTest, LookSamRefreshesEveryKthStepAndReusesTheOrthogonalPartBetween) {
+  const test::Problem problem;
+  Tensors w = test::leaves(problem.initial());
+  const Tensors w0 = test::clone_all(w);
+  SAMOptions options;
+  options.rho = kRho;
+  LookSAMOptimizer sam(sgd_for(w), options, /*k=*/3, /*alpha=*/0.7);
+  // 7 steps: refreshes at 0, 3, 6 take two passes, the other 4 one.
+  EXPECT_EQ(run_counting(sam, w, 7), 3 * 2 + 4);
+  EXPECT_EQ(sam.sam_steps(), 3);
+  Tensors orthogonal;
+  double orthogonal_norm = 0;
+  const Tensors expected = reference_run(w0, 7, {}, [&](int t, const test::LossFn& loss, const Tensors& v) {
+    const Tensors g = test::gradient_at(loss, v);
+    if (t % 3 == 0) {
+      const Tensors gs = gradient_after(loss, v, g, 1e-12);
+      double dot = 0, squares = 0;
+      for (std::size_t i = 0; i < g.size(); ++i) {
+        dot += (gs[i] * g[i]).sum().item<double>();
+        squares += g[i].pow(2).sum().item<double>();
+      }
+      orthogonal.clear();
+      for (std::size_t i = 0; i < g.size(); ++i) orthogonal.push_back(gs[i] - g[i] * (dot / squares));
+      orthogonal_norm = norm_of(orthogonal);
+      return gs;
+    }
+    Tensors out;
+    for (std::size_t i = 0; i < g.size(); ++i) out.push_back(g[i] + orthogonal[i] * (0.7 * norm_of(g) / orthogonal_norm));
+    return out;
+  });
+  test::expect_close(w, expected, 1e-5);
+}
+
+TEST(SAMVariantsTest, AeSamTakesASamStepExactlyWhenTheSquaredNormExceedsItsThreshold) {
+  const test::Problem problem;
+  Tensors w = test::leaves(problem.initial());
+  const Tensors w0 = test::clone_all(w);
+  SAMOptions options;
+  options.rho = kRho;
+  // Scripted gradient sizes: spikes should be SAM steps, quiet steps plain.
+  const std::vector<double> scales = {1, 1, 1, 4, 1, 1, 0.3, 3, 1, 0.5};
+  AESAMOptimizer sam(sgd_for(w), options, /*delta=*/0.9, /*lambda1=*/-1, /*lambda2=*/1, /*run_steps=*/10);
+  const int calls = run_counting(sam, w, 10, scales);
+  double mean = 0, variance = 0;
+  std::vector<bool> decisions;
+  const Tensors expected = reference_run(w0, 10, scales, [&](int t, const test::LossFn& loss, const Tensors& v) {
+    const Tensors g = test::gradient_at(loss, v);
+    const double n = std::pow(norm_of(g), 2);
+    mean = 0.9 * mean + 0.1 * n;
+    variance = 0.9 * variance + 0.1 * (n - mean) * (n - mean);
+    const double c = (t / 10.0) * -1 + (1 - t / 10.0) * 1;
+    decisions.push_back(n >= mean + c * std::sqrt(variance));
+    return decisions.back() ? gradient_after(loss, v, g, 1e-12) : g;
+  });
+  const int sam_steps = static_cast<int>(std::count(decisions.begin(), decisions.end(), true));
+  ASSERT_GT(sam_steps, 0);
+  ASSERT_LT(sam_steps, 10);  // the script exercises both branches
+  EXPECT_EQ(sam.sam_steps(), sam_steps);
+  EXPECT_EQ(calls, 10 + sam_steps);
+  test::expect_close(w, expected, 1e-5);
+}
+
+TEST(SAMVariantsTest, LatePhaseSamTakesPlainStepsBeforeItsStart) {
+  const test::Problem problem;
+  Tensors w = test::leaves(problem.initial());
+  const Tensors w0 = test::clone_all(w);
+  SAMOptions options;
+  options.rho = kRho;
+  options.start = 4;
+  SAMOptimizer sam(sgd_for(w), options);
+  EXPECT_EQ(run_counting(sam, w, 7), 4 + 3 * 2);
+  EXPECT_EQ(sam.sam_steps(), 3);
+  const Tensors expected = reference_run(w0, 7, {}, [](int t, const test::LossFn& loss, const Tensors& v) {
+    const Tensors g = test::gradient_at(loss, v);
+    return t < 4 ? g : gradient_after(loss, v, g, 1e-12);
+  });
+  test::expect_close(w, expected, 1e-5);
 }
 
 }  // namespace
