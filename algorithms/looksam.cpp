@@ -5,6 +5,7 @@
 #include <ATen/ATen.h>
 
 #include "basin/core/parallel/grad_norm.h"
+#include "basin/core/parallel/sharded_optimizer.h"
 
 namespace basin {
 
@@ -25,6 +26,13 @@ LookSAM::LookSAM(Params& params) : SAM(params, looksam_defaults()) {
 
 std::shared_ptr<SAMOptimizer> LookSAM::make_optimizer(std::shared_ptr<torch::optim::Optimizer> base,
                                                       const SAMOptions& options, const State& /*state*/) {
+  if (dynamic_cast<ShardedParameters*>(base.get()) != nullptr) {
+    // Under ZeRO-1 a rank's descent gradients are averaged for its own shard
+    // only, so g_v would be right on each owner alone, and a checkpoint
+    // (rank 0's) would hold wrong values for the other shards.
+    throw ConfigError("config key 'parallel.mode': looksam does not run under \"zero1\" yet (its stored g_v "
+                      "would be sharded); use \"ddp\"");
+  }
   return std::make_shared<LookSAMOptimizer>(std::move(base), options, k_, alpha_);
 }
 
@@ -33,9 +41,11 @@ LookSAMOptimizer::LookSAMOptimizer(std::shared_ptr<torch::optim::Optimizer> base
     : SAMOptimizer(std::move(base), options), k_(k), alpha_(alpha) {}
 
 bool LookSAMOptimizer::descend(std::vector<GroupView>& groups) {
-  const bool refresh = looks_ % k_ == 0 || orthogonal_norm_ < 0;
+  // A refresh whose descent overflowed (the step was skipped) is retried at the next step.
+  const bool refresh = looks_ % k_ == 0 || orthogonal_norm_ < 0 || refresh_pending_;
   ++looks_;
   if (refresh) {
+    refresh_pending_ = true;
     clean_.take(parameters_of(groups));
     return true;
   }
@@ -44,7 +54,7 @@ bool LookSAMOptimizer::descend(std::vector<GroupView>& groups) {
   std::vector<at::Tensor> grads;
   for (const auto& g : groups) grads.insert(grads.end(), g.grads.begin(), g.grads.end());
   const double norm = global_norm(grads).item<double>();
-  if (orthogonal_norm_ == 0) return false;  // g_s was parallel to g: nothing to add
+  if (!(orthogonal_norm_ > 1e-12)) return false;  // g_s was parallel to g: nothing to add
   const double scale = alpha_ * norm / orthogonal_norm_;
   for (auto& g : groups) {
     for (std::size_t j = 0; j < g.params.size(); ++j) {
@@ -56,8 +66,7 @@ bool LookSAMOptimizer::descend(std::vector<GroupView>& groups) {
 }
 
 void LookSAMOptimizer::adjust_descent_gradients(std::vector<GroupView>& groups) {
-  // g_v = g_s - (<g_s, g> / ||g||^2) g over the parameters this rank owns
-  // (under ZeRO-1 only their g_s are the average over ranks).
+  // g_v = g_s - (<g_s, g> / ||g||^2) g, over the whole model (never sharded: see make_optimizer).
   at::NoGradGuard no_grad;
   at::Device device = at::kCPU;  // the gradients', so that the sums can cross ranks (NCCL too)
   for (const auto& g : groups) {
@@ -67,11 +76,11 @@ void LookSAMOptimizer::adjust_descent_gradients(std::vector<GroupView>& groups) 
   for (const auto& g : groups) {
     for (std::size_t j = 0; j < g.params.size(); ++j) {
       const at::Tensor* clean = clean_.of(g.params[j]);
-      if (clean == nullptr || !owns(g.params[j])) continue;
+      if (clean == nullptr) continue;
       sums += at::stack({(g.grads[j].to(at::kDouble) * clean->to(at::kDouble)).sum(), clean->to(at::kDouble).pow(2).sum()});
     }
   }
-  sums = sum_over_shards(sums).cpu();
+  sums = sums.cpu();
   const double dot = sums[0].item<double>(), clean_squares = sums[1].item<double>();
   const double along = clean_squares > 0 ? dot / clean_squares : 0;
   at::Tensor orthogonal_squares = at::zeros({1}, at::TensorOptions(at::kDouble).device(device));
@@ -80,10 +89,11 @@ void LookSAMOptimizer::adjust_descent_gradients(std::vector<GroupView>& groups) 
       const at::Tensor* clean = clean_.of(g.params[j]);
       at::Tensor& orthogonal = orthogonal_.of(g.params[j]);
       orthogonal = clean == nullptr ? at::Tensor() : g.grads[j] - *clean * along;
-      if (orthogonal.defined() && owns(g.params[j])) orthogonal_squares += orthogonal.to(at::kDouble).pow(2).sum();
+      if (orthogonal.defined()) orthogonal_squares += orthogonal.to(at::kDouble).pow(2).sum();
     }
   }
-  orthogonal_norm_ = std::sqrt(sum_over_shards(orthogonal_squares).item<double>());
+  orthogonal_norm_ = std::sqrt(orthogonal_squares.item<double>());
+  refresh_pending_ = false;
 }
 
 ParameterStates LookSAMOptimizer::variant_states(const ParameterNumbering& numbering) const {

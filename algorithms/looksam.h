@@ -15,10 +15,13 @@ namespace basin {
 ///
 ///     {"algorithms": {"looksam": {"k": 5, "alpha": 0.7, "rho": 0.05, ...SAM's other keys}}}
 ///
-/// g_v and its norm are saved in checkpoints. Under data-parallel training
-/// the ascent is synced ("sync_ascent" stays true): a reuse step steps with
-/// it. Cost: 1 + 1/k passes a step; one copy of the parameters, one of the
-/// gradients (g_v), and at refresh one more (g).
+/// g_v and its norm are saved in checkpoints; a refresh whose descent
+/// overflows (the step is skipped) is retried at the next step. Under
+/// data-parallel training the ascent is synced ("sync_ascent" stays true): a
+/// reuse step steps with it. ZeRO-1 is refused for now: each rank's descent
+/// gradients are averaged for its own shard only. Cost: 1 + 1/k passes a
+/// step; one copy of the parameters and two of the gradients (g_v, and the
+/// clean g kept for the refresh).
 class LookSAM : public SAM {
  public:
   explicit LookSAM(Params& params);
@@ -54,6 +57,7 @@ class LookSAMOptimizer : public SAMOptimizer {
   double alpha_;
   int64_t looks_ = 0;               // SAM-path steps so far: refresh when looks_ % k == 0
   double orthogonal_norm_ = -1;     // ||g_v||; -1 before the first refresh
+  bool refresh_pending_ = false;    // a refresh's descent has not completed yet
   CleanGradients clean_;
   ParameterBuffers orthogonal_{"orthogonal_gradient"};
 };

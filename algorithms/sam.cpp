@@ -1,5 +1,6 @@
 #include "basin/algorithms/sam.h"
 
+#include <algorithm>
 #include <cmath>
 #include <regex>
 
@@ -68,7 +69,10 @@ std::unordered_set<const c10::TensorImpl*> SAM::parameters_named(const torch::nn
 }
 
 int64_t SAM::run_length(const State& state) {
-  return state.max_steps > 0 ? state.max_steps : state.steps_per_epoch * state.max_epochs;
+  // As the trainer stops: at max_steps or at the end of max_epochs, whichever comes first.
+  const int64_t by_epochs = state.steps_per_epoch * state.max_epochs;
+  if (state.max_steps <= 0) return by_epochs;
+  return by_epochs > 0 ? std::min(state.max_steps, by_epochs) : state.max_steps;
 }
 
 void SAM::apply(Event /*event*/, State& state, Logger& /*logger*/) { wrap(state); }

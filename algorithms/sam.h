@@ -76,7 +76,9 @@ class SAM : public Algorithm {
   /// The model's parameters whose names `pattern` finds (regex_search).
   static std::unordered_set<const c10::TensorImpl*> parameters_named(const torch::nn::Module& model,
                                                                     const std::string& pattern);
-  /// The run's length in optimizer steps (0 when the state does not know it).
+  /// The run's length in optimizer steps, as the trainer stops it (0 when the
+  /// state does not know it). Resolved when the algorithm wraps: a run
+  /// resumed with another length resolves "start" and AE-SAM's T anew.
   static int64_t run_length(const State& state);
   /// "config key 'algorithms.<name>.<key>'", for messages.
   std::string key(const std::string& name) const { return "config key '" + path_ + "." + name + "'"; }

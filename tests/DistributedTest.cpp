@@ -245,6 +245,9 @@ INSTANTIATE_TEST_SUITE_P(
 class VariantZeroOneTest : public ::testing::TestWithParam<std::pair<std::string, std::string>> {};
 
 TEST_P(VariantZeroOneTest, ZeroOneEqualsDataParallel) {
+  if (GetParam().first == "looksam") {
+    GTEST_SKIP() << "looksam refuses zero1 (its g_v would be sharded); LookSamRefusesZeroOne checks that";
+  }
   Json config = sam_config("{}", "ddp");
   config["algorithms"] = Json::object();
   config["algorithms"][GetParam().first] = Json::parse(GetParam().second);
@@ -266,6 +269,16 @@ TEST_P(VariantZeroOneTest, ZeroOneEqualsDataParallel) {
 INSTANTIATE_TEST_SUITE_P(Variants, VariantZeroOneTest,
                          ::testing::ValuesIn(test::sam_family()),
                          [](const auto& info) { return info.param.first; });
+
+TEST(DistributedTest, LookSamRefusesZeroOne) {
+  Json config = sam_config("{}", "zero1");
+  config["algorithms"] = Json::parse(R"({"looksam": {}})");
+  std::vector<std::string> messages(2);
+  test::run_ranks(2, [&](int rank, std::shared_ptr<Communicator> communicator) {
+    messages[static_cast<std::size_t>(rank)] = test::config_error_of([&] { Trainer(config, {}, {}, communicator); });
+  });
+  EXPECT_NE(messages[0].find("looksam does not run under \"zero1\" yet"), std::string::npos) << messages[0];
+}
 
 TEST(DistributedTest, VariantsThatNeedTheSyncedAscentRefuseARankLocalOne) {
   for (const char* name : {"gsam", "wsam", "friendly_sam", "vasso", "looksam", "ae_sam"}) {

@@ -296,6 +296,12 @@ TEST(SAMVariantsTrainingTest, StartAsAFractionOfTheRunLeavesTheFirstPartPlain) {
   auto& sam = dynamic_cast<SAMOptimizer&>(*trainer.state().optimizer);
   EXPECT_EQ(summary.steps, 16);
   EXPECT_EQ(sam.sam_steps(), 4);
+  // A max_steps beyond the epochs does not lengthen the run the fraction is of.
+  Json capped = variant_config("sam", R"({"start": 0.5})");
+  capped["max_steps"] = 1000;
+  Trainer half(capped);
+  EXPECT_EQ(half.fit().steps, 16);
+  EXPECT_EQ(dynamic_cast<SAMOptimizer&>(*half.state().optimizer).sam_steps(), 8);
   Json long_run = variant_config("ae_sam", "{}");
   long_run["max_epochs"] = 8;  // mean and variance start at 0: the policy needs some steps to settle
   Trainer ae(long_run);

@@ -447,6 +447,23 @@ TEST(SAMVariantsTest, LookSamRefreshesEveryKthStepAndReusesTheOrthogonalPartBetw
   test::expect_close(w, expected, 1e-5);
 }
 
+TEST(SAMVariantsTest, LookSamRetriesARefreshWhoseDescentOverflowed) {
+  const test::Problem problem;
+  Tensors w = test::leaves(problem.initial());
+  SAMOptions options;
+  options.rho = kRho;
+  LookSAMOptimizer sam(sgd_for(w), options, /*k=*/3, /*alpha=*/0.7);
+  int descents = 0;
+  PassHooks overflow;  // the second refresh's descent (step 3) overflows, as under a grad scaler
+  overflow.gradients_finite = [&descents](Pass pass) { return pass != Pass::kDescent || ++descents != 2; };
+  sam.add_pass_hooks(overflow);
+  // Steps: 0 refresh (2 passes), 1 and 2 reuse (1 each), 3 refresh skipped (2),
+  // 4 the refresh again (2), 5 reuse (1).
+  EXPECT_EQ(run_counting(sam, w, 6), 2 + 1 + 1 + 2 + 2 + 1);
+  EXPECT_EQ(sam.skipped_steps(), 1);
+  EXPECT_EQ(descents, 3);
+}
+
 TEST(SAMVariantsTest, AeSamTakesASamStepExactlyWhenTheSquaredNormExceedsItsThreshold) {
   const test::Problem problem;
   Tensors w = test::leaves(problem.initial());
