@@ -22,16 +22,7 @@ using test::closure_for;
 using test::expect_close;
 using test::leaves;
 using test::Problem;
-
-std::shared_ptr<torch::optim::SGD> two_group_sgd(const Tensors& w) {
-  auto sgd = std::make_shared<torch::optim::SGD>(
-      std::vector<torch::optim::OptimizerParamGroup>{torch::optim::OptimizerParamGroup({w[0]}),
-                                                     torch::optim::OptimizerParamGroup({w[1]})},
-      torch::optim::SGDOptions(0.1).momentum(0.9).weight_decay(0.01));
-  set_hyperparameter(sgd->param_groups()[1].options(), "lr", 0.05);
-  set_hyperparameter(sgd->param_groups()[1].options(), "weight_decay", 0.0);
-  return sgd;
-}
+using test::two_group_sgd;
 
 TEST(SAMOptimizerTest, TwoStepsWithSgdMomentumAndTwoGroupsMatchTheFormula) {
   const Problem problem;

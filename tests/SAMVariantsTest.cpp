@@ -268,12 +268,7 @@ class VariantFormulaTest : public ::testing::TestWithParam<VariantCase> {
 TEST_P(VariantFormulaTest, FiveStepsAroundSgdMomentumWithTwoGroupsMatchThePaper) {
   const test::Problem problem;
   Tensors w = test::leaves(problem.initial());
-  auto sgd = std::make_shared<torch::optim::SGD>(
-      std::vector<torch::optim::OptimizerParamGroup>{torch::optim::OptimizerParamGroup({w[0]}),
-                                                     torch::optim::OptimizerParamGroup({w[1]})},
-      torch::optim::SGDOptions(0.1).momentum(0.9).weight_decay(0.01));
-  set_hyperparameter(sgd->param_groups()[1].options(), "lr", 0.05);
-  set_hyperparameter(sgd->param_groups()[1].options(), "weight_decay", 0.0);
+  auto sgd = test::two_group_sgd(w);
   test::SgdReference reference{0.1, 0.9, 0.01, {}};
   run(sgd, w, {0.1, 0.05},
       [&reference](Tensors& v, const Tensors& g) { reference.step(v, g, {0.1, 0.05}, {0.01, 0.0}); });

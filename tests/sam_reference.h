@@ -9,6 +9,7 @@
 
 #include <gtest/gtest.h>
 #include <torch/optim/optimizer.h>
+#include <torch/optim/sgd.h>
 
 #include <ATen/ATen.h>
 #include <torch/csrc/autograd/autograd.h>
@@ -93,6 +94,17 @@ inline void expect_close(const Tensors& actual, const Tensors& expected, double 
     EXPECT_TRUE(at::allclose(actual[i], expected[i], tolerance, tolerance))
         << "tensor " << i << " max diff " << (actual[i] - expected[i]).abs().max().item<double>();
   }
+}
+
+/// SGD-momentum over w[0] (lr 0.1, weight decay 0.01) and w[1] (lr 0.05, no decay), two groups.
+inline std::shared_ptr<torch::optim::SGD> two_group_sgd(const Tensors& w) {
+  auto sgd = std::make_shared<torch::optim::SGD>(
+      std::vector<torch::optim::OptimizerParamGroup>{torch::optim::OptimizerParamGroup({w[0]}),
+                                                     torch::optim::OptimizerParamGroup({w[1]})},
+      torch::optim::SGDOptions(0.1).momentum(0.9).weight_decay(0.01));
+  sgd->param_groups()[1].options().set_lr(0.05);
+  static_cast<torch::optim::SGDOptions&>(sgd->param_groups()[1].options()).weight_decay(0.0);
+  return sgd;
 }
 
 /// SGD with momentum and weight decay (PyTorch's definition, no dampening).
