@@ -41,23 +41,31 @@ SAMOptimizer::SAMOptimizer(std::shared_ptr<torch::optim::Optimizer> base, SAMOpt
 
 void SAMOptimizer::sync_param_groups() { sync_.sync(*this, *base_); }
 
-std::vector<SAMOptimizer::GroupView> SAMOptimizer::groups_with_grads(bool perturbed_only) {
+std::vector<SAMOptimizer::GroupView> SAMOptimizer::views(bool perturbed_only, bool with_grads) {
   std::vector<GroupView> groups;
   // A tensor listed twice (tied weights, or in two groups) is perturbed, normed and restored once.
   std::unordered_set<const c10::TensorImpl*> seen;
   for (auto& group : param_groups_) {
     GroupView view{{}, {}, &group.options()};
     for (const auto& p : group.params()) {
-      if (!p.requires_grad() || !p.grad().defined() || (perturbed_only && !perturbs(p)) ||
+      if (!p.requires_grad() || (with_grads && !p.grad().defined()) || (perturbed_only && !perturbs(p)) ||
           !seen.insert(p.unsafeGetTensorImpl()).second) {
         continue;
       }
       view.params.push_back(p);
-      view.grads.push_back(p.grad());
+      if (with_grads) view.grads.push_back(p.grad());
     }
     groups.push_back(std::move(view));
   }
   return groups;
+}
+
+std::vector<SAMOptimizer::GroupView> SAMOptimizer::groups_with_grads(bool perturbed_only) {
+  return views(perturbed_only, /*with_grads=*/true);
+}
+
+std::vector<SAMOptimizer::GroupView> SAMOptimizer::parameter_groups(bool perturbed_only) {
+  return views(perturbed_only, /*with_grads=*/false);
 }
 
 std::vector<at::Tensor> SAMOptimizer::parameters_of(const std::vector<GroupView>& groups) {
@@ -231,6 +239,7 @@ at::Tensor SAMOptimizer::step(LossClosure closure) {
   const bool sam_step = steps_ >= options_.start && (steps_ - options_.start) % options_.interval == 0;
   ++steps_;
   if (!sam_step) return plain_step(closure);
+  if (perturbs_before_pass()) return one_pass_step(closure);
 
   at::Tensor loss;
   struct PartReset {  // part() is 0 again however the step ends, a throwing closure included
@@ -262,6 +271,39 @@ at::Tensor SAMOptimizer::step(LossClosure closure) {
   }
   auto descent = groups_with_grads();
   if (descended) adjust_descent_gradients(descent);
+  before_base_step();
+  base_->step();
+  after_base_step();
+  return loss;
+}
+
+at::Tensor SAMOptimizer::one_pass_step(const LossClosure& closure) {
+  auto groups = parameter_groups(/*perturbed_only=*/true);
+  at::Tensor loss;
+  bool finite = false;
+  try {
+    {
+      at::NoGradGuard no_grad;
+      const auto perturbation = perturbation_before_pass(groups);
+      move_to_perturbed(groups, perturbation);
+      for (const auto& p : perturbation) {
+        if (p.scale != 0) {
+          ++sam_steps_;  // at a perturbed point (Momentum-SAM's first step has no momentum yet)
+          break;
+        }
+      }
+    }
+    loss = run_pass(Pass::kPlain, closure);
+    finite = gradients_finite(Pass::kPlain);
+  } catch (...) {
+    restore_weights(/*base_step_follows=*/false, /*collectives_allowed=*/false);
+    throw;
+  }
+  restore_weights(/*base_step_follows=*/finite);
+  if (!finite) {
+    skip_step();
+    return loss;
+  }
   before_base_step();
   base_->step();
   after_base_step();

@@ -112,7 +112,9 @@ class SAMOptimizer : public torch::optim::Optimizer, public PassAwareOptimizer, 
   int64_t part() const { return part_; }
   int64_t parts() const { return pass_ == Pass::kPlain ? 1 : options_.parts; }
   int64_t steps() const { return steps_; }          // step(closure) calls
-  int64_t sam_steps() const { return sam_steps_; }  // of which took the descent pass (two passes or more)
+  /// Of which took the descent pass (two passes or more), or for one-pass
+  /// variants ran their pass at a perturbed point.
+  int64_t sam_steps() const { return sam_steps_; }
   int64_t skipped_steps() const { return skipped_steps_; }
   /// fp32 norm the last perturbation was scaled by.
   const at::Tensor& last_grad_norm() const { return last_grad_norm_; }
@@ -158,10 +160,23 @@ class SAMOptimizer : public torch::optim::Optimizer, public PassAwareOptimizer, 
   /// the ascent gradients as this leaves them, one pass in all (AE-SAM's plain
   /// steps, LookSAM's reuse steps). Not called with parts > 1.
   virtual bool descend(std::vector<GroupView>& /*groups*/) { return true; }
+  /// One-pass variants (Momentum-SAM) know e(w) before the step, from what
+  /// the optimizers keep: true makes every SAM step call
+  /// `perturbation_before_pass` with views that hold no gradients, run its
+  /// one pass at w + e as Pass::kPlain (gradients synced, BatchNorm statistics
+  /// updated, as in any plain step), restore w and step the base with those
+  /// gradients.
+  virtual bool perturbs_before_pass() const { return false; }
+  virtual std::vector<Perturbation> perturbation_before_pass(std::vector<GroupView>& groups) {
+    return std::vector<Perturbation>(groups.size());
+  }
 
   /// Every parameter with a gradient, by group; `perturbed_only` leaves out
   /// the unperturbed ones.
   std::vector<GroupView> groups_with_grads(bool perturbed_only = false);
+  /// Every parameter that requires a gradient, by group, whether or not it
+  /// has one now; the views' `grads` are empty.
+  std::vector<GroupView> parameter_groups(bool perturbed_only = false);
   /// The parameters of `groups`, in order.
   static std::vector<at::Tensor> parameters_of(const std::vector<GroupView>& groups);
   /// Under ZeRO-1, whether this rank owns `param` (its descent gradient is
@@ -187,6 +202,8 @@ class SAMOptimizer : public torch::optim::Optimizer, public PassAwareOptimizer, 
   bool gradients_finite(Pass pass);
   void before_base_step();
   at::Tensor plain_step(const LossClosure& closure);
+  at::Tensor one_pass_step(const LossClosure& closure);
+  std::vector<GroupView> views(bool perturbed_only, bool with_grads);
   void skip_step();
   void move_to_perturbed(const std::vector<GroupView>& groups, const std::vector<Perturbation>& perturbation);
   /// Swaps w back. Parameters this rank does not own (ZeRO-1) were perturbed

@@ -28,6 +28,7 @@
 #include "basin/algorithms/friendly_sam.h"
 #include "basin/algorithms/gsam.h"
 #include "basin/algorithms/looksam.h"
+#include "basin/algorithms/momentum_sam.h"
 #include "basin/algorithms/sam_optimizer.h"
 #include "basin/algorithms/vasso.h"
 #include "basin/algorithms/wsam.h"
@@ -66,6 +67,7 @@ std::vector<Variant> variants() {
       {"msam (m 4)", [](Base b) { return std::make_shared<basin::SAMOptimizer>(b, options(4)); }},
       {"looksam (k 5)", [](Base b) { return std::make_shared<basin::LookSAMOptimizer>(b, options(), 5, 0.7); }},
       {"ae_sam", [](Base b) { return std::make_shared<basin::AESAMOptimizer>(b, options(), 0.9, -1, 1, 40); }},
+      {"momentum_sam", [](Base b) { return std::make_shared<basin::MomentumSAMOptimizer>(b, options()); }},
       {"sam, start 10", [](Base b) { return std::make_shared<basin::SAMOptimizer>(b, options(1, false, 10)); }},
   };
 }

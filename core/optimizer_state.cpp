@@ -168,6 +168,35 @@ ParameterNumbering::ParameterNumbering(const Optimizer& optimizer) {
   }
 }
 
+at::Tensor first_moment(Optimizer& optimizer, const at::Tensor& param) {
+  const auto found = optimizer.state().find(state_key(param));
+  if (found == optimizer.state().end()) return {};
+  const auto& state = *found->second;
+  if (const auto* sgd = dynamic_cast<const torch::optim::SGDParamState*>(&state)) return sgd->momentum_buffer();
+  if (const auto* adam = dynamic_cast<const torch::optim::AdamParamState*>(&state)) return adam->exp_avg();
+  if (const auto* adamw = dynamic_cast<const torch::optim::AdamWParamState*>(&state)) return adamw->exp_avg();
+  if (const auto* rmsprop = dynamic_cast<const torch::optim::RMSpropParamState*>(&state)) {
+    return rmsprop->momentum_buffer();
+  }
+  throw std::invalid_argument("the optimizer keeps no first moment (SGD or RMSprop with momentum, Adam, AdamW do)");
+}
+
+std::string why_no_first_moment(Optimizer& optimizer) {
+  const bool sgd = dynamic_cast<torch::optim::SGD*>(&optimizer) != nullptr;
+  const bool rmsprop = dynamic_cast<torch::optim::RMSprop*>(&optimizer) != nullptr;
+  if (dynamic_cast<torch::optim::Adam*>(&optimizer) != nullptr ||
+      dynamic_cast<torch::optim::AdamW*>(&optimizer) != nullptr) {
+    return "";
+  }
+  if (!sgd && !rmsprop) return "the optimizer is neither SGD, RMSprop, Adam nor AdamW";
+  for (std::size_t i = 0; i < optimizer.param_groups().size(); ++i) {
+    if (!(get_hyperparameter(optimizer.param_groups()[i].options(), "momentum") > 0)) {
+      return "param group " + std::to_string(i) + " has momentum 0";
+    }
+  }
+  return "";
+}
+
 int64_t ParameterNumbering::index_of(const at::Tensor& param) const {
   const auto found = index_.find(param.unsafeGetTensorImpl());
   return found == index_.end() ? -1 : found->second;

@@ -1,6 +1,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <unordered_map>
 #include <vector>
 
@@ -55,6 +56,14 @@ class WrappingOptimizer {
 ParameterStates parameter_states(torch::optim::Optimizer& optimizer, const ParameterNumbering& numbering);
 void load_parameter_states(torch::optim::Optimizer& optimizer, const ParameterStates& states,
                            const ParameterNumbering& numbering);
+
+/// The first moment `optimizer` keeps for `param`, live (not a copy): SGD's
+/// and RMSprop's "momentum_buffer", Adam's and AdamW's "exp_avg" (without
+/// bias correction). Undefined before the parameter's first step.
+at::Tensor first_moment(torch::optim::Optimizer& optimizer, const at::Tensor& param);
+/// "" when `optimizer` keeps a first moment for every group (SGD and RMSprop
+/// with momentum > 0, Adam, AdamW), else why not, for an error message.
+std::string why_no_first_moment(torch::optim::Optimizer& optimizer);
 
 /// The optimizer in PyTorch's layout, so Python reads it as it reads its own:
 ///     {"state": {index: {name: value}},

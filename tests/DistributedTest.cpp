@@ -245,8 +245,9 @@ INSTANTIATE_TEST_SUITE_P(
 class VariantZeroOneTest : public ::testing::TestWithParam<std::pair<std::string, std::string>> {};
 
 TEST_P(VariantZeroOneTest, ZeroOneEqualsDataParallel) {
-  if (GetParam().first == "looksam") {
-    GTEST_SKIP() << "looksam refuses zero1 (its g_v would be sharded); LookSamRefusesZeroOne checks that";
+  if (GetParam().first == "looksam" || GetParam().first == "momentum_sam") {
+    GTEST_SKIP() << GetParam().first << " refuses zero1 (its state would be sharded); "
+                 << "VariantsWithWholeModelStateRefuseZeroOne checks that";
   }
   Json config = sam_config("{}", "ddp");
   config["algorithms"] = Json::object();
@@ -270,14 +271,18 @@ INSTANTIATE_TEST_SUITE_P(Variants, VariantZeroOneTest,
                          ::testing::ValuesIn(test::sam_family()),
                          [](const auto& info) { return info.param.first; });
 
-TEST(DistributedTest, LookSamRefusesZeroOne) {
-  Json config = sam_config("{}", "zero1");
-  config["algorithms"] = Json::parse(R"({"looksam": {}})");
-  std::vector<std::string> messages(2);
-  test::run_ranks(2, [&](int rank, std::shared_ptr<Communicator> communicator) {
-    messages[static_cast<std::size_t>(rank)] = test::config_error_of([&] { Trainer(config, {}, {}, communicator); });
-  });
-  EXPECT_NE(messages[0].find("looksam does not run under \"zero1\" yet"), std::string::npos) << messages[0];
+TEST(DistributedTest, VariantsWithWholeModelStateRefuseZeroOne) {
+  for (const char* name : {"looksam", "momentum_sam"}) {
+    Json config = sam_config("{}", "zero1");
+    config["algorithms"] = Json::object();
+    config["algorithms"][name] = Json::object();
+    std::vector<std::string> messages(2);
+    test::run_ranks(2, [&](int rank, std::shared_ptr<Communicator> communicator) {
+      messages[static_cast<std::size_t>(rank)] = test::config_error_of([&] { Trainer(config, {}, {}, communicator); });
+    });
+    EXPECT_NE(messages[0].find(std::string(name) + " does not run under \"zero1\" yet"), std::string::npos)
+        << messages[0];
+  }
 }
 
 TEST(DistributedTest, VariantsThatNeedTheSyncedAscentRefuseARankLocalOne) {

@@ -328,12 +328,23 @@ TEST(SAMVariantsTrainingTest, BadVariantConfigsNameTheKey) {
       {"sam", R"({"start": 1.5})", "'algorithms.sam.start'"},
       {"looksam", R"({"k": 0})", "'algorithms.looksam.k'"},
       {"ae_sam", R"({"delta": 1})", "'algorithms.ae_sam.delta'"},
+      {"momentum_sam", R"({"adaptive": true})", "'algorithms.momentum_sam.adaptive'"},
   };
   for (const auto& [name, keys, expected] : cases) {
     const Json config = variant_config(name, keys);
     const std::string message = test::config_error_of([&config] { Trainer(config).fit(); });
     EXPECT_NE(message.find(expected), std::string::npos) << name << " " << keys << ": " << message;
   }
+}
+
+TEST(SAMVariantsTrainingTest, MomentumSamNamesAnOptimizerWithoutMomentum) {
+  Json config = variant_config("momentum_sam", "{}");
+  config["optimizer"]["momentum"] = 0;
+  const std::string message = test::config_error_of([&config] { Trainer(config).fit(); });
+  EXPECT_NE(message.find("config key 'optimizer': momentum_sam perturbs along the optimizer's momentum, but param "
+                         "group 0 has momentum 0"),
+            std::string::npos)
+      << message;
 }
 
 TEST(SAMVariantsTrainingTest, RhoFollowsTheLrWithAMinimumAsGsamDoes) {

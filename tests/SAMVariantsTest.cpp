@@ -17,6 +17,7 @@
 #include "basin/algorithms/friendly_sam.h"
 #include "basin/algorithms/gsam.h"
 #include "basin/algorithms/looksam.h"
+#include "basin/algorithms/momentum_sam.h"
 #include "basin/algorithms/sam_optimizer.h"
 #include "basin/algorithms/vasso.h"
 #include "basin/algorithms/wsam.h"
@@ -503,6 +504,67 @@ TEST(SAMVariantsTest, LatePhaseSamTakesPlainStepsBeforeItsStart) {
     return t < 4 ? g : gradient_after(loss, v, g, 1e-12);
   });
   test::expect_close(w, expected, 1e-5);
+}
+
+/// Momentum-SAM's gradient at w - rho * v / (||v|| + eps), v the momentum
+/// before the step; the plain gradient while there is none.
+Tensors momentum_sam_gradient(const test::LossFn& loss, const Tensors& w, const Tensors& v, double rho) {
+  if (v.empty()) return test::gradient_at(loss, w);
+  return test::gradient_at(loss, moved(w, v, -rho / (norm_of(v) + 1e-12)));
+}
+
+TEST(SAMVariantsTest, MomentumSamTakesOnePassAheadAlongTheSgdMomentum) {
+  const test::Problem problem;
+  Tensors w = test::leaves(problem.initial());
+  const Tensors w0 = test::clone_all(w);
+  SAMOptions options;
+  options.rho = 0.3;
+  MomentumSAMOptimizer sam(test::two_group_sgd(w), options);
+  EXPECT_EQ(run_counting(sam, w, 6), 6);  // one forward and backward a step
+  EXPECT_EQ(sam.sam_steps(), 5);          // the first has no momentum to perturb along
+  Tensors expected = test::clone_all(w0);
+  test::SgdReference sgd{0.1, 0.9, 0.01, {}};
+  for (int t = 0; t < 6; ++t) {
+    test::Problem batch = problem;
+    batch.x = problem.x.roll(t, 0);
+    const Tensors g = momentum_sam_gradient(batch.fn(), expected, sgd.buffers, 0.3);
+    sgd.step(expected, g, {0.1, 0.05}, {0.01, 0.0});
+  }
+  test::expect_close(w, expected, 1e-5);
+}
+
+TEST(SAMVariantsTest, MomentumSamReadsAdamsFirstMoment) {
+  const test::Problem problem;
+  Tensors w = test::leaves(problem.initial());
+  const Tensors w0 = test::clone_all(w);
+  SAMOptions options;
+  options.rho = 0.3;
+  MomentumSAMOptimizer sam(std::make_shared<torch::optim::Adam>(w, torch::optim::AdamOptions(0.01)), options);
+  EXPECT_EQ(run_counting(sam, w, 5), 5);
+  Tensors expected = test::clone_all(w0);
+  test::AdamReference adam;
+  for (int t = 0; t < 5; ++t) {
+    test::Problem batch = problem;
+    batch.x = problem.x.roll(t, 0);
+    adam.step(expected, momentum_sam_gradient(batch.fn(), expected, adam.m, 0.3), {0.01, 0.01});
+  }
+  test::expect_close(w, expected, 1e-5);
+}
+
+TEST(SAMVariantsTest, MomentumSamRefusesAnOptimizerWithoutMomentumAndRestoresWOnOverflow) {
+  const test::Problem problem;
+  Tensors w = test::leaves(problem.initial());
+  EXPECT_THROW(MomentumSAMOptimizer(std::make_shared<torch::optim::SGD>(w, torch::optim::SGDOptions(0.1)), {}),
+               std::invalid_argument);
+  MomentumSAMOptimizer sam(sgd_for(w), {});
+  run_counting(sam, w, 2);
+  const Tensors before = test::clone_all(w);
+  PassHooks overflow;
+  overflow.gradients_finite = [](Pass) { return false; };
+  sam.add_pass_hooks(overflow);
+  run_counting(sam, w, 1);
+  EXPECT_EQ(sam.skipped_steps(), 1);
+  for (std::size_t i = 0; i < w.size(); ++i) EXPECT_TRUE(at::equal(w[i], before[i])) << "tensor " << i;
 }
 
 }  // namespace

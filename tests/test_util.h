@@ -125,7 +125,7 @@ inline std::vector<std::pair<std::string, std::string>> sam_family() {
           {"wsam", R"({"gamma": 0.8})"},         {"friendly_sam", R"({"sigma": 0.9, "lambda": 0.6})"},
           {"fisher_sam", R"({"eta": 2.0})"},     {"vasso", R"({"theta": 0.4})"},
           {"msam", R"({"m": 2})"},              {"looksam", R"({"k": 3})"},
-          {"ae_sam", "{}"}};
+          {"ae_sam", "{}"},                      {"momentum_sam", "{}"}};
 }
 
 /// A small, fast config on the synthetic dataset; tests edit it further.
