@@ -115,8 +115,7 @@ void SAM::wrap(State& state) {
   PassHooks hooks;
   hooks.before_pass = [this, s](Pass pass) {
     s->pass = pass;
-    s->batch_part = optimizer_->part();
-    s->batch_parts = optimizer_->parts();
+    s->selection = optimizer_->selection();
     // Rank-local ascent (the paper's m-sharpness): no gradient sync in this
     // pass; an enclosing NoGradientSync scope keeps every pass local.
     outer_skip_gradient_sync_ = s->skip_gradient_sync;
@@ -126,8 +125,7 @@ void SAM::wrap(State& state) {
   hooks.after_pass = [this, s](Pass pass) {
     if (pass == Pass::kDescent && freeze_running_stats_ && s->model) running_stats_.restore();
     s->pass = Pass::kPlain;
-    s->batch_part = 0;
-    s->batch_parts = 1;
+    s->selection = SampleSelection{};
     s->skip_gradient_sync = outer_skip_gradient_sync_;
   };
   optimizer_->add_pass_hooks(std::move(hooks));

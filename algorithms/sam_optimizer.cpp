@@ -98,8 +98,11 @@ void SAMOptimizer::scale_to_rho(std::vector<Perturbation>& perturbation, const s
   }
 }
 
-at::Tensor SAMOptimizer::run_pass(Pass pass, const LossClosure& closure) {
+at::Tensor SAMOptimizer::run_pass(Pass pass, const LossClosure& closure, SampleSelection selection) {
   pass_ = pass;
+  selection.part = pass == Pass::kPlain ? 0 : part_;
+  selection.parts = pass == Pass::kPlain ? 1 : options_.parts;
+  selection_ = std::move(selection);
   for (auto& h : hooks_) {
     if (h.before_pass) h.before_pass(pass);
   }
@@ -108,6 +111,7 @@ at::Tensor SAMOptimizer::run_pass(Pass pass, const LossClosure& closure) {
       if (h->after_pass) h->after_pass(pass);
     }
     pass_ = Pass::kPlain;
+    selection_ = SampleSelection{};
   };
   at::Tensor loss;
   try {
@@ -242,10 +246,14 @@ at::Tensor SAMOptimizer::step(LossClosure closure) {
   if (perturbs_before_pass()) return one_pass_step(closure);
 
   at::Tensor loss;
-  struct PartReset {  // part() is 0 again however the step ends, a throwing closure included
+  struct StepReset {  // part 0 and no resting parameter again however the step ends, a throwing closure included
     int64_t& part;
-    ~PartReset() { part = 0; }
-  } reset{part_};
+    std::unordered_set<const c10::TensorImpl*>& resting;
+    ~StepReset() {
+      part = 0;
+      resting.clear();
+    }
+  } reset{part_, resting_};
   summed_descent_.clear();
   summed_index_.clear();
   bool descended = true;
@@ -310,8 +318,34 @@ at::Tensor SAMOptimizer::one_pass_step(const LossClosure& closure) {
   return loss;
 }
 
+at::Tensor SAMOptimizer::forward_at_current_weights(const LossClosure& closure) {
+  SampleSelection forward_only;
+  forward_only.backward = false;
+  forward_only.per_sample_losses = true;
+  return run_pass(Pass::kDescent, closure, forward_only);
+}
+
 bool SAMOptimizer::sam_part(const LossClosure& closure, at::Tensor& loss, bool& descended) {
-  const at::Tensor part_loss = run_pass(Pass::kAscent, closure);
+  SampleSelection ascent;
+  ascent.per_sample_losses = wants_ascent_sample_losses();
+  at::Tensor part_loss;
+  before_ascent();
+  try {
+    part_loss = run_pass(Pass::kAscent, closure, ascent);
+  } catch (...) {
+    after_ascent();
+    throw;
+  }
+  after_ascent();
+  at::Tensor ascent_losses;
+  if (ascent.per_sample_losses) {
+    if (part_loss.dim() != 1 || part_loss.numel() == 0) {
+      throw std::logic_error("SAM: the closure returned a loss of " + std::to_string(part_loss.dim()) +
+                             " dimensions where each sample's loss was asked for (selection().per_sample_losses)");
+    }
+    ascent_losses = part_loss;
+    part_loss = part_loss.mean();
+  }
   loss = loss.defined() ? loss + part_loss : part_loss;
   if (!gradients_finite(Pass::kAscent)) return false;  // nothing is perturbed now
   if (options_.parts == 1) {
@@ -327,7 +361,9 @@ bool SAMOptimizer::sam_part(const LossClosure& closure, at::Tensor& loss, bool& 
       at::NoGradGuard no_grad;
       move_to_perturbed(groups, perturbation(groups));
     }
-    run_pass(Pass::kDescent, closure);
+    SampleSelection descent;
+    descent.samples = descent_samples(ascent_losses, closure);
+    run_pass(Pass::kDescent, closure, descent);
     finite = gradients_finite(Pass::kDescent);
   } catch (...) {
     // Whatever failed, this rank's own weights return to w. No collective:

@@ -12,6 +12,7 @@
 #include "basin/core/optimizer_state.h"
 #include "basin/core/pass_hooks.h"
 #include "basin/core/reused_buffers.h"
+#include "basin/core/sample_selection.h"
 #include "basin/core/state.h"
 
 namespace basin {
@@ -88,7 +89,9 @@ class SAMOptimizer : public torch::optim::Optimizer, public PassAwareOptimizer, 
   /// perturbs the normalization layers alone). Their descent gradients are
   /// taken at the perturbed point of the others all the same.
   void set_unperturbed(std::unordered_set<const c10::TensorImpl*> params) { unperturbed_ = std::move(params); }
-  bool perturbs(const at::Tensor& param) const { return unperturbed_.count(param.unsafeGetTensorImpl()) == 0; }
+  bool perturbs(const at::Tensor& param) const {
+    return unperturbed_.count(param.unsafeGetTensorImpl()) == 0 && resting_.count(param.unsafeGetTensorImpl()) == 0;
+  }
   /// With `adaptive`, parameters whose scale T is 1 rather than |w| + eta
   /// (ASAM's authors scale the parameters named "weight" alone).
   void set_unscaled(std::unordered_set<const c10::TensorImpl*> params) { unscaled_ = std::move(params); }
@@ -106,11 +109,15 @@ class SAMOptimizer : public torch::optim::Optimizer, public PassAwareOptimizer, 
 
   /// The pass the closure is running now (kPlain between steps).
   Pass pass() const { return pass_; }
+  /// What the closure runs on and returns in this pass (see SampleSelection):
+  /// the whole batch and its mean loss but where a variant asks otherwise
+  /// (mSAM's parts, ESAM's forward alone and its descent's samples).
+  const SampleSelection& selection() const { return selection_; }
   /// The part of the batch the closure runs on (mSAM), of `parts()`: 0 of 1
   /// for SAM, and for the plain steps between SAM steps (`interval`), which
   /// take the whole batch.
-  int64_t part() const { return part_; }
-  int64_t parts() const { return pass_ == Pass::kPlain ? 1 : options_.parts; }
+  int64_t part() const { return selection_.part; }
+  int64_t parts() const { return selection_.parts; }
   int64_t steps() const { return steps_; }          // step(closure) calls
   /// Of which took the descent pass (two passes or more), or for one-pass
   /// variants ran their pass at a perturbed point.
@@ -167,6 +174,17 @@ class SAMOptimizer : public torch::optim::Optimizer, public PassAwareOptimizer, 
   /// updated, as in any plain step), restore w and step the base with those
   /// gradients.
   virtual bool perturbs_before_pass() const { return false; }
+  /// ESAM: true makes the ascent pass return each sample's loss; they go to
+  /// `descent_samples`, called at w + e before the descent pass, which may
+  /// run `forward_at_current_weights` and returns the samples (indices into
+  /// the batch, int64 on the CPU) the descent runs on; undefined: all.
+  virtual bool wants_ascent_sample_losses() const { return false; }
+  virtual at::Tensor descent_samples(const at::Tensor& /*ascent_losses*/, const LossClosure& /*closure*/) {
+    return {};
+  }
+  /// Around the ascent pass, however it ends (ESAM's weight selection).
+  virtual void before_ascent() {}
+  virtual void after_ascent() {}
   virtual std::vector<Perturbation> perturbation_before_pass(std::vector<GroupView>& groups) {
     return std::vector<Perturbation>(groups.size());
   }
@@ -187,6 +205,14 @@ class SAMOptimizer : public torch::optim::Optimizer, public PassAwareOptimizer, 
   /// `partial` (sums over the parameters this rank owns) added up over ranks
   /// under ZeRO-1; `partial` itself otherwise. Collective under ZeRO-1.
   at::Tensor sum_over_shards(const at::Tensor& partial);
+  /// A forward alone at the weights as they are now, returning each
+  /// sample's loss: a Pass::kDescent pass (BatchNorm statistics untouched),
+  /// no gradient touched.
+  at::Tensor forward_at_current_weights(const LossClosure& closure);
+  /// Leaves `params` at w in this step alone, out of the norm (ESAM's weight
+  /// selection); cleared when the step ends.
+  void rest_this_step(std::unordered_set<const c10::TensorImpl*> params) { resting_ = std::move(params); }
+
   /// Sets each group's scale to rho / (||normed|| + epsilon), the norm taken
   /// over every group (over shards when the ascent is synced under ZeRO-1:
   /// one all-reduce); `params` are the parameters of `normed`, in order.
@@ -195,7 +221,7 @@ class SAMOptimizer : public torch::optim::Optimizer, public PassAwareOptimizer, 
                     const std::vector<at::Tensor>& normed, const std::vector<at::Tensor>& params);
 
  private:
-  at::Tensor run_pass(Pass pass, const LossClosure& closure);
+  at::Tensor run_pass(Pass pass, const LossClosure& closure, SampleSelection selection = {});
   /// Ascent, perturbation, descent and restore on part `part_` of the batch;
   /// adds its loss to `loss`. False when a pass overflowed (w is restored).
   bool sam_part(const LossClosure& closure, at::Tensor& loss, bool& descended);
@@ -220,8 +246,10 @@ class SAMOptimizer : public torch::optim::Optimizer, public PassAwareOptimizer, 
   int64_t sam_steps_ = 0;
   int64_t skipped_steps_ = 0;
   int64_t part_ = 0;
+  SampleSelection selection_;
   std::unordered_set<const c10::TensorImpl*> unperturbed_;
   std::unordered_set<const c10::TensorImpl*> unscaled_;
+  std::unordered_set<const c10::TensorImpl*> resting_;
   at::Tensor last_grad_norm_;
   ReusedBuffers perturbed_;  // w + e during the descent, one per parameter with a gradient
   /// Parameters now holding w + e, with their own storage (w) set aside.

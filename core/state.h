@@ -1,12 +1,16 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include <ATen/core/Tensor.h>
 #include <c10/core/Device.h>
+
+#include "basin/core/batch.h"
+#include "basin/core/sample_selection.h"
 
 namespace torch {
 namespace nn { class Module; }
@@ -35,19 +39,17 @@ struct Timestamp {
   int64_t samples = 0;         // training samples consumed
 };
 
-/// Inputs and integer class targets of a batch (or of one microbatch).
-struct Batch {
-  at::Tensor inputs;
-  at::Tensor targets;
-  int64_t size() const { return inputs.defined() ? inputs.size(0) : 0; }
-};
-
 /// Everything algorithms and callbacks may look at, in one place.
 ///
 /// The trainer fills it from the config; a hand-written loop fills what it
 /// has. Algorithms may change it (SAM replaces `optimizer`); callbacks only read.
 struct State {
   std::shared_ptr<torch::nn::Module> model;
+  /// Runs `model` on inputs and returns its outputs (torch::nn::Module has
+  /// no virtual forward): what an algorithm that runs the model itself
+  /// (MESA's averaged weights) calls. The trainer sets it; a hand-written
+  /// loop sets its own, or leaves it empty where nothing needs it.
+  std::function<at::Tensor(const at::Tensor&)> forward;
   std::shared_ptr<torch::optim::Optimizer> optimizer;
   std::vector<std::shared_ptr<Scheduler>> schedulers;
   /// Loss scaling slot, filled by the grad_scaler callback under amp_fp16.
@@ -60,19 +62,23 @@ struct State {
   int64_t max_epochs = 1;
   int64_t max_steps = 0;        // 0: no limit besides max_epochs
   int64_t steps_per_epoch = 0;  // known once the data is
+  int64_t train_size = 0;       // samples in the training set, known once the data is
   int64_t log_every = 50;       // steps between metric records
 
   Batch batch;       // the whole batch of this step
-  /// The part of the batch the closure runs on: an algorithm that perturbs
-  /// parts of the batch apart (mSAM) sets them; the closure splits the part
-  /// into microbatches and reports the part's mean loss.
-  int64_t batch_part = 0;
-  int64_t batch_parts = 1;
+  /// What the closure runs on and returns in this pass (the whole batch and
+  /// its mean loss, unless an algorithm asks for part of it, a forward alone
+  /// or each sample's loss); the closure splits it into microbatches.
+  SampleSelection selection;
   Batch microbatch;  // the microbatch the closure is running on
   int64_t microbatch_index = 0;
   int64_t microbatch_count = 1;
+  /// The pass's samples over this microbatch's: its mean loss is divided by
+  /// it, so the microbatches' losses add up to the pass's mean (the
+  /// microbatch count when they are equal).
+  double microbatch_divisor = 1;
   at::Tensor outputs;
-  at::Tensor loss;   // loss of the current microbatch, already divided by microbatch_count
+  at::Tensor loss;   // loss of the current microbatch, already divided by microbatch_divisor
   Pass pass = Pass::kPlain;
   /// Set for a pass whose gradients must stay rank-local (SAM's ascent with sync_ascent false).
   bool skip_gradient_sync = false;

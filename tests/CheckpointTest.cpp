@@ -133,6 +133,21 @@ INSTANTIATE_TEST_SUITE_P(Variants, VariantResumeTest,
                          ::testing::ValuesIn(test::sam_family()),
                          [](const auto& info) { return info.param.first; });
 
+// SAF's bank of past outputs and MESA's weight average travel in the
+// algorithm's state: resumed in the epoch before the term first reads them.
+class LossSideResumeTest : public ::testing::TestWithParam<std::pair<std::string, std::string>> {};
+
+TEST_P(LossSideResumeTest, ResumedRunEqualsTheUninterruptedRun) {
+  Json config = test::smoke_config();
+  config["max_epochs"] = 3;
+  config["algorithms"] = Json::object();
+  config["algorithms"][GetParam().first] = Json::parse(GetParam().second);
+  expect_resume_matches(config, 13);  // 8 steps an epoch: inside epoch 1
+}
+
+INSTANTIATE_TEST_SUITE_P(LossSide, LossSideResumeTest, ::testing::ValuesIn(test::loss_side_family()),
+                         [](const auto& info) { return info.param.first; });
+
 TEST(CheckpointTest, MovingAveragesAreInTheCheckpointByParameterIndex) {
   Json config = test::smoke_config();
   config["max_steps"] = 3;

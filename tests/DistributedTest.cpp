@@ -300,6 +300,29 @@ TEST(DistributedTest, VariantsThatNeedTheSyncedAscentRefuseARankLocalOne) {
   }
 }
 
+// SAF's bank gathers every rank's outputs by global sample id; MESA's
+// average follows replicas that are the same on every rank.
+TEST(DistributedTest, LossSideAlgorithmsOnTwoRanksEqualOneRankOnTheJoinedBatchUnderDdpAndZeroOne) {
+  for (const auto& [name, keys] : test::loss_side_family()) {
+    Json config = test::smoke_config();
+    config["max_epochs"] = 4;
+    config["algorithms"] = Json::object();
+    config["algorithms"][name] = Json::parse(keys);
+    config["parallel"] = Json::parse(R"({"mode": "ddp"})");
+    const auto replicated = train_on_ranks(2, config);
+    config["parallel"]["mode"] = "zero1";
+    const auto sharded = train_on_ranks(2, config);
+    config["parallel"]["mode"] = "none";
+    config["data"]["batch_size"] = 32;  // both ranks' 16 together
+    Trainer one(config);
+    one.fit();
+    EXPECT_LE(max_difference(replicated[0], weights_of(one)), 1e-5) << name;
+    EXPECT_EQ(max_difference(replicated[0], replicated[1]), 0.0) << name;
+    EXPECT_LE(max_difference(sharded[0], replicated[0]), 1e-5) << name;
+    EXPECT_EQ(max_difference(sharded[0], sharded[1]), 0.0) << name;
+  }
+}
+
 TEST(DistributedTest, ZeroOneStateConsolidatesOnRankZero) {
   Json config = sam_config(R"({"rho": 0.05})", "zero1");
   config["max_steps"] = 3;

@@ -11,5 +11,16 @@ TEST(HandLoopTest, EngineServesALoopItDoesNotOwn) {
   EXPECT_NE(result.output.find("trace: sam/after_sharding"), std::string::npos) << result.output;
 }
 
+// The closure protocol serves a hand-written closure as it serves the
+// trainer's: ESAM's per-sample losses, forward alone and chosen samples,
+// mSAM's parts, SAF's sample ids.
+TEST(HandLoopTest, EveryKindOfAlgorithmRunsInTheLoop) {
+  for (const char* algorithms : {R"({"esam": {"beta": 0.7}})", R"({"msam": {"m": 2}})",
+                                 R"({"saf": {"epochs_ago": 1, "start_epoch": 1}})", R"({"mesa": {"start_epoch": -1}})"}) {
+    const auto result = test::run_command(std::string(BASIN_HAND_LOOP_EXE) + " '" + algorithms + "'");
+    EXPECT_EQ(result.exit_code, 0) << algorithms << "\n" << result.output;
+  }
+}
+
 }  // namespace
 }  // namespace basin

@@ -329,6 +329,8 @@ TEST(SAMVariantsTrainingTest, BadVariantConfigsNameTheKey) {
       {"looksam", R"({"k": 0})", "'algorithms.looksam.k'"},
       {"ae_sam", R"({"delta": 1})", "'algorithms.ae_sam.delta'"},
       {"momentum_sam", R"({"adaptive": true})", "'algorithms.momentum_sam.adaptive'"},
+      {"esam", R"({"beta": 0})", "'algorithms.esam.beta'"},
+      {"esam", R"({"gamma": 1.5})", "'algorithms.esam.gamma'"},
   };
   for (const auto& [name, keys, expected] : cases) {
     const Json config = variant_config(name, keys);

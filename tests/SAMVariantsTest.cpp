@@ -4,7 +4,9 @@
 // the degenerate settings that are SAM; and each variant training for real.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <numeric>
 #include <filesystem>
 #include <memory>
 
@@ -13,6 +15,7 @@
 #include <torch/optim/sgd.h>
 
 #include "basin/algorithms/ae_sam.h"
+#include "basin/algorithms/esam.h"
 #include "basin/algorithms/fisher_sam.h"
 #include "basin/algorithms/friendly_sam.h"
 #include "basin/algorithms/gsam.h"
@@ -329,6 +332,8 @@ TEST(SAMVariantsTest, DegenerateSettingsAreSamBitForBit) {
         return std::make_shared<SAMOptimizer>(b, o);
       },
       "msam m 1");
+  expect_same_as_sam([](Base b, SAMOptions o) { return std::make_shared<ESAMOptimizer>(b, o, 1.0, 1.0, 7); },
+                     "esam beta 1 gamma 1");
 }
 
 TEST(SAMVariantsTest, UnperturbedParametersStayAtWAndLeaveTheNorm) {
@@ -565,6 +570,118 @@ TEST(SAMVariantsTest, MomentumSamRefusesAnOptimizerWithoutMomentumAndRestoresWOn
   run_counting(sam, w, 1);
   EXPECT_EQ(sam.skipped_steps(), 1);
   for (std::size_t i = 0; i < w.size(); ++i) EXPECT_TRUE(at::equal(w[i], before[i])) << "tensor " << i;
+}
+
+/// Each sample's loss of the regression: mean over its outputs.
+at::Tensor sample_losses(const test::Problem& batch, const Tensors& w) {
+  return (batch.x.matmul(w[0]).tanh().matmul(w[1]) - batch.y).pow(2).mean(1);
+}
+
+/// A closure that honours SAMOptimizer::selection() as the trainer's does,
+/// keeping what each call was asked for.
+torch::optim::Optimizer::LossClosure selection_closure(SAMOptimizer& sam, const test::Problem& batch,
+                                                       const Tensors& w, std::vector<SampleSelection>& asked) {
+  return [&sam, &batch, w, &asked] {
+    const SampleSelection selection = sam.selection();
+    asked.push_back(selection);
+    if (selection.backward) sam.zero_grad();
+    test::Problem picked = batch;
+    if (selection.samples.defined()) {
+      picked.x = batch.x.index_select(0, selection.samples);
+      picked.y = batch.y.index_select(0, selection.samples);
+    }
+    at::AutoGradMode grad_mode(selection.backward);
+    const at::Tensor each = sample_losses(picked, w);
+    if (selection.backward) each.mean().backward();
+    return selection.per_sample_losses ? each.detach() : each.mean().detach();
+  };
+}
+
+TEST(SAMVariantsTest, EsamDescendsOnTheSamplesWhoseLossRoseMost) {
+  const test::Problem problem;
+  Tensors w = test::leaves(problem.initial());
+  Tensors expected = test::clone_all(w);
+  SAMOptions options;
+  options.rho = kRho;
+  ESAMOptimizer sam(sgd_for(w), options, /*beta=*/1.0, /*gamma=*/0.3, /*seed=*/0);
+  test::SgdReference sgd{0.1, 0.9, 0.0, {}};
+  for (int t = 0; t < 4; ++t) {
+    test::Problem batch = problem;
+    batch.x = problem.x.roll(t, 0);
+    std::vector<SampleSelection> asked;
+    sam.step(selection_closure(sam, batch, w, asked));
+    // Three passes: the ascent with each sample's loss, a forward alone at w + e, the descent on 5 of 16.
+    ASSERT_EQ(asked.size(), 3u);
+    EXPECT_TRUE(asked[0].backward && asked[0].per_sample_losses && !asked[0].samples.defined());
+    EXPECT_TRUE(!asked[1].backward && asked[1].per_sample_losses && !asked[1].samples.defined());
+    EXPECT_TRUE(asked[2].backward && !asked[2].per_sample_losses);
+    ASSERT_EQ(asked[2].samples.numel(), 5);  // round(0.3 * 16)
+
+    // The paper's rule, written out.
+    const test::LossFn mean_loss = [&batch](const Tensors& v) { return sample_losses(batch, v).mean(); };
+    const Tensors g = test::gradient_at(mean_loss, expected);
+    const Tensors perturbed = moved(expected, g, kRho / (norm_of(g) + 1e-12));
+    const at::Tensor rise = sample_losses(batch, perturbed) - sample_losses(batch, expected);
+    std::vector<int64_t> order(16);
+    std::iota(order.begin(), order.end(), 0);
+    std::sort(order.begin(), order.end(), [&rise](int64_t a, int64_t b) { return rise[a].item<double>() > rise[b].item<double>(); });
+    std::vector<int64_t> top(order.begin(), order.begin() + 5);
+    std::sort(top.begin(), top.end());
+    const at::Tensor chosen = at::tensor(top, at::kLong);
+    EXPECT_TRUE(at::equal(asked[2].samples, chosen)) << "step " << t;
+    test::Problem subset = batch;
+    subset.x = batch.x.index_select(0, chosen);
+    subset.y = batch.y.index_select(0, chosen);
+    sgd.step(expected, test::gradient_at(subset.fn(), perturbed), {0.1, 0.1}, {0.0, 0.0});
+    test::expect_close(w, expected, 1e-5);
+  }
+}
+
+TEST(SAMVariantsTest, EsamPerturbsTheTensorsItDrawsScaledByOneOverBeta) {
+  const test::Problem problem;
+  Tensors w = test::leaves(problem.initial());
+  Tensors expected = test::clone_all(w);
+  SAMOptions options;
+  options.rho = kRho;
+  ESAMOptimizer sam(sgd_for(w), options, /*beta=*/0.5, /*gamma=*/1.0, /*seed=*/3);
+  test::SgdReference sgd{0.1, 0.9, 0.0, {}};
+  int resting_steps = 0, full_steps = 0, plain_steps = 0;
+  for (int t = 0; t < 16; ++t) {
+    test::Problem batch = problem;
+    batch.x = problem.x.roll(t, 0);
+    const auto resting = sam.resting_tensors(t);
+    std::vector<bool> rests;
+    for (const auto& v : w) rests.push_back(resting.count(v.unsafeGetTensorImpl()) != 0);
+    const bool any = !rests[0] || !rests[1];  // a tensor to perturb; else a plain step
+    // In the ascent pass a resting tensor takes no gradient at all.
+    int calls = 0;
+    sam.step([&] {
+      sam.zero_grad();
+      if (calls++ == 0) {
+        for (std::size_t i = 0; i < w.size(); ++i) {
+          EXPECT_EQ(w[i].requires_grad(), !rests[i] || !any) << "step " << t;
+        }
+      }
+      at::Tensor loss = batch.loss(w);
+      loss.backward();
+      return loss.detach();
+    });
+    EXPECT_EQ(calls, any ? 2 : 1);  // gamma 1: no forward alone, the descent on every sample
+    for (const auto& v : w) EXPECT_TRUE(v.requires_grad());
+    Tensors direction = test::gradient_at(batch.fn(), expected);
+    for (std::size_t i = 0; i < w.size(); ++i) {
+      if (rests[i]) direction[i] = at::zeros_like(direction[i]);
+    }
+    const Tensors point = any ? moved(expected, direction, kRho / 0.5 / (norm_of(direction) + 1e-12)) : expected;
+    sgd.step(expected, test::gradient_at(batch.fn(), point), {0.1, 0.1}, {0.0, 0.0});
+    test::expect_close(w, expected, 1e-5);
+    resting_steps += rests[0] != rests[1];
+    full_steps += !rests[0] && !rests[1];
+    plain_steps += !any;
+  }
+  EXPECT_GT(resting_steps, 0);  // the draws exercised every case
+  EXPECT_GT(full_steps, 0);
+  EXPECT_GT(plain_steps, 0);
 }
 
 }  // namespace

@@ -15,11 +15,11 @@ TensorDataset::TensorDataset(at::Tensor inputs, at::Tensor targets)
 
 Batch TensorDataset::gather(const std::vector<int64_t>& indices) const {
   auto index = at::tensor(indices, at::kLong);
-  return {inputs_.index_select(0, index), targets_.index_select(0, index)};
+  return {inputs_.index_select(0, index), targets_.index_select(0, index), index};
 }
 
 Batch TensorDataset::slice(int64_t begin, int64_t end) const {
-  return {inputs_.slice(0, begin, end), targets_.slice(0, begin, end)};
+  return {inputs_.slice(0, begin, end), targets_.slice(0, begin, end), at::arange(begin, end, at::kLong)};
 }
 
 Registry<DataSplits, int64_t>& dataset_registry() {

@@ -152,6 +152,7 @@ void Trainer::build(const Json& config, std::vector<std::shared_ptr<Callback>> c
                   static_cast<uint64_t>(state_.seed));
   // Each step takes batch_size samples on every rank: world_size * batch_size in all.
   state_.steps_per_epoch = data_.train.size() / (batch_size_ * state_.world_size);
+  state_.train_size = data_.train.size();
   if (state_.steps_per_epoch == 0) {
     throw ConfigError("config key 'data.batch_size': " + std::to_string(batch_size_) + " per rank on " +
                       std::to_string(state_.world_size) + " ranks needs more than the " +
@@ -170,6 +171,7 @@ void Trainer::build(const Json& config, std::vector<std::shared_ptr<Callback>> c
   if (initial_weights) load_initial_weights(*model_, *initial_weights);
   model_->to(state_.device);
   state_.model = model_;
+  state_.forward = [model = model_.get()](const at::Tensor& inputs) { return model->forward(inputs); };
   state_.optimizer = make_optimizer(optimizer, *model_);
 
   for (std::size_t i = 0; i < schedulers.size(); ++i) {
@@ -324,34 +326,52 @@ PassHooks Trainer::pass_hooks() {
 }
 
 at::Tensor Trainer::closure() {
-  state_.optimizer->zero_grad();
-  const int64_t parts = state_.batch_parts;
-  if (parts < 1 || state_.batch_part < 0 || state_.batch_part >= parts || state_.batch.size() % (parts * microbatches_) != 0) {
-    throw ConfigError("batch part " + std::to_string(state_.batch_part) + " of " + std::to_string(parts) + ": the " +
+  const SampleSelection& selection = state_.selection;
+  if (selection.backward) state_.optimizer->zero_grad();  // a forward alone leaves the gradients as they are
+  const int64_t parts = selection.parts;
+  if (parts < 1 || selection.part < 0 || selection.part >= parts || state_.batch.size() % (parts * microbatches_) != 0) {
+    throw ConfigError("batch part " + std::to_string(selection.part) + " of " + std::to_string(parts) + ": the " +
                       std::to_string(state_.batch.size()) + "-sample batch must split into " + std::to_string(parts) +
                       " parts of " + std::to_string(microbatches_) + " equal microbatches (data.batch_size)");
   }
-  const at::Tensor part_inputs = parts == 1 ? state_.batch.inputs : state_.batch.inputs.chunk(parts)[state_.batch_part];
-  const at::Tensor part_targets = parts == 1 ? state_.batch.targets : state_.batch.targets.chunk(parts)[state_.batch_part];
-  const auto inputs = part_inputs.chunk(microbatches_);
-  const auto targets = part_targets.chunk(microbatches_);
+  // The part, then the selected samples of it, then their microbatches.
+  const Batch picked = selected(state_.batch, selection);
+  const int64_t samples = picked.size();
+  if (samples == 0) throw std::logic_error("the optimizer asked for a pass on no sample");
+  // A selection may hold fewer samples than there are microbatches.
+  const int64_t count = std::min(microbatches_, samples);
+  const auto inputs = picked.inputs.chunk(count);
+  const auto targets = picked.targets.chunk(count);
+  const auto ids = picked.ids.defined() ? picked.ids.chunk(count) : std::vector<at::Tensor>(inputs.size());
+  state_.microbatch_count = static_cast<int64_t>(inputs.size());
   at::Tensor total = at::zeros({}, at::TensorOptions(at::kFloat).device(state_.device));
-  for (int64_t i = 0; i < microbatches_; ++i) {
-    state_.microbatch = {inputs[i], targets[i]};
-    state_.microbatch_index = i;
+  std::vector<at::Tensor> sample_losses;
+  for (std::size_t i = 0; i < inputs.size(); ++i) {
+    state_.microbatch = {inputs[i], targets[i], ids[i]};
+    state_.microbatch_index = static_cast<int64_t>(i);
+    // Each microbatch carries its share of the pass's mean loss, so the
+    // microbatches give the gradient of one batch of all their samples
+    // (k equal microbatches: 1/k each).
+    state_.microbatch_divisor = static_cast<double>(samples) / static_cast<double>(inputs[i].size(0));
     {
       AutocastGuard autocast(state_.precision, state_.device.type());
+      at::AutoGradMode grad_mode(selection.backward);
       engine_->run(Event::BEFORE_FORWARD);
       state_.outputs = model_->forward(state_.microbatch.inputs);
       engine_->run(Event::AFTER_FORWARD);
       engine_->run(Event::BEFORE_LOSS);
-      // Each microbatch carries 1/k of the batch's mean loss, so k microbatches
-      // of b samples give the gradient of one batch of k*b. The loss is fp32.
-      state_.loss = at::cross_entropy_loss(state_.outputs.to(at::kFloat), state_.microbatch.targets) /
-                    static_cast<double>(microbatches_);
+      const at::Tensor logits = state_.outputs.to(at::kFloat);  // the loss is fp32
+      if (selection.per_sample_losses) {
+        const at::Tensor each = at::cross_entropy_loss(logits, state_.microbatch.targets, {}, at::Reduction::None);
+        sample_losses.push_back(each.detach());
+        state_.loss = each.mean() / state_.microbatch_divisor;
+      } else {
+        state_.loss = at::cross_entropy_loss(logits, state_.microbatch.targets) / state_.microbatch_divisor;
+      }
       engine_->run(Event::AFTER_LOSS);
     }
     total += state_.loss.detach();
+    if (!selection.backward) continue;
     engine_->run(Event::BEFORE_BACKWARD);
     // Under a grad scaler the backward runs on the scaled loss, in every pass.
     (state_.scaler ? state_.scaler->scale(state_.loss) : state_.loss).backward();
@@ -359,9 +379,9 @@ at::Tensor Trainer::closure() {
   }
   // Microbatches accumulate locally; ranks sync once, unless this pass's
   // gradients must stay rank-local (SAM's ascent with sync_ascent false).
-  if (data_parallel_ && !state_.skip_gradient_sync) sync_gradients();
+  if (selection.backward && data_parallel_ && !state_.skip_gradient_sync) sync_gradients();
   pass_loss_ = total;
-  return total;
+  return selection.per_sample_losses ? at::cat(sample_losses) : total;
 }
 
 at::Tensor Trainer::optimizer_step() {
@@ -385,7 +405,7 @@ at::Tensor Trainer::optimizer_step() {
 
 void Trainer::train_batch(const Batch& batch) {
   const auto start = Clock::now();
-  state_.batch = {batch.inputs.to(state_.device, /*non_blocking=*/true), batch.targets.to(state_.device, true)};
+  state_.batch = {batch.inputs.to(state_.device, /*non_blocking=*/true), batch.targets.to(state_.device, true), batch.ids};
   engine_->run(Event::BATCH_START);
   engine_->run(Event::BEFORE_STEP);
   const double lr = current_lr();

@@ -1,0 +1,91 @@
+#include "basin/algorithms/saf.h"
+
+#include <stdexcept>
+
+#include <ATen/ATen.h>
+
+#include "basin/core/parallel/communicator.h"
+
+namespace basin {
+
+SAF::SAF(Params& params) : TrajectoryLoss(params, 0.3) {
+  epochs_ago_ = params.integer("epochs_ago", 2, 1);
+  if (start_epoch() < epochs_ago_) {
+    // The first epoch with the term (start_epoch + 1) reads epoch start_epoch + 1 - epochs_ago >= 1.
+    params.fail("start_epoch", "at least epochs_ago (" + std::to_string(epochs_ago_) +
+                                   "), so that the outputs it reads were written",
+                Json(start_epoch()));
+  }
+}
+
+bool SAF::match(Event event, const State& /*state*/) const {
+  return event == Event::AFTER_LOSS || event == Event::AFTER_STEP;
+}
+
+void SAF::apply(Event event, State& state, Logger& /*logger*/) {
+  if (event == Event::AFTER_STEP) {
+    write_recorded(state);
+    return;
+  }
+  if (!state.microbatch.ids.defined()) {
+    throw std::runtime_error("saf needs each sample's id in the training set (Batch::ids); this batch has none");
+  }
+  if (state.pass != Pass::kDescent) record(state);
+  if (!active(state) || !bank_.defined()) return;
+  const int64_t slot = (state.timestamp.epoch - epochs_ago_) % (epochs_ago_ + 1);
+  add_term(state, bank_.index_select(0, state.microbatch.ids).select(1, slot));
+}
+
+void SAF::record(const State& state) {
+  recorded_ids_.push_back(state.microbatch.ids);
+  recorded_outputs_.push_back(state.outputs.detach().to(at::kCPU, at::kFloat));
+}
+
+void SAF::write_recorded(const State& state) {
+  if (recorded_ids_.empty()) return;
+  at::Tensor ids = at::cat(recorded_ids_);
+  at::Tensor outputs = at::cat(recorded_outputs_);
+  recorded_ids_.clear();
+  recorded_outputs_.clear();
+  if (state.communicator && state.world_size > 1) {
+    // Every rank's rows in one all-reduce: each fills its own block of zeros.
+    // Ids travel as doubles: exact below 2^53 samples.
+    const int64_t rows = ids.size(0), columns = outputs.size(1) + 1;
+    at::Tensor gathered = at::zeros({state.world_size, rows, columns}, at::kDouble);
+    gathered[state.rank].select(1, 0).copy_(ids);
+    gathered[state.rank].narrow(1, 1, columns - 1).copy_(outputs);
+    std::vector<at::Tensor> tensors{gathered.to(state.device)};
+    state.communicator->all_reduce_sum(tensors);
+    gathered = tensors.front().cpu().reshape({-1, columns});
+    ids = gathered.select(1, 0).to(at::kLong);
+    outputs = gathered.narrow(1, 1, columns - 1).to(at::kFloat);
+  }
+  if (!bank_.defined()) {
+    if (state.train_size <= 0) throw std::runtime_error("saf needs the training set's size (State::train_size)");
+    bank_ = at::zeros({state.train_size, epochs_ago_ + 1, outputs.size(1)}, at::kFloat);
+  }
+  bank_.select(1, state.timestamp.epoch % (epochs_ago_ + 1)).index_copy_(0, ids, outputs);
+}
+
+StateDict SAF::state_dict() const {
+  StateDict state = new_state_dict();
+  if (bank_.defined()) state.insert("bank", bank_);
+  return state;
+}
+
+void SAF::load_state_dict(const StateDict& state) {
+  if (!state.contains("bank")) {
+    bank_ = at::Tensor();
+    return;
+  }
+  const at::IValue& bank = state.at("bank");
+  if (!bank.isTensor() || bank.toTensor().dim() != 3 || bank.toTensor().size(1) != epochs_ago_ + 1) {
+    throw std::invalid_argument("SAF state: 'bank' must be a [samples, " + std::to_string(epochs_ago_ + 1) +
+                                ", classes] tensor (epochs_ago " + std::to_string(epochs_ago_) + ")");
+  }
+  bank_ = bank.toTensor().to(at::kCPU, at::kFloat).clone();
+}
+
+BASIN_REGISTER(algorithm_registry(), "saf", SAF);
+
+}  // namespace basin

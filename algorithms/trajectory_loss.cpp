@@ -1,0 +1,27 @@
+#include "basin/algorithms/trajectory_loss.h"
+
+#include <ATen/ATen.h>
+
+namespace basin {
+
+TrajectoryLoss::TrajectoryLoss(Params& params, double default_lambda) : path_(params.path()) {
+  lambda_ = params.number("lambda", default_lambda, 0);
+  temperature_ = params.positive("temperature", 5);
+  start_epoch_ = params.integer("start_epoch", 5, -1);
+}
+
+at::Tensor TrajectoryLoss::term(const at::Tensor& outputs, const at::Tensor& reference, double lambda,
+                                double temperature) {
+  const at::Tensor log_p = at::log_softmax(outputs.to(at::kFloat) / temperature, 1);
+  const at::Tensor log_ref = at::log_softmax(reference.to(outputs.device(), at::kFloat) / temperature, 1);
+  // KL(p_ref || p) = sum_c p_ref (log p_ref - log p), per sample.
+  const at::Tensor kl = (log_ref.exp() * (log_ref - log_p)).sum(1);
+  return kl.mean() * (lambda * temperature * temperature);
+}
+
+void TrajectoryLoss::add_term(State& state, const at::Tensor& reference) const {
+  state.loss = state.loss + term(state.outputs, reference, lambda_, temperature_) /
+                                state.microbatch_divisor;
+}
+
+}  // namespace basin

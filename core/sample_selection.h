@@ -1,0 +1,38 @@
+#pragma once
+
+#include <cstdint>
+
+#include <ATen/core/Tensor.h>
+
+#include "basin/core/batch.h"
+
+namespace basin {
+
+/// What one pass of a closure runs on and returns, as the optimizer that
+/// calls it asks (SAMOptimizer::selection(); the trainer's closure reads
+/// State::selection, which the SAM algorithm keeps equal to it):
+///   - part `part` of `parts` equal contiguous parts of the step's batch
+///     (mSAM perturbs each part apart);
+///   - of that part, the samples at `samples` (int64 indices on the CPU, in
+///     order; ESAM's descent on the samples whose loss rose most), or all of
+///     them when undefined; the pass's loss is their mean;
+///   - `backward` false: a forward alone, no gradient touched (not zeroed);
+///   - `per_sample_losses`: the closure returns each sample's loss, a [n]
+///     tensor in the samples' order, instead of their mean.
+/// A closure that only ever sees the default (the whole batch, backward,
+/// the mean) may ignore it; the algorithms that need more say so.
+struct SampleSelection {
+  int64_t part = 0;
+  int64_t parts = 1;
+  at::Tensor samples;
+  bool backward = true;
+  bool per_sample_losses = false;
+
+  bool whole_batch() const { return parts == 1 && !samples.defined(); }
+};
+
+/// The samples of `batch` that `selection` asks for, in order (the batch
+/// itself for the default): what a closure runs on.
+Batch selected(const Batch& batch, const SampleSelection& selection);
+
+}  // namespace basin
