@@ -1,11 +1,15 @@
 // What each SAM-family algorithm costs over the plain optimizer it wraps,
 // on the CNN of the examples (Fashion-MNIST shapes, batch 128, SGD with
-// momentum):
+// momentum). The optimizer-side ones step a SAMOptimizer with a closure; the
+// loss-side ones (saf, mesa) run through the engine as a hand-written loop
+// does, with their term in the loss (an epoch past their start) and SAF's
+// bank sized for Fashion-MNIST's 60000 samples:
 //   - step time over SGD's from interleaved pairs (this machine drifts by
 //     tens of percent between runs, never within a pair): the ratio of the
 //     pairs' total times, which weighs LookSAM's refresh steps and AE-SAM's
 //     SAM steps at their share, and the median of the per-pair ratios
-//   - the share of steps that took SAM's second pass
+//   - the share of steps that took SAM's second pass (momentum_sam: ran at a
+//     perturbed point; "-" for the loss-side ones, which have no SAM steps)
 //   - peak memory of training over SGD's, in copies of the parameters
 // Threads: BASIN_BENCH_THREADS (default 1); pairs: BASIN_BENCH_PAIRS (default 20).
 
@@ -24,6 +28,7 @@
 #include <torch/optim/sgd.h>
 
 #include "basin/algorithms/ae_sam.h"
+#include "basin/algorithms/esam.h"
 #include "basin/algorithms/fisher_sam.h"
 #include "basin/algorithms/friendly_sam.h"
 #include "basin/algorithms/gsam.h"
@@ -32,6 +37,7 @@
 #include "basin/algorithms/sam_optimizer.h"
 #include "basin/algorithms/vasso.h"
 #include "basin/algorithms/wsam.h"
+#include "basin/core/engine.h"
 #include "basin/core/train/model.h"
 #include "tracking_allocator.h"
 
@@ -44,7 +50,8 @@ using Make = std::function<std::shared_ptr<basin::SAMOptimizer>(Base)>;
 
 struct Variant {
   std::string name;
-  Make make;
+  Make make;               // an optimizer-side algorithm's SAMOptimizer
+  std::string algorithms;  // or a loss-side one's "algorithms" config
 };
 
 basin::SAMOptions options(int64_t parts = 1, bool adaptive = false, int64_t start = 0) {
@@ -56,54 +63,102 @@ basin::SAMOptions options(int64_t parts = 1, bool adaptive = false, int64_t star
 }
 
 std::vector<Variant> variants() {
+  const auto sam_side = [](const char* name, Make make) { return Variant{name, std::move(make), ""}; };
+  const auto loss_side = [](const char* name, const char* algorithms) { return Variant{name, nullptr, algorithms}; };
   return {
-      {"sam", [](Base b) { return std::make_shared<basin::SAMOptimizer>(b, options()); }},
-      {"asam", [](Base b) { return std::make_shared<basin::SAMOptimizer>(b, options(1, true)); }},
-      {"gsam", [](Base b) { return std::make_shared<basin::GSAMOptimizer>(b, options(), 0.4); }},
-      {"wsam", [](Base b) { return std::make_shared<basin::WSAMOptimizer>(b, options(), 0.9, true); }},
-      {"friendly_sam", [](Base b) { return std::make_shared<basin::FriendlySAMOptimizer>(b, options(), 1.0, 0.9); }},
-      {"fisher_sam", [](Base b) { return std::make_shared<basin::FisherSAMOptimizer>(b, options()); }},
-      {"vasso", [](Base b) { return std::make_shared<basin::VaSSOOptimizer>(b, options(), 0.9); }},
-      {"msam (m 4)", [](Base b) { return std::make_shared<basin::SAMOptimizer>(b, options(4)); }},
-      {"looksam (k 5)", [](Base b) { return std::make_shared<basin::LookSAMOptimizer>(b, options(), 5, 0.7); }},
-      {"ae_sam", [](Base b) { return std::make_shared<basin::AESAMOptimizer>(b, options(), 0.9, -1, 1, 40); }},
-      {"momentum_sam", [](Base b) { return std::make_shared<basin::MomentumSAMOptimizer>(b, options()); }},
-      {"sam, start 10", [](Base b) { return std::make_shared<basin::SAMOptimizer>(b, options(1, false, 10)); }},
+      sam_side("sam", [](Base b) { return std::make_shared<basin::SAMOptimizer>(b, options()); }),
+      sam_side("asam", [](Base b) { return std::make_shared<basin::SAMOptimizer>(b, options(1, true)); }),
+      sam_side("gsam", [](Base b) { return std::make_shared<basin::GSAMOptimizer>(b, options(), 0.4); }),
+      sam_side("wsam", [](Base b) { return std::make_shared<basin::WSAMOptimizer>(b, options(), 0.9, true); }),
+      sam_side("friendly_sam", [](Base b) { return std::make_shared<basin::FriendlySAMOptimizer>(b, options(), 1.0, 0.9); }),
+      sam_side("fisher_sam", [](Base b) { return std::make_shared<basin::FisherSAMOptimizer>(b, options()); }),
+      sam_side("vasso", [](Base b) { return std::make_shared<basin::VaSSOOptimizer>(b, options(), 0.9); }),
+      sam_side("msam (m 4)", [](Base b) { return std::make_shared<basin::SAMOptimizer>(b, options(4)); }),
+      sam_side("looksam (k 5)", [](Base b) { return std::make_shared<basin::LookSAMOptimizer>(b, options(), 5, 0.7); }),
+      sam_side("ae_sam", [](Base b) { return std::make_shared<basin::AESAMOptimizer>(b, options(), 0.9, -1, 1, 40); }),
+      sam_side("esam", [](Base b) { return std::make_shared<basin::ESAMOptimizer>(b, options(), 0.6, 0.5, 0); }),
+      sam_side("momentum_sam", [](Base b) { return std::make_shared<basin::MomentumSAMOptimizer>(b, options()); }),
+      sam_side("sam, start 10", [](Base b) { return std::make_shared<basin::SAMOptimizer>(b, options(1, false, 10)); }),
+      loss_side("saf", R"({"saf": {}})"),
+      loss_side("mesa", R"({"mesa": {}})"),
   };
 }
+
+constexpr int64_t kTrainSize = 60000;
 
 struct Setup {
   std::shared_ptr<basin::Model> model;
   at::Tensor inputs, targets;
   std::shared_ptr<torch::optim::Optimizer> base;
-  std::shared_ptr<basin::SAMOptimizer> optimizer;  // none: plain SGD
+  std::shared_ptr<basin::SAMOptimizer> optimizer;  // an optimizer-side algorithm's
+  std::unique_ptr<basin::State> state;             // a loss-side one's, with its engine
+  std::unique_ptr<basin::Engine> engine;
+  bool started = false;
 
-  explicit Setup(const Make& make) {
+  explicit Setup(const Variant* variant) {
     at::manual_seed(0);
     basin::Params params(basin::Json::object(), "model");
     model = basin::model_registry().create("cnn", params, basin::DatasetInfo{{1, 28, 28}, 10});
     inputs = at::randn({kBatch, 1, 28, 28});
     targets = at::randint(0, 10, {kBatch}, at::kLong);
     base = std::make_shared<torch::optim::SGD>(model->parameters(), torch::optim::SGDOptions(0.01).momentum(0.9));
-    if (make) optimizer = make(base);
+    if (variant == nullptr) return;
+    if (variant->make) {
+      optimizer = variant->make(base);
+      return;
+    }
+    state = std::make_unique<basin::State>();
+    state->model = model;
+    state->forward = [m = model.get()](const at::Tensor& x) { return m->forward(x); };
+    state->optimizer = base;
+    state->train_size = kTrainSize;
+    state->timestamp.epoch = 10;  // past every default start_epoch: the term is in the loss
+    engine = std::make_unique<basin::Engine>(*state);
+    basin::Params algorithms(basin::Json::parse(variant->algorithms), "algorithms");
+    engine->add_algorithms(algorithms);
   }
-  // The closure every variant takes: mSAM's parts read part() of parts().
+  std::string sam_share() const {
+    return optimizer ? fmt::format("{:.2f}", static_cast<double>(optimizer->sam_steps()) / optimizer->steps()) : "-";
+  }
   void step() {
+    if (state) return loss_side_step();
     if (!optimizer) {  // plain SGD
       base->zero_grad();
       at::cross_entropy_loss(model->forward(inputs), targets).backward();
       base->step();
       return;
     }
+    // The closure every variant takes: it runs on what selection() asks
+    // (mSAM's part, ESAM's samples and its forward alone).
     optimizer->step([this] {
-      optimizer->zero_grad();
-      const int64_t parts = optimizer->parts();
-      const at::Tensor x = parts == 1 ? inputs : inputs.chunk(parts)[optimizer->part()];
-      const at::Tensor y = parts == 1 ? targets : targets.chunk(parts)[optimizer->part()];
-      at::Tensor loss = at::cross_entropy_loss(model->forward(x), y);
-      loss.backward();
-      return loss.detach();
+      const basin::SampleSelection& selection = optimizer->selection();
+      if (selection.backward) optimizer->zero_grad();
+      const basin::Batch batch = basin::selected({inputs, targets, {}}, selection);
+      const at::Tensor &x = batch.inputs, &y = batch.targets;
+      at::AutoGradMode grad_mode(selection.backward);
+      if (!selection.per_sample_losses) {
+        at::Tensor loss = at::cross_entropy_loss(model->forward(x), y);
+        if (selection.backward) loss.backward();
+        return loss.detach();
+      }
+      const at::Tensor each = at::cross_entropy_loss(model->forward(x), y, {}, at::Reduction::None);
+      if (selection.backward) each.mean().backward();
+      return each.detach();
     });
+  }
+  // A hand-written loop's step, with the events the loss-side algorithms use.
+  void loss_side_step() {
+    if (!started) engine->run(basin::Event::FIT_START);  // here, so that peak memory counts MESA's average
+    started = true;
+    state->microbatch = {inputs, targets, at::randperm(kTrainSize, at::kLong).narrow(0, 0, kBatch)};
+    base->zero_grad();
+    engine->run(basin::Event::BEFORE_FORWARD);
+    state->outputs = model->forward(inputs);
+    state->loss = at::cross_entropy_loss(state->outputs, targets);
+    engine->run(basin::Event::AFTER_LOSS);
+    state->loss.backward();
+    base->step();
+    engine->run(basin::Event::AFTER_STEP);
   }
   double parameter_bytes() const {
     double bytes = 0;
@@ -120,9 +175,9 @@ double median(std::vector<double> values) {
 }
 
 // Peak bytes held over three steps above what model and data held before.
-double training_peak_bytes(const Make& make) {
+double training_peak_bytes(const Variant* variant) {
   auto& tracker = basin::bench::TrackingAllocator::install();
-  Setup s(make);
+  Setup s(variant);
   tracker.reset_peak();
   const size_t before = tracker.current();
   for (int i = 0; i < 3; ++i) s.step();
@@ -143,10 +198,9 @@ int main() {
   fmt::print("{:<16} {:>13} {:>11} {:>13} {:>10} {:>30}\n", "algorithm", "mean step ms", "total / SGD",
              "median / SGD", "SAM steps", "peak over SGD (param copies)");
   for (const auto& variant : variants()) {
-    Setup sgd(nullptr), other(variant.make);
+    Setup sgd(nullptr), other(&variant);
     sgd.step();  // warm-up: buffers and states are allocated by the first step
     other.step();
-    const int64_t steps_before = other.optimizer->steps(), sam_before = other.optimizer->sam_steps();
     std::vector<double> ratios;
     double sgd_total = 0, other_total = 0;
     for (int i = 0; i < pairs; ++i) {
@@ -159,11 +213,9 @@ int main() {
       other_total += seconds(t1, t2);
       ratios.push_back(seconds(t1, t2) / seconds(t0, t1));
     }
-    const double share = static_cast<double>(other.optimizer->sam_steps() - sam_before) /
-                         static_cast<double>(other.optimizer->steps() - steps_before);
-    const double extra = (training_peak_bytes(variant.make) - sgd_peak) / parameter_bytes;
-    fmt::print("{:<16} {:>13.1f} {:>11.3f} {:>13.3f} {:>10.2f} {:>30.2f}\n", variant.name, other_total / pairs * 1e3,
-               other_total / sgd_total, median(ratios), share, extra);
+    const double extra = (training_peak_bytes(&variant) - sgd_peak) / parameter_bytes;
+    fmt::print("{:<16} {:>13.1f} {:>11.3f} {:>13.3f} {:>10} {:>30.2f}\n", variant.name, other_total / pairs * 1e3,
+               other_total / sgd_total, median(ratios), other.sam_share(), extra);
   }
   return 0;
 }
