@@ -45,11 +45,21 @@ std::unordered_set<const c10::TensorImpl*> ESAMOptimizer::resting_tensors(int64_
 
 void ESAMOptimizer::before_ascent() {
   auto resting = resting_tensors(steps() - 1);  // steps() already counts this step
+  // A draw that rests every tensor the loss reaches leaves nothing to perturb
+  // (and no gradient to take): a plain step with the ascent's gradients,
+  // taken for every tensor. The tensors the loss reaches are those with a
+  // gradient from the step before (all of them before the first).
+  bool any_graded = false, chosen_graded = false;
+  for (const auto& g : parameter_groups(/*perturbed_only=*/true)) {
+    for (const auto& p : g.params) {
+      if (!p.grad().defined()) continue;
+      any_graded = true;
+      chosen_graded = chosen_graded || resting.count(p.unsafeGetTensorImpl()) == 0;
+    }
+  }
   std::size_t perturbable = 0;
   for (const auto& g : parameter_groups(/*perturbed_only=*/true)) perturbable += g.params.size();
-  // A draw that rests every tensor leaves nothing to perturb: a plain step
-  // with the ascent's gradients (which then must be taken for every tensor).
-  all_resting_ = resting.size() == perturbable;
+  all_resting_ = any_graded ? !chosen_graded : resting.size() == perturbable;
   if (all_resting_) return;
   for (const auto& g : parameter_groups(/*perturbed_only=*/true)) {
     for (const auto& p : g.params) {
@@ -78,13 +88,14 @@ std::vector<SAMOptimizer::Perturbation> ESAMOptimizer::perturbation(std::vector<
 
 at::Tensor ESAMOptimizer::descent_samples(const at::Tensor& ascent_losses, const LossClosure& closure) {
   if (gamma_ >= 1) return {};
+  const int64_t n = ascent_losses.numel();
+  const int64_t keep = std::clamp<int64_t>(std::llround(gamma_ * static_cast<double>(n)), 1, n);
+  if (keep == n) return {};  // every sample: no forward needed to rank them
   const at::Tensor after = forward_at_current_weights(closure);
   if (after.sizes() != ascent_losses.sizes()) {
     throw std::logic_error("ESAM: the forward at w + e returned " + std::to_string(after.numel()) +
                            " sample losses, the ascent " + std::to_string(ascent_losses.numel()));
   }
-  const int64_t n = ascent_losses.numel();
-  const int64_t keep = std::clamp<int64_t>(std::llround(gamma_ * static_cast<double>(n)), 1, n);
   const at::Tensor rise = (after.to(at::kCPU, at::kDouble) - ascent_losses.to(at::kCPU, at::kDouble));
   // The samples whose loss rose most, in batch order.
   return std::get<0>(std::get<1>(at::topk(rise, keep)).sort());

@@ -10,11 +10,13 @@ namespace basin {
 ///     require a gradient in the ascent pass, which saves their weight
 ///     gradients' work, stay at w and leave the norm);
 ///     e = rho / beta * g_S / (||g_S|| + epsilon) over the chosen tensors S.
-///     A step whose draw rests every tensor is a plain one-pass step.
+///     A step whose draw rests every tensor the loss reaches is a plain
+///     one-pass step.
 ///   - Sharpness-sensitive data selection: after the ascent pass (each
 ///     sample's loss L(w)), a forward alone at w + e gives L(w + e); the
 ///     descent pass runs on the round(gamma * n) samples (at least one) whose
-///     loss rose most, and the base steps with their mean gradient.
+///     loss rose most, and the base steps with their mean gradient (no
+///     forward alone when that is every sample).
 ///
 ///     {"algorithms": {"esam": {"beta": 0.6, "gamma": 0.5, "rho": 0.05, ...SAM's other keys}}}
 ///
@@ -22,9 +24,9 @@ namespace basin {
 /// probability beta the same way, and takes the samples strictly above the
 /// int(gamma * n)-th largest rise, one fewer; basin takes the top
 /// round(gamma * n)). beta 1 and gamma 1 are SAM. The closure must honour
-/// `SAMOptimizer::selection()`: each sample's loss from the ascent and the
+/// `SAMOptimizer::request()`: each sample's loss from the ascent and the
 /// forward alone, the descent on the chosen samples (the trainer's closure
-/// does; see SampleSelection). The tensors chosen come from (seed, step)
+/// does; see PassRequest). The tensors chosen come from (seed, step)
 /// alone, so a resumed run chooses the same and nothing else is kept. Under
 /// data-parallel training each rank chooses its own samples, as the
 /// authors' code does (the same count on every rank), and the descent

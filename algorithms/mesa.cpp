@@ -2,7 +2,10 @@
 
 #include <stdexcept>
 
+#include <unordered_set>
+
 #include <ATen/ATen.h>
+#include <ATen/autocast_mode.h>
 #include <torch/nn/module.h>
 
 namespace basin {
@@ -16,8 +19,9 @@ bool MESA::match(Event event, const State& state) const {
   switch (event) {
     case Event::FIT_START:
     case Event::AFTER_STEP: return true;
+    // Not in a forward alone (ESAM's), whose loss no gradient comes from.
     case Event::BEFORE_FORWARD:
-    case Event::AFTER_LOSS: return active(state);
+    case Event::AFTER_LOSS: return active(state) && state.request.backward;
     default: return false;
   }
 }
@@ -26,22 +30,37 @@ void MESA::apply(Event event, State& state, Logger& /*logger*/) {
   switch (event) {
     case Event::FIT_START: start(state); break;
     case Event::BEFORE_FORWARD: reference_forward(state); break;
-    case Event::AFTER_LOSS: add_term(state, reference_); break;
+    case Event::AFTER_LOSS:
+      if (!reference_.defined()) throw std::logic_error("mesa: AFTER_LOSS without its BEFORE_FORWARD");
+      add_term(state, reference_);
+      reference_ = at::Tensor();
+      break;
     case Event::AFTER_STEP: update_averages(); break;
     default: break;
   }
 }
 
+std::vector<std::pair<std::string, at::Tensor>> MESA::named_tensors() const {
+  // A tensor shared by two names (tied weights) is averaged and swapped once.
+  std::vector<std::pair<std::string, at::Tensor>> tensors;
+  std::unordered_set<const c10::TensorImpl*> seen;
+  auto add = [&](const std::string& name, const at::Tensor& t) {
+    if (seen.insert(t.unsafeGetTensorImpl()).second) tensors.emplace_back(name, t);
+  };
+  for (const auto& item : model_->named_parameters(true)) add(item.key(), item.value());
+  for (const auto& item : model_->named_buffers(true)) add(item.key(), item.value());
+  return tensors;
+}
+
 std::vector<at::Tensor> MESA::live_tensors() const {
-  std::vector<at::Tensor> tensors = model_->parameters(true);
-  for (const auto& b : model_->buffers(true)) tensors.push_back(b);
+  std::vector<at::Tensor> tensors;
+  for (const auto& [name, t] : named_tensors()) tensors.push_back(t);
   return tensors;
 }
 
 std::vector<std::string> MESA::names() const {
   std::vector<std::string> names;
-  for (const auto& item : model_->named_parameters(true)) names.push_back(item.key());
-  for (const auto& item : model_->named_buffers(true)) names.push_back(item.key());
+  for (const auto& [name, t] : named_tensors()) names.push_back(name);
   return names;
 }
 
@@ -68,20 +87,27 @@ void MESA::start(State& state) {
 }
 
 void MESA::reference_forward(State& state) {
+  if (!model_) throw std::logic_error("mesa: FIT_START has not run (a hand-written loop runs it before the first step)");
   // The averaged tensors take the model's place for one forward without
   // gradient, in evaluation mode; then everything is swapped back untouched.
   const auto live = live_tensors();
   std::vector<at::Tensor> own;
   own.reserve(live.size());
+  std::vector<std::pair<torch::nn::Module*, bool>> modes;  // each module's own flag (a frozen BatchNorm stays frozen)
+  for (const auto& m : model_->modules(/*include_self=*/true)) modes.emplace_back(m.get(), m->is_training());
+  // Under autocast a weight's low-precision copy is cached by tensor: the
+  // averages' copies must not be the ones the model's own forward finds next.
+  const bool cache = at::autocast::is_autocast_cache_enabled();
+  at::autocast::set_autocast_cache_enabled(false);
   at::NoGradGuard no_grad;
   for (std::size_t i = 0; i < live.size(); ++i) {
     own.push_back(live[i].data());
     at::Tensor(live[i]).set_data(averages_[i]);
   }
-  const bool training = model_->is_training();
   auto restore = [&] {
-    model_->train(training);
-    for (std::size_t i = 0; i < live.size(); ++i) at::Tensor(live[i]).set_data(own[i]);
+    for (const auto& [module, training] : modes) module->train(training);  // parents first: children win
+    for (std::size_t i = live.size(); i-- > 0;) at::Tensor(live[i]).set_data(own[i]);
+    at::autocast::set_autocast_cache_enabled(cache);
   };
   try {
     model_->eval();

@@ -1,6 +1,8 @@
 #pragma once
 
 #include <memory>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "basin/algorithms/trajectory_loss.h"
@@ -19,9 +21,11 @@ namespace basin {
 ///
 /// The defaults are the authors' ImageNet run's. The average starts from the
 /// weights at the start of training and covers the buffers too (BatchNorm's
-/// running statistics; integer buffers are copied). The EMA forward swaps
-/// the averaged tensors into the model's parameters and back (no second
-/// model, no copy), and runs only in epochs where the term is in the loss.
+/// running statistics; integer buffers are copied; a tied tensor once). The
+/// EMA forward swaps the averaged tensors into the model's parameters and
+/// back (no second model, no copy; each module's train/eval flag and
+/// autocast's cast cache are left as they were), and runs only in epochs
+/// where the term is in the loss, in passes with a backward.
 /// Under data-parallel training and ZeRO-1 every rank's weights and buffers
 /// are the same after a step, so are the averages. Saved in checkpoints by
 /// parameter and buffer name. Cost: one forward without backward a pass;
@@ -43,6 +47,7 @@ class MESA : public TrajectoryLoss {
   void start(State& state);
   void reference_forward(State& state);
   void update_averages();
+  std::vector<std::pair<std::string, at::Tensor>> named_tensors() const;
   std::vector<at::Tensor> live_tensors() const;
   std::vector<std::string> names() const;
 

@@ -18,12 +18,14 @@ namespace basin {
 ///
 ///     {"algorithms": {"momentum_sam": {"rho": 0.3, ...SAM's other keys}}}
 ///
-/// rho 0.3 is the authors' default (their CIFAR runs use up to 3: v/||v|| is
-/// a smoother direction than the batch gradient and tolerates a larger
-/// radius). Nothing beyond the base's state is kept. Under data-parallel
-/// training v is the same on every rank. ZeRO-1 is refused for now: each
-/// rank holds its shard's momentum only, while every rank's pass needs the
-/// whole perturbation.
+/// rho 0.3 is the authors' default (their CIFAR runs use up to 3). Nothing
+/// beyond the base's state is kept. The authors' fused SGD adds weight decay
+/// to the gradient at the perturbed point; here the base optimizer adds it at
+/// w, as for every SAM variant (a difference of rho * wd at most). Under
+/// data-parallel training v is the same on every rank. ZeRO-1 is refused for
+/// now: each rank holds its shard's momentum only, while every rank's pass
+/// needs the whole perturbation. The paper calls the method MSAM; basin's
+/// `msam` is m-sharpness SAM, another method.
 class MomentumSAM : public SAM {
  public:
   explicit MomentumSAM(Params& params);

@@ -10,8 +10,10 @@ namespace basin {
 /// of the parts' descent gradients g_i(w + e_i). Across ranks the rank-local
 /// ascent already is m-sharpness; this is it within a rank. The closure runs
 /// on part `SAMOptimizer::part()` of `parts()` and returns that part's mean
-/// loss (the trainer's reads `state.batch_part`); one that ignores the parts
-/// gives SAM's update at m times the cost.
+/// loss (the trainer's reads `state.request`, see PassRequest); one that
+/// ignores the parts gives SAM's update at m times the cost. Not to be taken
+/// for Momentum-SAM, which its own paper also calls MSAM: that is
+/// `momentum_sam`.
 ///
 ///     {"algorithms": {"msam": {"m": 4, "rho": 0.05, ...SAM's other keys}}}
 ///

@@ -8,15 +8,7 @@
 
 namespace basin {
 
-SAF::SAF(Params& params) : TrajectoryLoss(params, 0.3) {
-  epochs_ago_ = params.integer("epochs_ago", 2, 1);
-  if (start_epoch() < epochs_ago_) {
-    // The first epoch with the term (start_epoch + 1) reads epoch start_epoch + 1 - epochs_ago >= 1.
-    params.fail("start_epoch", "at least epochs_ago (" + std::to_string(epochs_ago_) +
-                                   "), so that the outputs it reads were written",
-                Json(start_epoch()));
-  }
-}
+SAF::SAF(Params& params) : TrajectoryLoss(params, 0.3) { epochs_ago_ = params.integer("epochs_ago", 2, 1); }
 
 bool SAF::match(Event event, const State& /*state*/) const {
   return event == Event::AFTER_LOSS || event == Event::AFTER_STEP;
@@ -30,10 +22,14 @@ void SAF::apply(Event event, State& state, Logger& /*logger*/) {
   if (!state.microbatch.ids.defined()) {
     throw std::runtime_error("saf needs each sample's id in the training set (Batch::ids); this batch has none");
   }
+  if (!state.request.backward) return;  // a forward alone (ESAM's): no gradient comes from its loss
   if (state.pass != Pass::kDescent) record(state);
-  if (!active(state) || !bank_.defined()) return;
-  const int64_t slot = (state.timestamp.epoch - epochs_ago_) % (epochs_ago_ + 1);
-  add_term(state, bank_.index_select(0, state.microbatch.ids).select(1, slot));
+  const int64_t back = state.timestamp.epoch - epochs_ago_;
+  if (!active(state) || !bank_.defined() || back < 0) return;
+  // Only the samples whose outputs were written that epoch count.
+  const int64_t slot = back % (epochs_ago_ + 1);
+  const at::Tensor counted = written_.index_select(0, state.microbatch.ids).select(1, slot) == back;
+  add_term(state, bank_.index_select(0, state.microbatch.ids).select(1, slot), counted);
 }
 
 void SAF::record(const State& state) {
@@ -63,27 +59,39 @@ void SAF::write_recorded(const State& state) {
   if (!bank_.defined()) {
     if (state.train_size <= 0) throw std::runtime_error("saf needs the training set's size (State::train_size)");
     bank_ = at::zeros({state.train_size, epochs_ago_ + 1, outputs.size(1)}, at::kFloat);
+    written_ = at::full({state.train_size, epochs_ago_ + 1}, -1, at::kLong);
   }
-  bank_.select(1, state.timestamp.epoch % (epochs_ago_ + 1)).index_copy_(0, ids, outputs);
+  const int64_t slot = state.timestamp.epoch % (epochs_ago_ + 1);
+  bank_.select(1, slot).index_copy_(0, ids, outputs);
+  written_.select(1, slot).index_fill_(0, ids, state.timestamp.epoch);
 }
 
 StateDict SAF::state_dict() const {
   StateDict state = new_state_dict();
-  if (bank_.defined()) state.insert("bank", bank_);
+  if (bank_.defined()) {
+    state.insert("bank", bank_);
+    state.insert("written", written_);
+  }
   return state;
 }
 
 void SAF::load_state_dict(const StateDict& state) {
   if (!state.contains("bank")) {
-    bank_ = at::Tensor();
+    bank_ = written_ = at::Tensor();
     return;
   }
-  const at::IValue& bank = state.at("bank");
-  if (!bank.isTensor() || bank.toTensor().dim() != 3 || bank.toTensor().size(1) != epochs_ago_ + 1) {
+  const auto tensor = [&state](const char* key) {
+    return state.contains(key) && state.at(key).isTensor() ? state.at(key).toTensor() : at::Tensor();
+  };
+  const at::Tensor bank = tensor("bank"), written = tensor("written");
+  if (!bank.defined() || bank.dim() != 3 || bank.size(1) != epochs_ago_ + 1 || !written.defined() ||
+      written.sizes() != bank.sizes().slice(0, 2)) {
     throw std::invalid_argument("SAF state: 'bank' must be a [samples, " + std::to_string(epochs_ago_ + 1) +
-                                ", classes] tensor (epochs_ago " + std::to_string(epochs_ago_) + ")");
+                                ", classes] tensor and 'written' a [samples, " + std::to_string(epochs_ago_ + 1) +
+                                "] one (epochs_ago " + std::to_string(epochs_ago_) + ")");
   }
-  bank_ = bank.toTensor().to(at::kCPU, at::kFloat).clone();
+  bank_ = bank.to(at::kCPU, at::kFloat).clone();
+  written_ = written.to(at::kCPU, at::kLong).clone();
 }
 
 BASIN_REGISTER(algorithm_registry(), "saf", SAF);

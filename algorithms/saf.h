@@ -12,15 +12,20 @@ namespace basin {
 ///     {"algorithms": {"saf": {"lambda": 0.3, "temperature": 5, "epochs_ago": 2, "start_epoch": 5}}}
 ///
 /// The defaults are the authors' ImageNet run's. The outputs of each step's
-/// pass at w (every pass but SAM's descent) are written, in fp32 on the CPU,
-/// into a bank of [training samples, epochs_ago + 1, classes] indexed by the
-/// samples' global ids (Batch::ids, which the trainer's data provides): one
-/// slot per epoch, round robin, so the slot read (epochs_ago back) is never
-/// the one this epoch writes. Under data-parallel training and ZeRO-1 every
-/// rank's outputs are gathered after each step (one all-reduce of the
-/// batch's ids and outputs), so every rank holds the whole bank. The bank is
-/// saved in checkpoints. Cost: no extra pass; memory (epochs_ago + 1) x
-/// samples x classes floats.
+/// first pass (every pass but SAM's descent and ESAM's forward alone: at w,
+/// but for momentum_sam, whose one pass runs perturbed) are written, in fp32
+/// on the CPU, into a bank of [training samples, epochs_ago + 1, classes]
+/// indexed by the samples' global ids (Batch::ids, which the trainer's data
+/// provides): one slot per epoch, round robin, so the slot read (epochs_ago
+/// back) is never the one this epoch writes. Each row also records the epoch
+/// it was written in: a sample that epoch did not visit (the epoch's last
+/// partial batch is dropped; the epochs before the first) contributes
+/// nothing to the term, where the authors' code reads a stale row or zeros.
+/// Under data-parallel training and ZeRO-1 every rank's outputs are gathered
+/// after each step (one all-reduce of the batch's ids and outputs; every
+/// rank records as many), so every rank holds the whole bank. Bank and
+/// epochs are saved in checkpoints. Cost: no extra pass; memory
+/// (epochs_ago + 1) x samples x classes floats.
 class SAF : public TrajectoryLoss {
  public:
   explicit SAF(Params& params);
@@ -40,6 +45,7 @@ class SAF : public TrajectoryLoss {
 
   int64_t epochs_ago_ = 2;
   at::Tensor bank_;
+  at::Tensor written_;  // [samples, epochs_ago + 1]: the epoch each row was written in, -1 never
   std::vector<at::Tensor> recorded_ids_, recorded_outputs_;  // this step's, until AFTER_STEP
 };
 

@@ -115,7 +115,7 @@ void SAM::wrap(State& state) {
   PassHooks hooks;
   hooks.before_pass = [this, s](Pass pass) {
     s->pass = pass;
-    s->selection = optimizer_->selection();
+    s->request = optimizer_->request();
     // Rank-local ascent (the paper's m-sharpness): no gradient sync in this
     // pass; an enclosing NoGradientSync scope keeps every pass local.
     outer_skip_gradient_sync_ = s->skip_gradient_sync;
@@ -125,7 +125,7 @@ void SAM::wrap(State& state) {
   hooks.after_pass = [this, s](Pass pass) {
     if (pass == Pass::kDescent && freeze_running_stats_ && s->model) running_stats_.restore();
     s->pass = Pass::kPlain;
-    s->selection = SampleSelection{};
+    s->request = PassRequest{};
     s->skip_gradient_sync = outer_skip_gradient_sync_;
   };
   optimizer_->add_pass_hooks(std::move(hooks));

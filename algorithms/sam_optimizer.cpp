@@ -98,11 +98,11 @@ void SAMOptimizer::scale_to_rho(std::vector<Perturbation>& perturbation, const s
   }
 }
 
-at::Tensor SAMOptimizer::run_pass(Pass pass, const LossClosure& closure, SampleSelection selection) {
+at::Tensor SAMOptimizer::run_pass(Pass pass, const LossClosure& closure, PassRequest request) {
   pass_ = pass;
-  selection.part = pass == Pass::kPlain ? 0 : part_;
-  selection.parts = pass == Pass::kPlain ? 1 : options_.parts;
-  selection_ = std::move(selection);
+  request.part = pass == Pass::kPlain ? 0 : part_;
+  request.parts = pass == Pass::kPlain ? 1 : options_.parts;
+  request_ = std::move(request);
   for (auto& h : hooks_) {
     if (h.before_pass) h.before_pass(pass);
   }
@@ -111,7 +111,7 @@ at::Tensor SAMOptimizer::run_pass(Pass pass, const LossClosure& closure, SampleS
       if (h->after_pass) h->after_pass(pass);
     }
     pass_ = Pass::kPlain;
-    selection_ = SampleSelection{};
+    request_ = PassRequest{};
   };
   at::Tensor loss;
   try {
@@ -319,14 +319,14 @@ at::Tensor SAMOptimizer::one_pass_step(const LossClosure& closure) {
 }
 
 at::Tensor SAMOptimizer::forward_at_current_weights(const LossClosure& closure) {
-  SampleSelection forward_only;
+  PassRequest forward_only;
   forward_only.backward = false;
   forward_only.per_sample_losses = true;
   return run_pass(Pass::kDescent, closure, forward_only);
 }
 
 bool SAMOptimizer::sam_part(const LossClosure& closure, at::Tensor& loss, bool& descended) {
-  SampleSelection ascent;
+  PassRequest ascent;
   ascent.per_sample_losses = wants_ascent_sample_losses();
   at::Tensor part_loss;
   before_ascent();
@@ -341,7 +341,7 @@ bool SAMOptimizer::sam_part(const LossClosure& closure, at::Tensor& loss, bool& 
   if (ascent.per_sample_losses) {
     if (part_loss.dim() != 1 || part_loss.numel() == 0) {
       throw std::logic_error("SAM: the closure returned a loss of " + std::to_string(part_loss.dim()) +
-                             " dimensions where each sample's loss was asked for (selection().per_sample_losses)");
+                             " dimensions where each sample's loss was asked for (request().per_sample_losses)");
     }
     ascent_losses = part_loss;
     part_loss = part_loss.mean();
@@ -361,7 +361,7 @@ bool SAMOptimizer::sam_part(const LossClosure& closure, at::Tensor& loss, bool& 
       at::NoGradGuard no_grad;
       move_to_perturbed(groups, perturbation(groups));
     }
-    SampleSelection descent;
+    PassRequest descent;
     descent.samples = descent_samples(ascent_losses, closure);
     run_pass(Pass::kDescent, closure, descent);
     finite = gradients_finite(Pass::kDescent);

@@ -12,7 +12,7 @@
 #include "basin/core/optimizer_state.h"
 #include "basin/core/pass_hooks.h"
 #include "basin/core/reused_buffers.h"
-#include "basin/core/sample_selection.h"
+#include "basin/core/pass_request.h"
 #include "basin/core/state.h"
 
 namespace basin {
@@ -109,21 +109,22 @@ class SAMOptimizer : public torch::optim::Optimizer, public PassAwareOptimizer, 
 
   /// The pass the closure is running now (kPlain between steps).
   Pass pass() const { return pass_; }
-  /// What the closure runs on and returns in this pass (see SampleSelection):
+  /// What the closure runs on and returns in this pass (see PassRequest):
   /// the whole batch and its mean loss but where a variant asks otherwise
   /// (mSAM's parts, ESAM's forward alone and its descent's samples).
-  const SampleSelection& selection() const { return selection_; }
+  const PassRequest& request() const { return request_; }
   /// The part of the batch the closure runs on (mSAM), of `parts()`: 0 of 1
   /// for SAM, and for the plain steps between SAM steps (`interval`), which
   /// take the whole batch.
-  int64_t part() const { return selection_.part; }
-  int64_t parts() const { return selection_.parts; }
+  int64_t part() const { return request_.part; }
+  int64_t parts() const { return request_.parts; }
   int64_t steps() const { return steps_; }          // step(closure) calls
   /// Of which took the descent pass (two passes or more), or for one-pass
   /// variants ran their pass at a perturbed point.
   int64_t sam_steps() const { return sam_steps_; }
   int64_t skipped_steps() const { return skipped_steps_; }
-  /// fp32 norm the last perturbation was scaled by.
+  /// fp32 norm the last perturbation was scaled by (of the gradient, of
+  /// T g for ASAM, of the momentum for momentum_sam).
   const at::Tensor& last_grad_norm() const { return last_grad_norm_; }
   /// The buffers that hold w + e during the descent, one per parameter with
   /// a gradient that this rank owns: the one extra copy of the parameters
@@ -221,7 +222,7 @@ class SAMOptimizer : public torch::optim::Optimizer, public PassAwareOptimizer, 
                     const std::vector<at::Tensor>& normed, const std::vector<at::Tensor>& params);
 
  private:
-  at::Tensor run_pass(Pass pass, const LossClosure& closure, SampleSelection selection = {});
+  at::Tensor run_pass(Pass pass, const LossClosure& closure, PassRequest request = {});
   /// Ascent, perturbation, descent and restore on part `part_` of the batch;
   /// adds its loss to `loss`. False when a pass overflowed (w is restored).
   bool sam_part(const LossClosure& closure, at::Tensor& loss, bool& descended);
@@ -246,7 +247,7 @@ class SAMOptimizer : public torch::optim::Optimizer, public PassAwareOptimizer, 
   int64_t sam_steps_ = 0;
   int64_t skipped_steps_ = 0;
   int64_t part_ = 0;
-  SampleSelection selection_;
+  PassRequest request_;
   std::unordered_set<const c10::TensorImpl*> unperturbed_;
   std::unordered_set<const c10::TensorImpl*> unscaled_;
   std::unordered_set<const c10::TensorImpl*> resting_;

@@ -11,17 +11,17 @@ TrajectoryLoss::TrajectoryLoss(Params& params, double default_lambda) : path_(pa
 }
 
 at::Tensor TrajectoryLoss::term(const at::Tensor& outputs, const at::Tensor& reference, double lambda,
-                                double temperature) {
+                                double temperature, const at::Tensor& counted) {
   const at::Tensor log_p = at::log_softmax(outputs.to(at::kFloat) / temperature, 1);
   const at::Tensor log_ref = at::log_softmax(reference.to(outputs.device(), at::kFloat) / temperature, 1);
   // KL(p_ref || p) = sum_c p_ref (log p_ref - log p), per sample.
-  const at::Tensor kl = (log_ref.exp() * (log_ref - log_p)).sum(1);
+  at::Tensor kl = (log_ref.exp() * (log_ref - log_p)).sum(1);
+  if (counted.defined()) kl = kl * counted.to(kl.device(), at::kFloat);
   return kl.mean() * (lambda * temperature * temperature);
 }
 
-void TrajectoryLoss::add_term(State& state, const at::Tensor& reference) const {
-  state.loss = state.loss + term(state.outputs, reference, lambda_, temperature_) /
-                                state.microbatch_divisor;
+void TrajectoryLoss::add_term(State& state, const at::Tensor& reference, const at::Tensor& counted) const {
+  state.loss = state.loss + term(state.outputs, reference, lambda_, temperature_, counted) / state.microbatch_divisor;
 }
 
 }  // namespace basin

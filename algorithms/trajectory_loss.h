@@ -23,8 +23,10 @@ class TrajectoryLoss : public Algorithm {
   TrajectoryLoss(Params& params, double default_lambda);
 
   /// lambda * tau^2 * mean_i KL(softmax(reference_i / tau) || softmax(outputs_i / tau)),
-  /// in fp32 whatever the outputs' dtype; differentiable in `outputs`.
-  static at::Tensor term(const at::Tensor& outputs, const at::Tensor& reference, double lambda, double temperature);
+  /// in fp32 whatever the outputs' dtype; differentiable in `outputs`. With
+  /// `counted` (bool [n]), the other samples contribute 0 to the mean.
+  static at::Tensor term(const at::Tensor& outputs, const at::Tensor& reference, double lambda, double temperature,
+                         const at::Tensor& counted = {});
 
   double lambda() const { return lambda_; }
   double temperature() const { return temperature_; }
@@ -35,7 +37,7 @@ class TrajectoryLoss : public Algorithm {
  protected:
   /// Adds the term for `reference` (outputs of state.microbatch's samples)
   /// to state.loss, divided like the loss by state.microbatch_divisor.
-  void add_term(State& state, const at::Tensor& reference) const;
+  void add_term(State& state, const at::Tensor& reference, const at::Tensor& counted = {}) const;
   /// "config key 'algorithms.<name>.<key>'", for messages.
   std::string key(const std::string& name) const { return "config key '" + path_ + "." + name + "'"; }
 

@@ -117,9 +117,16 @@ struct Setup {
     basin::Params algorithms(basin::Json::parse(variant->algorithms), "algorithms");
     engine->add_algorithms(algorithms);
   }
-  std::string sam_share() const {
-    return optimizer ? fmt::format("{:.2f}", static_cast<double>(optimizer->sam_steps()) / optimizer->steps()) : "-";
+  // SAM steps over steps since `mark()` (after the warm-up step).
+  void mark() {
+    if (optimizer) marked = {optimizer->steps(), optimizer->sam_steps()};
   }
+  std::string sam_share() const {
+    if (!optimizer) return "-";
+    return fmt::format("{:.2f}", static_cast<double>(optimizer->sam_steps() - marked.second) /
+                                     static_cast<double>(optimizer->steps() - marked.first));
+  }
+  std::pair<int64_t, int64_t> marked{0, 0};
   void step() {
     if (state) return loss_side_step();
     if (!optimizer) {  // plain SGD
@@ -128,21 +135,21 @@ struct Setup {
       base->step();
       return;
     }
-    // The closure every variant takes: it runs on what selection() asks
+    // The closure every variant takes: it runs on what request() asks
     // (mSAM's part, ESAM's samples and its forward alone).
     optimizer->step([this] {
-      const basin::SampleSelection& selection = optimizer->selection();
-      if (selection.backward) optimizer->zero_grad();
-      const basin::Batch batch = basin::selected({inputs, targets, {}}, selection);
+      const basin::PassRequest& request = optimizer->request();
+      if (request.backward) optimizer->zero_grad();
+      const basin::Batch batch = basin::requested_samples({inputs, targets, {}}, request);
       const at::Tensor &x = batch.inputs, &y = batch.targets;
-      at::AutoGradMode grad_mode(selection.backward);
-      if (!selection.per_sample_losses) {
+      at::AutoGradMode grad_mode(request.backward);
+      if (!request.per_sample_losses) {
         at::Tensor loss = at::cross_entropy_loss(model->forward(x), y);
-        if (selection.backward) loss.backward();
+        if (request.backward) loss.backward();
         return loss.detach();
       }
       const at::Tensor each = at::cross_entropy_loss(model->forward(x), y, {}, at::Reduction::None);
-      if (selection.backward) each.mean().backward();
+      if (request.backward) each.mean().backward();
       return each.detach();
     });
   }
@@ -184,6 +191,30 @@ double training_peak_bytes(const Variant* variant) {
   return static_cast<double>(tracker.peak() - before);
 }
 
+// What a forward alone (no gradient, evaluation mode: MESA's extra forward,
+// ESAM's) costs against an SGD step, from interleaved pairs: the floor of
+// the algorithms that add one.
+double forward_over_sgd(int pairs) {
+  Setup sgd(nullptr), probe(nullptr);
+  sgd.step();
+  double sgd_total = 0, forward_total = 0;
+  for (int i = 0; i < pairs; ++i) {
+    const auto t0 = Clock::now();
+    sgd.step();
+    const auto t1 = Clock::now();
+    {
+      at::NoGradGuard no_grad;
+      probe.model->eval();
+      probe.model->forward(probe.inputs);
+      probe.model->train();
+    }
+    const auto t2 = Clock::now();
+    sgd_total += seconds(t0, t1);
+    forward_total += seconds(t1, t2);
+  }
+  return forward_total / sgd_total;
+}
+
 }  // namespace
 
 int main() {
@@ -195,12 +226,14 @@ int main() {
   const double parameter_bytes = Setup(nullptr).parameter_bytes();
   fmt::print("cnn, batch {}, SGD-momentum base, {} thread(s), {} interleaved pairs with SGD per algorithm\n", kBatch,
              at::get_num_threads(), pairs);
+  fmt::print("a forward alone (no gradient, evaluation mode) / SGD step: {:.3f}\n", forward_over_sgd(pairs));
   fmt::print("{:<16} {:>13} {:>11} {:>13} {:>10} {:>30}\n", "algorithm", "mean step ms", "total / SGD",
              "median / SGD", "SAM steps", "peak over SGD (param copies)");
   for (const auto& variant : variants()) {
     Setup sgd(nullptr), other(&variant);
     sgd.step();  // warm-up: buffers and states are allocated by the first step
     other.step();
+    other.mark();
     std::vector<double> ratios;
     double sgd_total = 0, other_total = 0;
     for (int i = 0; i < pairs; ++i) {

@@ -38,8 +38,9 @@ void Engine::add_algorithm(std::shared_ptr<Algorithm> algorithm) {
   for (Event event : all_events()) {
     auto slot = [this, algorithm, event] {
       if (!algorithm->match(event, state_)) return;
-      trace_.push_back(algorithm->name() + "/" + event_name(event));
-      if (console::enabled(console::Level::kDebug)) console::debug("engine: " + trace_.back());
+      std::string entry = algorithm->name() + "/" + event_name(event);
+      if (console::enabled(console::Level::kDebug)) console::debug("engine: " + entry);
+      if (applications_[entry]++ == 0) trace_.push_back(std::move(entry));
       try {
         algorithm->apply(event, state_, logger_);
       } catch (const ConfigError& error) {

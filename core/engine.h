@@ -4,6 +4,7 @@
 #include <memory>
 #include <stdexcept>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "basin/core/event.h"
@@ -57,9 +58,19 @@ class Engine {
   /// sets `state.stop_requested`.
   bool run(Event event);
 
-  /// "name/event" for every algorithm application so far, in order.
+  /// "name/event" for each kind of algorithm application so far, in the
+  /// order of their first time (an algorithm acting every step adds one entry,
+  /// not one a step, so the trace stays small however long the run).
   const std::vector<std::string>& trace() const { return trace_; }
-  void clear_trace() { trace_.clear(); }
+  /// How many times "name/event" has been applied.
+  int64_t applications(const std::string& entry) const {
+    const auto found = applications_.find(entry);
+    return found == applications_.end() ? 0 : found->second;
+  }
+  void clear_trace() {
+    trace_.clear();
+    applications_.clear();
+  }
 
   State& state() { return state_; }
   Logger& logger() { return logger_; }
@@ -78,6 +89,7 @@ class Engine {
   std::vector<std::shared_ptr<LoggerDestination>> loggers_;
   std::vector<CheckpointPart> checkpoint_parts_;
   std::vector<std::string> trace_;
+  std::unordered_map<std::string, int64_t> applications_;
   bool stop_ = false;
 };
 

@@ -10,7 +10,7 @@
 #include <c10/core/Device.h>
 
 #include "basin/core/batch.h"
-#include "basin/core/sample_selection.h"
+#include "basin/core/pass_request.h"
 
 namespace torch {
 namespace nn { class Module; }
@@ -69,7 +69,7 @@ struct State {
   /// What the closure runs on and returns in this pass (the whole batch and
   /// its mean loss, unless an algorithm asks for part of it, a forward alone
   /// or each sample's loss); the closure splits it into microbatches.
-  SampleSelection selection;
+  PassRequest request;
   Batch microbatch;  // the microbatch the closure is running on
   int64_t microbatch_index = 0;
   int64_t microbatch_count = 1;

@@ -54,11 +54,11 @@ int main(int argc, char** argv) try {
     auto closure = [&] {
       // What the optimizer asks of this pass: the whole batch and its mean
       // loss, but for mSAM's parts and ESAM's samples, forward alone and
-      // per-sample losses (see basin::SampleSelection).
-      const basin::SampleSelection& ask = state.selection;
+      // per-sample losses (see basin::PassRequest).
+      const basin::PassRequest& ask = state.request;
       if (ask.backward) state.optimizer->zero_grad();
       at::AutoGradMode grad_mode(ask.backward);
-      state.microbatch = basin::selected(state.batch, ask);
+      state.microbatch = basin::requested_samples(state.batch, ask);
       engine.run(basin::Event::BEFORE_FORWARD);
       state.outputs = net->forward(state.microbatch.inputs);
       engine.run(basin::Event::AFTER_FORWARD);

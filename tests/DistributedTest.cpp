@@ -323,6 +323,21 @@ TEST(DistributedTest, LossSideAlgorithmsOnTwoRanksEqualOneRankOnTheJoinedBatchUn
   }
 }
 
+// Momentum-SAM's one pass is synced like a plain step, and the momentum it
+// reads is the same on every rank.
+TEST(DistributedTest, MomentumSamOnTwoRanksEqualsOneRankOnTheJoinedBatch) {
+  Json config = sam_config("{}", "ddp");
+  config["algorithms"] = Json::parse(R"({"momentum_sam": {}})");
+  config["optimizer"] = Json::parse(R"({"name": "sgd", "lr": 0.1, "momentum": 0.9})");
+  const auto ranks = train_on_ranks(2, config);
+  config["parallel"]["mode"] = "none";
+  config["data"]["batch_size"] = 32;  // both ranks' 16 together
+  Trainer one(config);
+  one.fit();
+  EXPECT_LE(max_difference(ranks[0], weights_of(one)), 1e-5);
+  EXPECT_EQ(max_difference(ranks[0], ranks[1]), 0.0);
+}
+
 TEST(DistributedTest, ZeroOneStateConsolidatesOnRankZero) {
   Json config = sam_config(R"({"rho": 0.05})", "zero1");
   config["max_steps"] = 3;

@@ -79,7 +79,7 @@ TEST(EngineTest, AlgorithmsRunFirstInOrderThenCallbacksThenLoggers) {
   EXPECT_EQ(journal, (Journal{"b:after_step", "a:after_step", "cb:after_step", "logger:after_step"}));
 }
 
-TEST(EngineTest, TraceListsEachApplicationInOrder) {
+TEST(EngineTest, TraceListsEachKindOfApplicationOnceInOrderAndCountsThem) {
   State state;
   Engine engine(state);
   Journal journal;
@@ -88,8 +88,12 @@ TEST(EngineTest, TraceListsEachApplicationInOrder) {
       std::make_shared<RecordingAlgorithm>("b", journal, std::vector<Event>{Event::INIT, Event::AFTER_LOAD}));
   engine.run(Event::INIT);
   engine.run(Event::FIT_START);  // nobody matches: no trace
-  engine.run(Event::AFTER_LOAD);
+  for (int i = 0; i < 1000; ++i) engine.run(Event::AFTER_LOAD);  // as an algorithm acting every step does
+  engine.run(Event::INIT);
   EXPECT_EQ(engine.trace(), (std::vector<std::string>{"a/init", "b/init", "b/after_load"}));
+  EXPECT_EQ(engine.applications("b/after_load"), 1000);
+  EXPECT_EQ(engine.applications("a/init"), 2);
+  EXPECT_EQ(engine.applications("a/after_load"), 0);
 }
 
 // Changes max_steps at FIT_START; a callback must never see the old value then.

@@ -36,7 +36,7 @@ TEST(SAMTrainingTest, WrapsOnceOnAfterShardingWithATrace) {
   auto* sam = dynamic_cast<SAMOptimizer*>(trainer.state().optimizer.get());
   ASSERT_NE(sam, nullptr);
   EXPECT_EQ(dynamic_cast<SAMOptimizer*>(&sam->base()), nullptr);
-  EXPECT_EQ(std::count(trainer.engine().trace().begin(), trainer.engine().trace().end(), "sam/after_sharding"), 1);
+  EXPECT_EQ(trainer.engine().applications("sam/after_sharding"), 1);
   const FitSummary summary = trainer.fit();
   EXPECT_EQ(sam->sam_steps(), summary.steps);
   EXPECT_GT(summary.test_accuracy, 0.4);

@@ -577,23 +577,23 @@ at::Tensor sample_losses(const test::Problem& batch, const Tensors& w) {
   return (batch.x.matmul(w[0]).tanh().matmul(w[1]) - batch.y).pow(2).mean(1);
 }
 
-/// A closure that honours SAMOptimizer::selection() as the trainer's does,
+/// A closure that honours SAMOptimizer::request() as the trainer's does,
 /// keeping what each call was asked for.
-torch::optim::Optimizer::LossClosure selection_closure(SAMOptimizer& sam, const test::Problem& batch,
-                                                       const Tensors& w, std::vector<SampleSelection>& asked) {
+torch::optim::Optimizer::LossClosure request_closure(SAMOptimizer& sam, const test::Problem& batch,
+                                                       const Tensors& w, std::vector<PassRequest>& asked) {
   return [&sam, &batch, w, &asked] {
-    const SampleSelection selection = sam.selection();
-    asked.push_back(selection);
-    if (selection.backward) sam.zero_grad();
+    const PassRequest request = sam.request();
+    asked.push_back(request);
+    if (request.backward) sam.zero_grad();
     test::Problem picked = batch;
-    if (selection.samples.defined()) {
-      picked.x = batch.x.index_select(0, selection.samples);
-      picked.y = batch.y.index_select(0, selection.samples);
+    if (request.samples.defined()) {
+      picked.x = batch.x.index_select(0, request.samples);
+      picked.y = batch.y.index_select(0, request.samples);
     }
-    at::AutoGradMode grad_mode(selection.backward);
+    at::AutoGradMode grad_mode(request.backward);
     const at::Tensor each = sample_losses(picked, w);
-    if (selection.backward) each.mean().backward();
-    return selection.per_sample_losses ? each.detach() : each.mean().detach();
+    if (request.backward) each.mean().backward();
+    return request.per_sample_losses ? each.detach() : each.mean().detach();
   };
 }
 
@@ -608,8 +608,8 @@ TEST(SAMVariantsTest, EsamDescendsOnTheSamplesWhoseLossRoseMost) {
   for (int t = 0; t < 4; ++t) {
     test::Problem batch = problem;
     batch.x = problem.x.roll(t, 0);
-    std::vector<SampleSelection> asked;
-    sam.step(selection_closure(sam, batch, w, asked));
+    std::vector<PassRequest> asked;
+    sam.step(request_closure(sam, batch, w, asked));
     // Three passes: the ascent with each sample's loss, a forward alone at w + e, the descent on 5 of 16.
     ASSERT_EQ(asked.size(), 3u);
     EXPECT_TRUE(asked[0].backward && asked[0].per_sample_losses && !asked[0].samples.defined());
@@ -682,6 +682,24 @@ TEST(SAMVariantsTest, EsamPerturbsTheTensorsItDrawsScaledByOneOverBeta) {
   EXPECT_GT(resting_steps, 0);  // the draws exercised every case
   EXPECT_GT(full_steps, 0);
   EXPECT_GT(plain_steps, 0);
+}
+
+TEST(SAMVariantsTest, EsamRestsEachTensorWithProbabilityOneMinusBeta) {
+  const test::Problem problem;
+  Tensors w = test::leaves(problem.initial());
+  for (const double beta : {0.3, 0.8}) {
+    ESAMOptimizer sam(sgd_for(w), {}, beta, 1.0, /*seed=*/11);
+    int resting = 0;
+    const int steps = 2000;
+    for (int t = 0; t < steps; ++t) resting += static_cast<int>(sam.resting_tensors(t).size());
+    // 4000 draws: 1 - beta within 0.03 (more than 3 standard deviations).
+    EXPECT_NEAR(resting / (2.0 * steps), 1 - beta, 0.03) << "beta " << beta;
+    // Other seeds draw otherwise.
+    ESAMOptimizer other(sgd_for(w), {}, beta, 1.0, /*seed=*/12);
+    int differ = 0;
+    for (int t = 0; t < 50; ++t) differ += sam.resting_tensors(t) != other.resting_tensors(t);
+    EXPECT_GT(differ, 0);
+  }
 }
 
 }  // namespace

@@ -15,6 +15,7 @@
 #include "basin/algorithms/mesa.h"
 #include "basin/algorithms/saf.h"
 #include "basin/core/callback.h"
+#include "basin/core/engine.h"
 #include "basin/core/train/trainer.h"
 #include "test_util.h"
 
@@ -35,6 +36,11 @@ TEST(TrajectoryLossTest, TermIsLambdaTauSquaredTimesTheMeanKlAndItsGradientIsTau
   // d/dz of lambda tau^2 KL(p_ref || softmax(z / tau)) = lambda tau (p - p_ref), over the mean's 6 samples.
   const at::Tensor grad = torch::autograd::grad({term}, {outputs})[0];
   EXPECT_TRUE(at::allclose(grad.to(at::kDouble), (p - p_ref) * (lambda * tau / 6), 1e-4, 1e-6));
+  // Samples left out count 0 in the mean over all 6.
+  const at::Tensor counted = at::tensor({1, 0, 1, 1, 0, 1}).to(at::kBool);
+  const double partial = (p_ref * (p_ref / p).log()).sum(1).mul(counted.to(at::kDouble)).sum().item<double>() / 6;
+  EXPECT_NEAR(TrajectoryLoss::term(outputs, reference, lambda, tau, counted).item<double>(),
+              lambda * tau * tau * partial, 1e-5 * lambda * tau * tau * partial + 1e-7);
 }
 
 /// Records, by (epoch, sample id), the outputs of every pass's microbatches,
@@ -78,32 +84,34 @@ Json loss_side_config(const std::string& name, const std::string& keys) {
 TEST(TrajectoryLossTest, SafAddsTheKlToTheSameSamplesOutputsFromEpochsAgo) {
   auto probe = std::make_shared<Probe>();
   const double lambda = 0.5, tau = 2;
-  // The outputs E = 2 epochs back, as the probe itself recorded them; the term after epoch 2.
-  probe->expected_term = [&probe, lambda, tau](const State& state) -> at::Tensor {
-    if (state.timestamp.epoch <= 2) return {};
+  int64_t uncounted = 0;
+  // The outputs E = 2 epochs back, as the probe itself recorded them, for the
+  // samples that epoch visited; the term after epoch 1.
+  probe->expected_term = [&probe, &uncounted, lambda, tau](const State& state) -> at::Tensor {
+    if (state.timestamp.epoch <= 1) return {};
     std::vector<at::Tensor> past;
+    std::vector<bool> counted;
     for (int64_t i = 0; i < state.microbatch.ids.size(0); ++i) {
-      past.push_back(probe->outputs.at({state.timestamp.epoch - 2, state.microbatch.ids[i].item<int64_t>()}));
+      const auto found = probe->outputs.find({state.timestamp.epoch - 2, state.microbatch.ids[i].item<int64_t>()});
+      counted.push_back(found != probe->outputs.end());
+      past.push_back(counted.back() ? found->second : at::zeros({state.outputs.size(1)}));
+      uncounted += !counted.back();
     }
-    return TrajectoryLoss::term(state.outputs.detach(), at::stack(past), lambda, tau);
+    const at::Tensor mask = at::tensor(std::vector<int64_t>(counted.begin(), counted.end())).to(at::kBool);
+    return TrajectoryLoss::term(state.outputs.detach(), at::stack(past), lambda, tau, mask);
   };
-  Json config = loss_side_config("saf", R"({"lambda": 0.5, "temperature": 2, "epochs_ago": 2, "start_epoch": 2})");
+  Json config = loss_side_config("saf", R"({"lambda": 0.5, "temperature": 2, "epochs_ago": 2, "start_epoch": 1})");
+  config["data"]["train_size"] = 120;  // 7 batches of 16: each epoch drops 8 samples, others each time
   config["data"]["shuffle"] = true;
   config["data"]["microbatches"] = 2;
   Trainer trainer(config, {probe});
   const FitSummary summary = trainer.fit();
   EXPECT_EQ(probe->checked, summary.steps * 2);
   EXPECT_EQ(probe->forwards, summary.steps * 2);  // one pass a step: no forward of its own
-  EXPECT_EQ(probe->with_term, 8 * 2);             // the last of 4 epochs (epoch 3 > start_epoch 2)
+  EXPECT_EQ(probe->with_term, 2 * 7 * 2);         // epochs 2 and 3 of 0..3
+  EXPECT_GT(uncounted, 0);                        // samples the epoch back skipped were met
   const auto& saf = dynamic_cast<const SAF&>(*trainer.engine().algorithms().front());
-  ASSERT_EQ(saf.bank().sizes(), (std::vector<int64_t>{128, 3, 3}));
-}
-
-TEST(TrajectoryLossTest, SafRefusesAStartBeforeItsBankHoldsAnything) {
-  const std::string message = test::config_error_of([] {
-    Trainer(loss_side_config("saf", R"({"epochs_ago": 3, "start_epoch": 2})"));
-  });
-  EXPECT_NE(message.find("'algorithms.saf.start_epoch'"), std::string::npos) << message;
+  ASSERT_EQ(saf.bank().sizes(), (std::vector<int64_t>{120, 3, 3}));
 }
 
 /// The trainer's forward, counted: MESA runs its averaged weights through it.
@@ -177,9 +185,52 @@ TEST(TrajectoryLossTest, MesaAveragesTheWeightsAndAddsTheKlToTheAverageOutputs) 
   }
 }
 
+// Under autocast the averages' low-precision copies must not stand in for the
+// weights in the model's own forward: with lambda 0 MESA changes nothing.
+TEST(TrajectoryLossTest, MesaWithLambdaZeroLeavesBf16TrainingAsItWas) {
+  Json config = loss_side_config("mesa", R"({"lambda": 0, "start_epoch": -1, "decay": 0.5})");
+  config["precision"] = "amp_bf16";
+  config["max_epochs"] = 1;
+  Trainer with(config);
+  with.fit();
+  config["algorithms"] = Json::object();
+  Trainer without(config);
+  without.fit();
+  const auto a = with.model().parameters(), b = without.model().parameters();
+  for (std::size_t i = 0; i < a.size(); ++i) EXPECT_TRUE(at::equal(a[i], b[i])) << "parameter " << i;
+}
+
+// A tensor registered under two names is averaged once and keeps its own storage.
+TEST(TrajectoryLossTest, MesaSwapsATiedWeightOnceAndGivesItBack) {
+  struct Tied : torch::nn::Module {
+    at::Tensor w;
+    Tied() {
+      w = register_parameter("encoder", at::randn({4, 4}));
+      register_parameter("decoder", w);
+    }
+  };
+  auto model = std::make_shared<Tied>();
+  State state;
+  state.model = model;
+  state.forward = [model](const at::Tensor& x) { return x.matmul(model->w).matmul(model->w.t()); };
+  state.train_size = 8;
+  Engine engine(state);
+  Params algorithms(Json::parse(R"({"mesa": {"start_epoch": -1, "decay": 0.5}})"), "algorithms");
+  engine.add_algorithms(algorithms);
+  engine.run(Event::FIT_START);
+  const void* storage = model->w.data_ptr();
+  const at::Tensor before = model->w.detach().clone();
+  state.microbatch = {at::randn({8, 4}), at::randint(0, 4, {8}), at::arange(8)};
+  engine.run(Event::BEFORE_FORWARD);
+  EXPECT_EQ(model->w.data_ptr(), storage);
+  EXPECT_TRUE(at::equal(model->w, before));
+  const auto& mesa = dynamic_cast<const MESA&>(*engine.algorithms().front());
+  EXPECT_EQ(mesa.averages().size(), 1u);
+}
+
 class LossSideTrainingTest : public ::testing::TestWithParam<std::pair<std::string, std::string>> {};
 
-TEST_P(LossSideTrainingTest, TrainsTheSyntheticRunWithMicrobatchesAndBf16) {
+TEST_P(LossSideTrainingTest, TrainsTheSyntheticRunWithMicrobatchesBf16TheGradScalerAndSam) {
   Json config = loss_side_config(GetParam().first, GetParam().second);
   auto losses = std::make_shared<test::LossRecorder>();
   const FitSummary summary = Trainer(config, {losses}).fit();
@@ -190,6 +241,18 @@ TEST_P(LossSideTrainingTest, TrainsTheSyntheticRunWithMicrobatchesAndBf16) {
   config["precision"] = "amp_bf16";
   const FitSummary mixed = Trainer(config).fit();
   EXPECT_TRUE(std::isfinite(mixed.final_train_loss));
+  // Under the grad scaler, the largest scale a float holds overflows the
+  // first steps: skipped with w untouched, then training goes on.
+  Json scaled = config;
+  scaled["precision"] = "fp32";
+  scaled["data"]["input_scale"] = 30;
+  scaled["optimizer"]["lr"] = 0.001;
+  scaled["callbacks"] = Json::parse(R"({"grad_scaler": {"init_scale": 1.7014118346046923e+38}})");
+  Trainer overflowing(scaled);
+  const FitSummary skipped = overflowing.fit();
+  EXPECT_GT(skipped.skipped_steps, 0);
+  EXPECT_LT(skipped.skipped_steps, skipped.steps);
+  for (const auto& p : overflowing.model().parameters()) EXPECT_TRUE(p.isfinite().all().item<bool>());
   // With SAM around it: the term is in both passes' losses.
   config["precision"] = "fp32";
   config["algorithms"]["sam"] = Json::object();

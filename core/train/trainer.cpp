@@ -326,19 +326,19 @@ PassHooks Trainer::pass_hooks() {
 }
 
 at::Tensor Trainer::closure() {
-  const SampleSelection& selection = state_.selection;
-  if (selection.backward) state_.optimizer->zero_grad();  // a forward alone leaves the gradients as they are
-  const int64_t parts = selection.parts;
-  if (parts < 1 || selection.part < 0 || selection.part >= parts || state_.batch.size() % (parts * microbatches_) != 0) {
-    throw ConfigError("batch part " + std::to_string(selection.part) + " of " + std::to_string(parts) + ": the " +
+  const PassRequest& request = state_.request;
+  if (request.backward) state_.optimizer->zero_grad();  // a forward alone leaves the gradients as they are
+  const int64_t parts = request.parts;
+  if (parts < 1 || request.part < 0 || request.part >= parts || state_.batch.size() % (parts * microbatches_) != 0) {
+    throw ConfigError("batch part " + std::to_string(request.part) + " of " + std::to_string(parts) + ": the " +
                       std::to_string(state_.batch.size()) + "-sample batch must split into " + std::to_string(parts) +
                       " parts of " + std::to_string(microbatches_) + " equal microbatches (data.batch_size)");
   }
   // The part, then the selected samples of it, then their microbatches.
-  const Batch picked = selected(state_.batch, selection);
+  const Batch picked = requested_samples(state_.batch, request);
   const int64_t samples = picked.size();
   if (samples == 0) throw std::logic_error("the optimizer asked for a pass on no sample");
-  // A selection may hold fewer samples than there are microbatches.
+  // A request may hold fewer samples than there are microbatches.
   const int64_t count = std::min(microbatches_, samples);
   const auto inputs = picked.inputs.chunk(count);
   const auto targets = picked.targets.chunk(count);
@@ -355,13 +355,13 @@ at::Tensor Trainer::closure() {
     state_.microbatch_divisor = static_cast<double>(samples) / static_cast<double>(inputs[i].size(0));
     {
       AutocastGuard autocast(state_.precision, state_.device.type());
-      at::AutoGradMode grad_mode(selection.backward);
+      at::AutoGradMode grad_mode(request.backward);
       engine_->run(Event::BEFORE_FORWARD);
       state_.outputs = model_->forward(state_.microbatch.inputs);
       engine_->run(Event::AFTER_FORWARD);
       engine_->run(Event::BEFORE_LOSS);
       const at::Tensor logits = state_.outputs.to(at::kFloat);  // the loss is fp32
-      if (selection.per_sample_losses) {
+      if (request.per_sample_losses) {
         const at::Tensor each = at::cross_entropy_loss(logits, state_.microbatch.targets, {}, at::Reduction::None);
         sample_losses.push_back(each.detach());
         state_.loss = each.mean() / state_.microbatch_divisor;
@@ -371,7 +371,7 @@ at::Tensor Trainer::closure() {
       engine_->run(Event::AFTER_LOSS);
     }
     total += state_.loss.detach();
-    if (!selection.backward) continue;
+    if (!request.backward) continue;
     engine_->run(Event::BEFORE_BACKWARD);
     // Under a grad scaler the backward runs on the scaled loss, in every pass.
     (state_.scaler ? state_.scaler->scale(state_.loss) : state_.loss).backward();
@@ -379,9 +379,9 @@ at::Tensor Trainer::closure() {
   }
   // Microbatches accumulate locally; ranks sync once, unless this pass's
   // gradients must stay rank-local (SAM's ascent with sync_ascent false).
-  if (selection.backward && data_parallel_ && !state_.skip_gradient_sync) sync_gradients();
+  if (request.backward && data_parallel_ && !state_.skip_gradient_sync) sync_gradients();
   pass_loss_ = total;
-  return selection.per_sample_losses ? at::cat(sample_losses) : total;
+  return request.per_sample_losses ? at::cat(sample_losses) : total;
 }
 
 at::Tensor Trainer::optimizer_step() {

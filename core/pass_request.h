@@ -9,8 +9,8 @@
 namespace basin {
 
 /// What one pass of a closure runs on and returns, as the optimizer that
-/// calls it asks (SAMOptimizer::selection(); the trainer's closure reads
-/// State::selection, which the SAM algorithm keeps equal to it):
+/// calls it asks (SAMOptimizer::request(); the trainer's closure reads
+/// State::request, which the SAM algorithm keeps equal to it):
 ///   - part `part` of `parts` equal contiguous parts of the step's batch
 ///     (mSAM perturbs each part apart);
 ///   - of that part, the samples at `samples` (int64 indices on the CPU, in
@@ -21,7 +21,7 @@ namespace basin {
 ///     tensor in the samples' order, instead of their mean.
 /// A closure that only ever sees the default (the whole batch, backward,
 /// the mean) may ignore it; the algorithms that need more say so.
-struct SampleSelection {
+struct PassRequest {
   int64_t part = 0;
   int64_t parts = 1;
   at::Tensor samples;
@@ -31,8 +31,8 @@ struct SampleSelection {
   bool whole_batch() const { return parts == 1 && !samples.defined(); }
 };
 
-/// The samples of `batch` that `selection` asks for, in order (the batch
+/// The samples of `batch` that `request` asks for, in order (the batch
 /// itself for the default): what a closure runs on.
-Batch selected(const Batch& batch, const SampleSelection& selection);
+Batch requested_samples(const Batch& batch, const PassRequest& request);
 
 }  // namespace basin
