@@ -11,7 +11,8 @@
 //   - the share of steps that took SAM's second pass (momentum_sam: ran at a
 //     perturbed point; "-" for the loss-side ones, which have no SAM steps)
 //   - peak memory of training over SGD's, in copies of the parameters
-// Threads: BASIN_BENCH_THREADS (default 1); pairs: BASIN_BENCH_PAIRS (default 20).
+// Threads: BASIN_BENCH_THREADS (default 1); pairs: BASIN_BENCH_PAIRS (default 20);
+// BASIN_BENCH_ONLY: only the algorithms whose name contains it.
 
 #include <algorithm>
 #include <chrono>
@@ -77,6 +78,8 @@ std::vector<Variant> variants() {
       sam_side("looksam (k 5)", [](Base b) { return std::make_shared<basin::LookSAMOptimizer>(b, options(), 5, 0.7); }),
       sam_side("ae_sam", [](Base b) { return std::make_shared<basin::AESAMOptimizer>(b, options(), 0.9, -1, 1, 40); }),
       sam_side("esam", [](Base b) { return std::make_shared<basin::ESAMOptimizer>(b, options(), 0.6, 0.5, 0); }),
+      sam_side("esam, beta 1", [](Base b) { return std::make_shared<basin::ESAMOptimizer>(b, options(), 1.0, 0.5, 0); }),
+      sam_side("esam, gamma 1", [](Base b) { return std::make_shared<basin::ESAMOptimizer>(b, options(), 0.6, 1.0, 0); }),
       sam_side("momentum_sam", [](Base b) { return std::make_shared<basin::MomentumSAMOptimizer>(b, options()); }),
       sam_side("sam, start 10", [](Base b) { return std::make_shared<basin::SAMOptimizer>(b, options(1, false, 10)); }),
       loss_side("saf", R"({"saf": {}})"),
@@ -229,7 +232,9 @@ int main() {
   fmt::print("a forward alone (no gradient, evaluation mode) / SGD step: {:.3f}\n", forward_over_sgd(pairs));
   fmt::print("{:<16} {:>13} {:>11} {:>13} {:>10} {:>30}\n", "algorithm", "mean step ms", "total / SGD",
              "median / SGD", "SAM steps", "peak over SGD (param copies)");
+  const char* only = std::getenv("BASIN_BENCH_ONLY");
   for (const auto& variant : variants()) {
+    if (only != nullptr && variant.name.find(only) == std::string::npos) continue;
     Setup sgd(nullptr), other(&variant);
     sgd.step();  // warm-up: buffers and states are allocated by the first step
     other.step();
