@@ -10,6 +10,7 @@ packages=(
   zlib1g-dev libspdlog-dev libcli11-dev libbenchmark-dev
   dataset-fashion-mnist
   python3-torch  # the tests open checkpoints with Python's torch.load
+  gnuplot-nox    # the study's plots (scripts/study.py), smoke-tested
   "$@"
 )
 

@@ -33,7 +33,11 @@ TEST(BasinTrainTest, TrainsTheSmokeConfigAndWritesMetricsAndSummary) {
     for (const char* key : {"step", "epoch", "loss", "lr", "step_seconds"}) EXPECT_TRUE(r.contains(key)) << key;
   }
   ASSERT_EQ(epochs.size(), 3u);
-  for (const auto& r : epochs) EXPECT_TRUE(r.contains("test_loss"));
+  for (const auto& r : epochs) {
+    EXPECT_TRUE(r.contains("test_loss"));
+    ASSERT_TRUE(r.contains("train_seconds"));
+    EXPECT_GT(r["train_seconds"].get<double>(), 0);
+  }
 
   const Json summary = Json::parse(test::read_text(run_dir + "/summary.json"));
   for (const char* key : {"steps", "epochs", "final_train_loss", "test_accuracy", "skipped_steps", "wall_seconds"}) {

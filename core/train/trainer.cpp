@@ -449,6 +449,7 @@ void Trainer::train_batch(const Batch& batch) {
     ++epoch_steps_;
   }
   const double step_seconds = seconds_since(start);
+  epoch_train_seconds_ += step_seconds;
   const bool last = ts.step == state_.max_steps || ts.batch_in_epoch == state_.steps_per_epoch;
   if (ts.step % state_.log_every == 0 || last) {
     engine_->logger().emit(Json{{"step", ts.step},
@@ -500,7 +501,8 @@ void Trainer::evaluate_and_log(FitSummary& summary) {
                               {"step", ts.step},
                               {"train_loss", summary.final_train_loss},
                               {"test_accuracy", eval.accuracy},
-                              {"test_loss", eval.loss}});
+                              {"test_loss", eval.loss},
+                              {"train_seconds", epoch_train_seconds_}});
 }
 
 void Trainer::end_epoch(FitSummary& summary) {
@@ -532,6 +534,7 @@ FitSummary Trainer::fit() {
     if (!epoch_open_) {  // a resumed run may start inside an epoch
       ts.batch_in_epoch = 0;
       epoch_loss_sum_ = at::zeros({}, at::TensorOptions(at::kFloat).device(state_.device));
+      epoch_train_seconds_ = 0;
       epoch_steps_ = 0;
       epoch_open_ = true;
       engine_->run(Event::EPOCH_START);

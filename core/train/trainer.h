@@ -126,6 +126,9 @@ class Trainer {
   ShardedOptimizer* sharded_ = nullptr;  // the zero1 optimizer, when there is one
   double grad_clip_norm_ = 0;  // 0: no clipping
   at::Tensor epoch_loss_sum_;
+  /// Seconds this process spent in the epoch's steps (evaluation aside); not
+  /// in checkpoints, so a resumed epoch counts from the resume.
+  double epoch_train_seconds_ = 0;
   int64_t epoch_steps_ = 0;
   Json config_;                  // as given: checkpoints keep it, resume compares it
   int64_t epochs_completed_ = 0;

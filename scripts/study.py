@@ -1,0 +1,406 @@
+#!/usr/bin/env python3
+"""The label-noise study: SAM and its variants against SGD on Fashion-MNIST
+with symmetric label noise on the training labels (the test labels clean).
+
+Runs basin-train once per (method, noise rate, seed), two runs at a time
+with one thread each, then writes docs/results.md and three PNG plots (with
+gnuplot). A finished run is skipped when the study is started again, an
+interrupted one resumes from its last checkpoint, and a status line says
+which runs are going, how far, and about how long is left.
+
+  python3 scripts/study.py --basin-train build/examples/basin-train [--smoke] [--out docs]
+
+scripts/study.sh builds basin-train and runs this. --smoke runs a tiny
+version (a small subset, 2 epochs, 1 seed, few methods) in seconds, for the
+tests. Only the Python standard library is used.
+"""
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import threading
+import time
+
+# The setup every method shares (see docs/results.md for why these values).
+BASE_CONFIG = {
+    "threads": 1,
+    "max_epochs": 30,
+    "log_every": 1000,
+    "data": {"name": "fashion_mnist", "batch_size": 128, "train_subset": 10000, "eval_batch_size": 2000},
+    "model": {"name": "mlp", "hidden": [256, 256]},
+    "optimizer": {"name": "sgd", "lr": 0.05, "momentum": 0.9, "weight_decay": 5e-4},
+    "schedulers": [{"name": "cosine_warmup", "warmup": 0}],
+    "callbacks": {"checkpoint": {"every_epochs": 5, "keep_last": 1}},
+}
+
+# name, label, "algorithms" object, epochs factor, expected cost over SGD (for the time estimate)
+METHODS = [
+    ("sgd", "SGD", {}, 1, 1.0),
+    ("sgd_2x", "SGD, 2x epochs", {}, 2, 2.0),
+    ("sam", "SAM", {"sam": {"rho": 0.1}}, 1, 2.0),
+    ("asam", "ASAM", {"asam": {"rho": 0.5}}, 1, 2.0),
+    ("gsam", "GSAM", {"gsam": {"rho": 0.1, "alpha": 0.4}}, 1, 2.0),
+    ("looksam", "LookSAM", {"looksam": {"rho": 0.1, "k": 5}}, 1, 1.2),
+    ("momentum_sam", "Momentum-SAM", {"momentum_sam": {"rho": 0.3}}, 1, 1.0),
+    ("late_sam", "late-phase SAM", {"sam": {"rho": 0.1, "start": 0.5}}, 1, 1.5),
+    ("esam", "ESAM", {"esam": {"rho": 0.1}}, 1, 1.8),
+    ("saf", "SAF", {"saf": {}}, 1, 1.0),
+]
+SWEEP_METHODS = ["sgd", "sam"]  # run at every noise rate
+NOISE_RATES = [0.0, 0.2, 0.4, 0.6]
+MAIN_NOISE = 0.4
+SEEDS = [0, 1, 2]
+
+SMOKE = {
+    "base": {"max_epochs": 2, "data": {"train_subset": 512, "eval_batch_size": 1000}},
+    "methods": ["sgd", "sam", "looksam"],
+    "noise_rates": [0.0, 0.4],
+    "seeds": [0],
+}
+
+
+def merged(base, extra):
+    out = json.loads(json.dumps(base))
+    for key, value in extra.items():
+        out[key] = merged(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict) else value
+    return out
+
+
+class Run:
+    def __init__(self, method, noise, seed, root, base):
+        name, label, algorithms, factor, cost = next(m for m in METHODS if m[0] == method)
+        self.method, self.label, self.noise, self.seed, self.cost = method, label, noise, seed, cost * factor
+        self.dir = os.path.join(root, method, f"noise-{noise:.1f}", f"seed-{seed}")
+        config = merged(base, {"seed": seed, "algorithms": algorithms, "data": {"label_noise": noise}})
+        config["max_epochs"] = base["max_epochs"] * factor
+        self.config = config
+        self.epochs = config["max_epochs"]
+
+    def title(self):
+        return f"{self.method} noise {self.noise:.1f} seed {self.seed}"
+
+    def done(self):
+        path = os.path.join(self.dir, "summary.json")
+        if not os.path.exists(path):
+            return False
+        with open(path) as f:
+            return not json.load(f).get("interrupted", False)
+
+    def epochs_done(self):
+        return len(self.epoch_records())
+
+    def epoch_records(self):
+        path = os.path.join(self.dir, "metrics.jsonl")
+        if not os.path.exists(path):
+            return []
+        records = []
+        with open(path) as f:
+            for line in f:
+                try:
+                    record = json.loads(line)
+                except json.JSONDecodeError:
+                    continue  # a line cut by an interruption
+                if "test_accuracy" in record:
+                    records.append(record)
+        return records
+
+    def execute(self, basin_train):
+        os.makedirs(self.dir, exist_ok=True)
+        config_path = os.path.join(self.dir, "study-config.json")
+        with open(config_path, "w") as f:
+            json.dump(self.config, f, indent=1)
+        command = [basin_train, "--run-dir", self.dir, "--log-level", "warn"]
+        checkpoints = os.path.join(self.dir, "checkpoints")
+        if os.path.isdir(checkpoints) and any(n.endswith(".pt") for n in os.listdir(checkpoints)):
+            command += ["--resume", "latest"]  # an interrupted run continues
+        else:
+            command += ["--config", config_path, "--overwrite"]
+        with open(os.path.join(self.dir, "log.txt"), "a") as log:
+            result = subprocess.run(command, stdout=log, stderr=subprocess.STDOUT)
+        if result.returncode != 0:
+            raise RuntimeError(f"{self.title()}: basin-train exited with {result.returncode}; see {self.dir}/log.txt")
+
+
+def plan(root, smoke):
+    base = merged(BASE_CONFIG, SMOKE["base"]) if smoke else BASE_CONFIG
+    methods = SMOKE["methods"] if smoke else [m[0] for m in METHODS]
+    noise_rates = SMOKE["noise_rates"] if smoke else NOISE_RATES
+    seeds = SMOKE["seeds"] if smoke else SEEDS
+    runs = []
+    for method in methods:
+        for noise in noise_rates if method in SWEEP_METHODS else [MAIN_NOISE]:
+            for seed in seeds:
+                runs.append(Run(method, noise, seed, root, base))
+    return runs
+
+
+def minutes(seconds):
+    return f"{seconds / 60:.0f} min" if seconds >= 90 else f"{seconds:.0f} s"
+
+
+def run_all(runs, basin_train, jobs):
+    pending = [r for r in runs if not r.done()]
+    total_cost = sum(r.cost for r in pending)
+    print(f"study: {len(runs)} runs, {len(runs) - len(pending)} already done, {len(pending)} to run, {jobs} at a time",
+          flush=True)
+    lock = threading.Lock()
+    state = {"running": [], "done_cost": 0.0, "started": time.time(), "errors": []}
+
+    def worker():
+        while True:
+            with lock:
+                if not pending or state["errors"]:
+                    return
+                run = pending.pop(0)
+                state["running"].append(run)
+            try:
+                start = time.time()
+                run.execute(basin_train)
+                records = run.epoch_records()
+                final = records[-1]["test_accuracy"] if records else float("nan")
+                with lock:
+                    state["done_cost"] += run.cost
+                    print(f"study: done {run.title()}: test accuracy {100 * final:.1f}% in {minutes(time.time() - start)}",
+                          flush=True)
+            except Exception as error:  # stop the study; finished runs stay
+                with lock:
+                    state["errors"].append(str(error))
+            finally:
+                with lock:
+                    state["running"].remove(run)
+
+    threads = [threading.Thread(target=worker) for _ in range(jobs)]
+    for t in threads:
+        t.start()
+    while any(t.is_alive() for t in threads):
+        for t in threads:
+            t.join(timeout=30)
+        with lock:
+            if state["running"]:
+                elapsed = time.time() - state["started"]
+                # Cost units done, counting the running runs' finished epochs.
+                partial = sum(r.cost * r.epochs_done() / r.epochs for r in state["running"])
+                done = state["done_cost"] + partial
+                left = elapsed / done * (total_cost - done) if done > 0 else float("nan")
+                going = ", ".join(f"{r.title()} (epoch {r.epochs_done()}/{r.epochs})" for r in state["running"])
+                estimate = minutes(left) if left == left else "unknown"
+                print(f"study: running {going}; {minutes(elapsed)} elapsed, about {estimate} left", flush=True)
+    if state["errors"]:
+        sys.exit("study: " + "; ".join(state["errors"]))
+
+
+# ---------------------------------------------------------------- the report
+
+
+def mean_spread(values):
+    if not values:
+        return float("nan"), float("nan")
+    return statistics.mean(values), statistics.stdev(values) if len(values) > 1 else 0.0
+
+
+def summarize(runs):
+    """Per (method, noise): final and peak accuracy, epoch curves, seconds."""
+    groups = {}
+    for run in runs:
+        records = run.epoch_records()
+        if not records:
+            continue
+        g = groups.setdefault((run.method, run.noise), {"label": run.label, "runs": []})
+        g["runs"].append({
+            "final": records[-1]["test_accuracy"],
+            "peak": max(r["test_accuracy"] for r in records),
+            "curve": [r["test_accuracy"] for r in records],
+            "seconds": [r.get("train_seconds", float("nan")) for r in records],
+        })
+    return groups
+
+
+def fmt(mean, spread):
+    return f"{100 * mean:.1f} ± {100 * spread:.1f}"
+
+
+def first_reach(run, target):
+    """Training seconds until the test accuracy first reaches target, or None."""
+    elapsed = 0.0
+    for accuracy, seconds in zip(run["curve"], run["seconds"]):
+        elapsed += seconds
+        if accuracy >= target:
+            return elapsed
+    return None
+
+
+def gnuplot(script, out_dir):
+    subprocess.run(["gnuplot"], input=script, text=True, cwd=out_dir, check=True)
+
+
+def write_report(runs, out_dir, smoke, notes_path):
+    os.makedirs(out_dir, exist_ok=True)
+    groups = summarize(runs)
+    noise_rates = sorted({n for (_, n) in groups})
+    main = MAIN_NOISE if any(n == MAIN_NOISE for n in noise_rates) else noise_rates[-1]
+    methods = [m for m in [m[0] for m in METHODS] if (m, main) in groups]
+    seeds = sorted({r.seed for r in runs})
+    over = f"{len(seeds)} seed" + ("s" if len(seeds) > 1 else "")
+    lines = []
+    add = lines.append
+    add("# Results: SAM and its variants under label noise" + (" (smoke run)" if smoke else ""))
+    add("")
+    add("Written by `bash scripts/study.sh`" + (" --smoke" if smoke else "") + "; every number below comes from its runs.")
+    add("")
+    config = runs[0].config
+    add(f"**Setup.** Fashion-MNIST (the Debian package), a {config['data']['train_subset']}-sample training subset "
+        f"with symmetric label noise (each training label replaced, with the given probability, by a different class "
+        f"drawn uniformly; the 10000 test labels clean). An MLP with hidden layers {config['model']['hidden']}, "
+        f"SGD with momentum {config['optimizer']['momentum']}, lr {config['optimizer']['lr']} with a cosine schedule "
+        f"to 0, weight decay {config['optimizer']['weight_decay']}, batch {config['data']['batch_size']}, "
+        f"{BASE_CONFIG['max_epochs'] if not smoke else config['max_epochs']} epochs, the same for every method "
+        f"(SGD, 2x epochs: twice as many, the SAM paper's fair-compute baseline). Seeds {seeds} (the seed draws the "
+        f"subset, the noise, the initial weights and the batch order). Mean ± standard deviation over the seeds. One "
+        f"thread per run, two runs at a time on a 2-core machine.")
+    add("")
+    add("**Final** is the clean test accuracy after the last epoch. **Peak** is the best epoch's: it picks the "
+        "epoch with the test set, so it is an optimistic number, shown only to say what early stopping could reach.")
+    add("")
+    # Noise sweep.
+    sweep = [m for m in SWEEP_METHODS if all((m, n) in groups for n in noise_rates)]
+    if sweep:
+        add("## Accuracy against the noise rate")
+        add("")
+        add("| noise | " + " | ".join(f"{groups[(m, noise_rates[0])]['label']} final | peak" for m in sweep) + " |")
+        add("| --- | " + " | ".join("--- | ---" for _ in sweep) + " |")
+        for n in noise_rates:
+            cells = []
+            for m in sweep:
+                g = groups[(m, n)]["runs"]
+                cells.append(fmt(*mean_spread([r["final"] for r in g])) + " | " + fmt(*mean_spread([r["peak"] for r in g])))
+            add(f"| {100 * n:.0f}% | " + " | ".join(cells) + " |")
+        add("")
+        add("![test accuracy against noise rate](noise.png)")
+        add("")
+        with open(os.path.join(out_dir, "noise.dat"), "w") as f:
+            for n in noise_rates:
+                row = [f"{100 * n:.0f}"]
+                for m in sweep:
+                    row += [f"{100 * v:.3f}" for v in mean_spread([r["final"] for r in groups[(m, n)]["runs"]])]
+                f.write(" ".join(row) + "\n")
+        series = ", ".join(
+            f"'noise.dat' using ($1{'+0.6' if i else '-0.6'}):{2 + 2 * i}:{3 + 2 * i} with yerrorlines lw 2 pt 7 "
+            f"title '{groups[(m, noise_rates[0])]['label']} (final, mean ± sd over {over})'"
+            for i, m in enumerate(sweep))
+        gnuplot(f"""set terminal pngcairo size 800,520 font 'DejaVu Sans,11'
+set output 'noise.png'
+set title 'Fashion-MNIST, label noise on the training set: clean test accuracy'
+set xlabel 'label noise (% of training labels replaced)'
+set ylabel 'test accuracy (%)'
+set xrange [-5:{100 * noise_rates[-1] + 5:.0f}]
+set xtics ({', '.join(f"'{100 * n:.0f}' {100 * n:.0f}" for n in noise_rates)})
+set key bottom left box opaque
+set grid
+plot {series}
+""", out_dir)
+
+    # Every method at the main noise rate.
+    sgd = groups.get(("sgd", main))
+    sgd_seconds = statistics.mean(sum(r["seconds"]) for r in sgd["runs"]) if sgd else float("nan")
+    sgd_epoch = statistics.mean(statistics.mean(r["seconds"]) for r in sgd["runs"]) if sgd else float("nan")
+    target = statistics.mean(r["peak"] for r in sgd["runs"]) if sgd else float("nan")
+    add(f"## Every method at {100 * main:.0f}% noise")
+    add("")
+    add(f"Cost is training time (evaluation excluded) measured in this study, over SGD's. \"Reaches SGD's best\": the "
+        f"training time until the test accuracy first reaches SGD's mean peak ({100 * target:.1f}%), for the seeds "
+        f"that do.")
+    add("")
+    add("| method | final | peak | s / epoch | total s | cost / SGD | reaches SGD's best |")
+    add("| --- | --- | --- | --- | --- | --- | --- |")
+    table = []
+    for m in methods:
+        g = groups[(m, main)]
+        finals = [r["final"] for r in g["runs"]]
+        peaks = [r["peak"] for r in g["runs"]]
+        epoch_s = statistics.mean(statistics.mean(r["seconds"]) for r in g["runs"])
+        total_s = statistics.mean(sum(r["seconds"]) for r in g["runs"])
+        reach = [first_reach(r, target) for r in g["runs"]]
+        reached = [t for t in reach if t is not None]
+        reach_text = (f"{statistics.mean(reached):.0f} s ({len(reached)} of {len(reach)} seeds)" if reached
+                      else "never")
+        table.append((m, g["label"], statistics.mean(finals), total_s / sgd_seconds))
+        add(f"| {g['label']} | {fmt(*mean_spread(finals))} | {fmt(*mean_spread(peaks))} | {epoch_s:.2f} | "
+            f"{total_s:.0f} | {total_s / sgd_seconds:.2f} | {reach_text} |")
+    add("")
+    add(f"![test accuracy per epoch at {100 * main:.0f}% noise](epochs.png)")
+    add("")
+    add(f"![accuracy against relative cost at {100 * main:.0f}% noise](cost.png)")
+    add("")
+    curves = os.path.join(out_dir, "epochs.dat")
+    with open(curves, "w") as f:
+        for i, m in enumerate(methods):
+            g = groups[(m, main)]["runs"]
+            length = min(len(r["curve"]) for r in g)
+            for e in range(length):
+                f.write(f"{e + 1} {100 * statistics.mean(r['curve'][e] for r in g):.3f}\n")
+            f.write("\n\n")
+    plots = ", ".join(f"'epochs.dat' index {i} with lines lw 2 title '{groups[(m, main)]['label']}'"
+                      for i, m in enumerate(methods))
+    gnuplot(f"""set terminal pngcairo size 900,560 font 'DejaVu Sans,11'
+set output 'epochs.png'
+set title 'Clean test accuracy per epoch, {100 * main:.0f}% label noise (mean over {over})'
+set xlabel 'epoch'
+set ylabel 'test accuracy (%)'
+set xtics {1 if max(len(r['curve']) for g in groups.values() for r in g['runs']) <= 10 else 5}
+set key outside right
+set grid
+plot {plots}
+""", out_dir)
+    with open(os.path.join(out_dir, "cost.dat"), "w") as f:
+        for m, label, final, cost in table:
+            f.write(f"{cost:.3f} {100 * final:.3f} \"{label}\"\n")
+    gnuplot(f"""set terminal pngcairo size 800,520 font 'DejaVu Sans,11'
+set output 'cost.png'
+set title 'Final clean test accuracy against cost, {100 * main:.0f}% label noise'
+set xlabel 'training time over SGD''s (same epochs, measured)'
+set ylabel 'test accuracy (%, mean over {over})'
+set offsets 0.15, 0.35, 1, 1
+set grid
+unset key
+plot 'cost.dat' using 1:2 with points pt 7 ps 1.5, '' using 1:2:3 with labels offset 0,1 font ',10'
+""", out_dir)
+    if notes_path and os.path.exists(notes_path) and not smoke:
+        add("## What it shows")
+        add("")
+        with open(notes_path) as f:
+            add(f.read().strip())
+        add("")
+    with open(os.path.join(out_dir, "results.md"), "w") as f:
+        f.write("\n".join(lines) + "\n")
+    for name in ("noise.dat", "epochs.dat", "cost.dat"):
+        path = os.path.join(out_dir, name)
+        if os.path.exists(path):
+            os.remove(path)
+    print(f"study: wrote {os.path.join(out_dir, 'results.md')} and its plots", flush=True)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--basin-train", required=True, help="the basin-train executable")
+    parser.add_argument("--out", default="docs", help="where results.md and the plots go (default: docs)")
+    parser.add_argument("--runs", default=None, help="where the runs go (default: runs/study, or OUT/runs for --smoke)")
+    parser.add_argument("--smoke", action="store_true", help="a tiny study in seconds (for the tests)")
+    parser.add_argument("--jobs", type=int, default=2, help="runs at a time (default 2)")
+    parser.add_argument("--report-only", action="store_true", help="write the report from the runs there are")
+    args = parser.parse_args()
+    if shutil.which("gnuplot") is None:
+        sys.exit("study: gnuplot is not installed (Debian package gnuplot-nox)")
+    root = args.runs or (os.path.join(args.out, "runs") if args.smoke else os.path.join("runs", "study"))
+    runs = plan(root, args.smoke)
+    if not args.report_only:
+        run_all(runs, os.path.abspath(args.basin_train), args.jobs)
+    notes = os.path.join(os.path.dirname(os.path.abspath(__file__)), "study_notes.md")
+    write_report(runs, args.out, args.smoke, notes)
+
+
+if __name__ == "__main__":
+    main()
