@@ -233,7 +233,16 @@ def first_reach(run, target):
     return None
 
 
-def gnuplot(script, out_dir):
+def gnuplot(out_dir, output, title, xlabel, ylabel, commands, size="800,520"):
+    """Draws `output` (a PNG in out_dir) with gnuplot: the frame, then `commands`."""
+    script = f"""set terminal pngcairo size {size} font 'DejaVu Sans,11'
+set output '{output}'
+set title '{title}'
+set xlabel '{xlabel}'
+set ylabel '{ylabel}'
+set grid
+{commands}
+"""
     subprocess.run(["gnuplot"], input=script, text=True, cwd=out_dir, check=True)
 
 
@@ -291,17 +300,13 @@ def write_report(runs, out_dir, smoke, notes_path):
             f"'noise.dat' using ($1{'+0.6' if i else '-0.6'}):{2 + 2 * i}:{3 + 2 * i} with yerrorlines lw 2 pt 7 "
             f"title '{groups[(m, noise_rates[0])]['label']} (final, mean ± sd over {over})'"
             for i, m in enumerate(sweep))
-        gnuplot(f"""set terminal pngcairo size 800,520 font 'DejaVu Sans,11'
-set output 'noise.png'
-set title 'Fashion-MNIST, label noise on the training set: clean test accuracy'
-set xlabel 'label noise (% of training labels replaced)'
-set ylabel 'test accuracy (%)'
-set xrange [-5:{100 * noise_rates[-1] + 5:.0f}]
-set xtics ({', '.join(f"'{100 * n:.0f}' {100 * n:.0f}" for n in noise_rates)})
+        xtics = ", ".join(f"'{100 * n:.0f}' {100 * n:.0f}" for n in noise_rates)
+        gnuplot(out_dir, "noise.png", "Fashion-MNIST, label noise on the training set: clean test accuracy",
+                "label noise (% of training labels replaced)", "test accuracy (%)",
+                f"""set xrange [-5:{100 * noise_rates[-1] + 5:.0f}]
+set xtics ({xtics})
 set key bottom left box opaque
-set grid
-plot {series}
-""", out_dir)
+plot {series}""")
 
     # Every method at the main noise rate.
     sgd = groups.get(("sgd", main))
@@ -345,29 +350,19 @@ plot {series}
             f.write("\n\n")
     plots = ", ".join(f"'epochs.dat' index {i} with lines lw 2 title '{groups[(m, main)]['label']}'"
                       for i, m in enumerate(methods))
-    gnuplot(f"""set terminal pngcairo size 900,560 font 'DejaVu Sans,11'
-set output 'epochs.png'
-set title 'Clean test accuracy per epoch, {100 * main:.0f}% label noise (mean over {over})'
-set xlabel 'epoch'
-set ylabel 'test accuracy (%)'
-set xtics {1 if max(len(r['curve']) for g in groups.values() for r in g['runs']) <= 10 else 5}
+    longest = max(len(r["curve"]) for g in groups.values() for r in g["runs"])
+    gnuplot(out_dir, "epochs.png", f"Clean test accuracy per epoch, {100 * main:.0f}% label noise (mean over {over})",
+            "epoch", "test accuracy (%)", f"""set xtics {1 if longest <= 10 else 5}
 set key outside right
-set grid
-plot {plots}
-""", out_dir)
+plot {plots}""", size="900,560")
     with open(os.path.join(out_dir, "cost.dat"), "w") as f:
         for m, label, final, cost in table:
             f.write(f"{cost:.3f} {100 * final:.3f} \"{label}\"\n")
-    gnuplot(f"""set terminal pngcairo size 800,520 font 'DejaVu Sans,11'
-set output 'cost.png'
-set title 'Final clean test accuracy against cost, {100 * main:.0f}% label noise'
-set xlabel 'training time over SGD''s (same epochs, measured)'
-set ylabel 'test accuracy (%, mean over {over})'
-set offsets 0.15, 0.35, 1, 1
-set grid
+    gnuplot(out_dir, "cost.png", f"Final clean test accuracy against cost, {100 * main:.0f}% label noise",
+            "training time over SGD''s (same epochs, measured)", f"test accuracy (%, mean over {over})",
+            """set offsets 0.15, 0.35, 1, 1
 unset key
-plot 'cost.dat' using 1:2 with points pt 7 ps 1.5, '' using 1:2:3 with labels offset 0,1 font ',10'
-""", out_dir)
+plot 'cost.dat' using 1:2 with points pt 7 ps 1.5, '' using 1:2:3 with labels offset 0,1 font ',10'""")
     if notes_path and os.path.exists(notes_path) and not smoke:
         add("## What it shows")
         add("")

@@ -131,6 +131,21 @@ inline std::vector<std::pair<std::string, std::string>> sam_family() {
           {"esam", R"({"beta": 0.5, "gamma": 0.75})"}};
 }
 
+/// Trains `config` with the largest grad scale a float holds and inputs
+/// large enough that the first steps' scaled gradients overflow (as in
+/// MixedPrecisionTest): they are skipped with w untouched, the scale backs
+/// off and training goes on.
+inline void expect_overflowed_steps_skipped(Json config) {
+  config["data"]["input_scale"] = 30;
+  config["optimizer"]["lr"] = 0.001;
+  config["callbacks"] = Json::parse(R"({"grad_scaler": {"init_scale": 1.7014118346046923e+38}})");
+  Trainer trainer(config);
+  const FitSummary summary = trainer.fit();
+  EXPECT_GT(summary.skipped_steps, 0);
+  EXPECT_LT(summary.skipped_steps, summary.steps);
+  for (const auto& p : trainer.model().parameters()) EXPECT_TRUE(p.isfinite().all().item<bool>());
+}
+
 /// The loss-side algorithms (no optimizer of their own), with keys that put
 /// their term in the loss from the smoke config's second epoch.
 inline std::vector<std::pair<std::string, std::string>> loss_side_family() {
