@@ -121,6 +121,8 @@ class Run:
             command += ["--config", config_path, "--overwrite"]
         with open(os.path.join(self.dir, "log.txt"), "a") as log:
             result = subprocess.run(command, stdout=log, stderr=subprocess.STDOUT)
+        if result.returncode == 75:  # stopped by a signal after writing a checkpoint
+            raise RuntimeError(f"{self.title()}: interrupted (a checkpoint holds it; start the study again to go on)")
         if result.returncode != 0:
             raise RuntimeError(f"{self.title()}: basin-train exited with {result.returncode}; see {self.dir}/log.txt")
 
@@ -392,7 +394,11 @@ def main():
     root = args.runs or (os.path.join(args.out, "runs") if args.smoke else os.path.join("runs", "study"))
     runs = plan(root, args.smoke)
     if not args.report_only:
-        run_all(runs, os.path.abspath(args.basin_train), args.jobs)
+        try:
+            run_all(runs, os.path.abspath(args.basin_train), args.jobs)
+        except KeyboardInterrupt:
+            sys.exit("study: interrupted; the runs finished are kept and a running one resumes from its last "
+                     "checkpoint when the study is started again")
     notes = os.path.join(os.path.dirname(os.path.abspath(__file__)), "study_notes.md")
     write_report(runs, args.out, args.smoke, notes)
 
