@@ -6,7 +6,9 @@ Runs basin-train once per (method, noise rate, seed), two runs at a time
 with one thread each, then writes docs/results.md and three PNG plots (with
 gnuplot). A finished run is skipped when the study is started again, an
 interrupted one resumes from its last checkpoint, and a status line says
-which runs are going, how far, and about how long is left.
+which runs are going, how far, and about how long is left. The cost figures
+come from a timing phase after the runs (each method one process at a time,
+right after SGD), since two runs side by side time each other too.
 
   python3 scripts/study.py --basin-train build/examples/basin-train [--smoke] [--out docs]
 
@@ -51,6 +53,7 @@ METHODS = [
     ("saf", "SAF", {"saf": {}}, 1, 1.0),
 ]
 SWEEP_METHODS = ["sgd", "sam"]  # run at every noise rate
+CALIBRATION_EPOCHS = 2  # of each method, after SGD's, for the cost figures
 NOISE_RATES = [0.0, 0.2, 0.4, 0.6]
 MAIN_NOISE = 0.4
 SEEDS = [0, 1, 2]
@@ -78,6 +81,7 @@ class Run:
         config = merged(base, {"seed": seed, "algorithms": algorithms, "data": {"label_noise": noise}})
         config["max_epochs"] = base["max_epochs"] * factor
         self.config = config
+        self.base = base
         self.epochs = config["max_epochs"]
 
     def title(self):
@@ -195,6 +199,42 @@ def run_all(runs, basin_train, jobs):
         sys.exit("study: " + "; ".join(state["errors"]))
 
 
+def calibrate(runs, root, basin_train, epochs, report_only=False):
+    """Seconds per training epoch of each method, measured one process at a
+    time after the runs, each right after an SGD run of the same length: the
+    runs' own timings depend on what ran beside them (and on anything else on
+    the machine then), these do not. Kept in ROOT/calibration.json."""
+    path = os.path.join(root, "calibration.json")
+    methods = sorted({r.method for r in runs}, key=[m[0] for m in METHODS].index)
+    measured = {}
+    if os.path.exists(path):
+        with open(path) as f:
+            measured = json.load(f)
+    todo = [m for m in methods if m not in measured]
+    if not todo:
+        return measured
+    if report_only:
+        sys.exit(f"study: {', '.join(todo)} not timed yet ({path}); run the study without --report-only")
+    print(f"study: timing {len(todo)} method(s) one at a time, each after SGD ({epochs} epoch(s) each)", flush=True)
+    template = next(r for r in runs if r.method == "sgd")
+    for method in todo:
+        seconds = {}
+        for name in ("sgd", method):
+            run = Run(name, MAIN_NOISE, 0, os.path.join(root, "calibration"), template.base)
+            run.dir = os.path.join(root, "calibration", f"{method}-{name}")
+            shutil.rmtree(run.dir, ignore_errors=True)
+            run.config["max_epochs"] = epochs  # the same epochs for every method, sgd_2x's included
+            run.epochs = epochs
+            run.execute(basin_train)
+            seconds[name] = statistics.mean(r["train_seconds"] for r in run.epoch_records())
+        measured[method] = {"seconds_per_epoch": seconds[method], "over_sgd": seconds[method] / seconds["sgd"]}
+        print(f"study: timed {method}: {seconds[method]:.2f} s an epoch, {measured[method]['over_sgd']:.2f} of SGD's",
+              flush=True)
+        with open(path, "w") as f:
+            json.dump(measured, f, indent=1)
+    return measured
+
+
 # ---------------------------------------------------------------- the report
 
 
@@ -226,12 +266,10 @@ def fmt(mean, spread):
 
 
 def first_reach(run, target):
-    """Training seconds until the test accuracy first reaches target, or None."""
-    elapsed = 0.0
-    for accuracy, seconds in zip(run["curve"], run["seconds"]):
-        elapsed += seconds
+    """Epochs until the test accuracy first reaches target, or None."""
+    for epoch, accuracy in enumerate(run["curve"], 1):
         if accuracy >= target:
-            return elapsed
+            return epoch
     return None
 
 
@@ -248,7 +286,7 @@ set grid
     subprocess.run(["gnuplot"], input=script, text=True, cwd=out_dir, check=True)
 
 
-def write_report(runs, out_dir, smoke, notes_path):
+def write_report(runs, out_dir, smoke, notes_path, timing):
     os.makedirs(out_dir, exist_ok=True)
     groups = summarize(runs)
     noise_rates = sorted({n for (_, n) in groups})
@@ -312,14 +350,15 @@ plot {series}""")
 
     # Every method at the main noise rate.
     sgd = groups.get(("sgd", main))
-    sgd_seconds = statistics.mean(sum(r["seconds"]) for r in sgd["runs"]) if sgd else float("nan")
-    sgd_epoch = statistics.mean(statistics.mean(r["seconds"]) for r in sgd["runs"]) if sgd else float("nan")
     target = statistics.mean(r["peak"] for r in sgd["runs"]) if sgd else float("nan")
+    calibration_epochs = 1 if smoke else CALIBRATION_EPOCHS
     add(f"## Every method at {100 * main:.0f}% noise")
     add("")
-    add(f"Cost is training time (evaluation excluded) measured in this study, over SGD's. \"Reaches SGD's best\": the "
-        f"training time until the test accuracy first reaches SGD's mean peak ({100 * target:.1f}%), for the seeds "
-        f"that do.")
+    add(f"Seconds are training time (evaluation aside) per epoch, measured after the runs one process at a time, "
+        f"each method right after SGD over {calibration_epochs} epoch{'s' if calibration_epochs > 1 else ''} (the runs' own clocks "
+        f"depend on what ran beside them); the totals are those times the method's epochs. \"Reaches SGD's best\": "
+        f"the training time until the test accuracy first reaches SGD's mean peak ({100 * target:.1f}%, itself picked "
+        f"with the test set), for the seeds that do.")
     add("")
     add("| method | final | peak | s / epoch | total s | cost / SGD | reaches SGD's best |")
     add("| --- | --- | --- | --- | --- | --- | --- |")
@@ -328,15 +367,17 @@ plot {series}""")
         g = groups[(m, main)]
         finals = [r["final"] for r in g["runs"]]
         peaks = [r["peak"] for r in g["runs"]]
-        epoch_s = statistics.mean(statistics.mean(r["seconds"]) for r in g["runs"])
-        total_s = statistics.mean(sum(r["seconds"]) for r in g["runs"])
+        epoch_s = timing[m]["seconds_per_epoch"]
+        total_s = epoch_s * statistics.mean(len(r["curve"]) for r in g["runs"])
         reach = [first_reach(r, target) for r in g["runs"]]
-        reached = [t for t in reach if t is not None]
+        reached = [e * epoch_s for e in reach if e is not None]
         reach_text = (f"{statistics.mean(reached):.0f} s ({len(reached)} of {len(reach)} seeds)" if reached
                       else "never")
-        table.append((m, g["label"], statistics.mean(finals), total_s / sgd_seconds))
+        # The pair's own ratio (the method right after SGD), times its share of the epochs.
+        cost = timing[m]["over_sgd"] * total_s / epoch_s / len(sgd["runs"][0]["curve"])
+        table.append((m, g["label"], statistics.mean(finals), cost))
         add(f"| {g['label']} | {fmt(*mean_spread(finals))} | {fmt(*mean_spread(peaks))} | {epoch_s:.2f} | "
-            f"{total_s:.0f} | {total_s / sgd_seconds:.2f} | {reach_text} |")
+            f"{total_s:.0f} | {cost:.2f} | {reach_text} |")
     add("")
     add(f"![test accuracy per epoch at {100 * main:.0f}% noise](epochs.png)")
     add("")
@@ -361,7 +402,7 @@ plot {plots}""", size="900,560")
         for m, label, final, cost in table:
             f.write(f"{cost:.3f} {100 * final:.3f} \"{label}\"\n")
     gnuplot(out_dir, "cost.png", f"Final clean test accuracy against cost, {100 * main:.0f}% label noise",
-            "training time over SGD''s (same epochs, measured)", f"test accuracy (%, mean over {over})",
+            "training time over SGD''s (measured one at a time)", f"test accuracy (%, mean over {over})",
             """set offsets 0.15, 0.35, 1, 1
 unset key
 plot 'cost.dat' using 1:2 with points pt 7 ps 1.5, '' using 1:2:3 with labels offset 0,1 font ',10'""")
@@ -399,8 +440,10 @@ def main():
         except KeyboardInterrupt:
             sys.exit("study: interrupted; the runs finished are kept and a running one resumes from its last "
                      "checkpoint when the study is started again")
+    timing = calibrate(runs, root, os.path.abspath(args.basin_train), 1 if args.smoke else CALIBRATION_EPOCHS,
+                       args.report_only)
     notes = os.path.join(os.path.dirname(os.path.abspath(__file__)), "study_notes.md")
-    write_report(runs, args.out, args.smoke, notes)
+    write_report(runs, args.out, args.smoke, notes, timing)
 
 
 if __name__ == "__main__":
