@@ -4,6 +4,7 @@
 // autograd only, no basin code, so that the tests compare the library
 // against the formulas rather than against itself.
 
+#include <cmath>
 #include <functional>
 #include <vector>
 
@@ -25,11 +26,30 @@ inline Tensors clone_all(const Tensors& ts) {
   return out;
 }
 
+/// ||ts||, over all of them.
+inline double norm_of(const Tensors& ts) {
+  double squares = 0;
+  for (const auto& t : ts) squares += t.pow(2).sum().item<double>();
+  return std::sqrt(squares);
+}
+
+/// w + scale * direction.
+inline Tensors moved(const Tensors& w, const Tensors& direction, double scale) {
+  Tensors out;
+  for (std::size_t i = 0; i < w.size(); ++i) out.push_back(w[i] + direction[i] * scale);
+  return out;
+}
+
 /// Gradient of loss(w) at w.
 inline Tensors gradient_at(const LossFn& loss, const Tensors& w) {
   Tensors leaves;
   for (const auto& t : w) leaves.push_back(t.detach().clone().requires_grad_(true));
   return torch::autograd::grad({loss(leaves)}, leaves);
+}
+
+/// The gradient at w + rho * d / (||d|| + eps), for a direction d a variant chooses.
+inline Tensors gradient_after(const LossFn& loss, const Tensors& w, const Tensors& d, double rho, double eps) {
+  return gradient_at(loss, moved(w, d, rho / (norm_of(d) + eps)));
 }
 
 /// SAM's descent gradient: g(w + rho_k * g / ||g||), with a per-tensor rho.
