@@ -273,6 +273,84 @@ def first_reach(run, target):
     return None
 
 
+def keys(method):
+    """The method's "algorithms" object as the config has it, for the tables."""
+    name, _, algorithms, factor, _ = next(m for m in METHODS if m[0] == method)
+    text = f"`{json.dumps(algorithms)}`" if algorithms else "none"
+    return text + (f", {factor}x epochs" if factor != 1 else "")
+
+
+README_BEGIN = "<!-- study tables: written by scripts/study.sh from its runs -->"
+README_END = "<!-- end of study tables -->"
+
+
+def glance(groups, noise_rates, sweep, table, main, over):
+    """README's short version of the results: the noise sweep's final
+    accuracies, then every method at the main noise rate."""
+    lines = []
+    if sweep:
+        lines.append("| final test accuracy (%) | " + " | ".join(f"{100 * n:.0f}% noise" for n in noise_rates) + " |")
+        lines.append("| --- | " + " | ".join("---" for _ in noise_rates) + " |")
+        for m in sweep:
+            cells = [fmt(*mean_spread([r["final"] for r in groups[(m, n)]["runs"]])) for n in noise_rates]
+            shown = keys(m) if m != "sgd" else ""
+            lines.append(f"| {groups[(m, noise_rates[0])]['label']}{f' ({shown})' if shown else ''} | "
+                         + " | ".join(cells) + " |")
+        lines.append("")
+    lines.append(f"| at {100 * main:.0f}% noise | keys | final test accuracy (%) | cost / SGD | time to reach SGD's best |")
+    lines.append("| --- | --- | --- | --- | --- |")
+    for m, label, _, cost, reach in table:
+        final = fmt(*mean_spread([r["final"] for r in groups[(m, main)]["runs"]]))
+        lines.append(f"| {label} | {keys(m)} | {final} | {cost:.2f} | {reach} |")
+    lines.append("")
+    lines.append(f"Mean ± standard deviation over {over}.")
+    return "\n".join(lines)
+
+
+def update_readme(path, text):
+    """Replaces what lies between README's study markers with text."""
+    with open(path) as f:
+        readme = f.read()
+    begin, end = readme.find(README_BEGIN), readme.find(README_END)
+    if begin < 0 or end < begin:
+        sys.exit(f"study: {path} has no '{README_BEGIN}' ... '{README_END}' block to write the tables into")
+    readme = readme[:begin + len(README_BEGIN)] + "\n" + text + "\n" + readme[end:]
+    with open(path, "w") as f:
+        f.write(readme)
+    print(f"study: wrote the tables into {path}", flush=True)
+
+
+# Ten lines must stay apart: the baselines dark, SAM and its two-pass
+# variants solid, the cheaper ones dashed.
+LINE_STYLES = {
+    "sgd": "lw 3 lc rgb 'black'",
+    "sgd_2x": "lw 2 lc rgb 'gray50' dt 2",
+    "sam": "lw 3 lc rgb '#0072b2'",
+    "asam": "lw 2 lc rgb '#e69f00'",
+    "gsam": "lw 2 lc rgb '#009e73'",
+    "looksam": "lw 2 lc rgb '#56b4e9' dt 2",
+    "momentum_sam": "lw 2 lc rgb '#d55e00' dt 2",
+    "late_sam": "lw 2 lc rgb '#cc79a7' dt 4",
+    "esam": "lw 2 lc rgb '#6b6b00' dt 5",
+    "saf": "lw 2 lc rgb '#9400d3' dt 3",
+}
+
+
+def spread_labels(points, width=0.35, gap=1.1):
+    """Heights for the points' labels (placed right of each point) such that
+    no two labels closer than `width` along x overlap: each label starts at
+    its point and moves up past the ones already placed."""
+    placed = []
+    heights = [0.0] * len(points)
+    for i in sorted(range(len(points)), key=lambda i: points[i][1]):
+        x, y = points[i]
+        while any(abs(x - px) < width and abs(y - py) < gap for px, py in placed):
+            y += gap / 4
+        placed.append((x, y))
+        heights[i] = y
+    return heights
+
+
 def gnuplot(out_dir, output, title, xlabel, ylabel, commands, size="800,520"):
     """Draws `output` (a PNG in out_dir) with gnuplot: the frame, then `commands`."""
     script = f"""set terminal pngcairo size {size} font 'DejaVu Sans,11'
@@ -286,7 +364,7 @@ set grid
     subprocess.run(["gnuplot"], input=script, text=True, cwd=out_dir, check=True)
 
 
-def write_report(runs, out_dir, smoke, notes_path, timing):
+def write_report(runs, out_dir, smoke, notes_path, timing, readme=None):
     os.makedirs(out_dir, exist_ok=True)
     groups = summarize(runs)
     noise_rates = sorted({n for (_, n) in groups})
@@ -307,7 +385,7 @@ def write_report(runs, out_dir, smoke, notes_path, timing):
         f"SGD with momentum {config['optimizer']['momentum']}, lr {config['optimizer']['lr']} with a cosine schedule "
         f"to 0, weight decay {config['optimizer']['weight_decay']}, batch {config['data']['batch_size']}, "
         f"{BASE_CONFIG['max_epochs'] if not smoke else config['max_epochs']} epochs, the same for every method "
-        f"(SGD, 2x epochs: twice as many, the SAM paper's fair-compute baseline). Seeds {seeds} (the seed draws the "
+        f"(SGD, 2x epochs: twice as many, the SAM paper's fair-compute baseline). Seeds {', '.join(map(str, seeds))} (the seed draws the "
         f"subset, the noise, the initial weights and the batch order). Mean ± standard deviation over the seeds. One "
         f"thread per run, two runs at a time on a 2-core machine.")
     add("")
@@ -360,8 +438,8 @@ plot {series}""")
         f"the training time until the test accuracy first reaches SGD's mean peak ({100 * target:.1f}%, itself picked "
         f"with the test set), for the seeds that do.")
     add("")
-    add("| method | final | peak | s / epoch | total s | cost / SGD | reaches SGD's best |")
-    add("| --- | --- | --- | --- | --- | --- | --- |")
+    add("| method | keys | final | peak | s / epoch | total s | cost / SGD | reaches SGD's best |")
+    add("| --- | --- | --- | --- | --- | --- | --- | --- |")
     table = []
     for m in methods:
         g = groups[(m, main)]
@@ -375,8 +453,8 @@ plot {series}""")
                       else "never")
         # The pair's own ratio (the method right after SGD), times its share of the epochs.
         cost = timing[m]["over_sgd"] * total_s / epoch_s / len(sgd["runs"][0]["curve"])
-        table.append((m, g["label"], statistics.mean(finals), cost))
-        add(f"| {g['label']} | {fmt(*mean_spread(finals))} | {fmt(*mean_spread(peaks))} | {epoch_s:.2f} | "
+        table.append((m, g["label"], statistics.mean(finals), cost, reach_text))
+        add(f"| {g['label']} | {keys(m)} | {fmt(*mean_spread(finals))} | {fmt(*mean_spread(peaks))} | {epoch_s:.2f} | "
             f"{total_s:.0f} | {cost:.2f} | {reach_text} |")
     add("")
     add(f"![test accuracy per epoch at {100 * main:.0f}% noise](epochs.png)")
@@ -391,7 +469,7 @@ plot {series}""")
             for e in range(length):
                 f.write(f"{e + 1} {100 * statistics.mean(r['curve'][e] for r in g):.3f}\n")
             f.write("\n\n")
-    plots = ", ".join(f"'epochs.dat' index {i} with lines lw 2 title '{groups[(m, main)]['label']}'"
+    plots = ", ".join(f"'epochs.dat' index {i} with lines {LINE_STYLES.get(m, 'lw 2')} title '{groups[(m, main)]['label']}'"
                       for i, m in enumerate(methods))
     longest = max(len(r["curve"]) for g in groups.values() for r in g["runs"])
     gnuplot(out_dir, "epochs.png", f"Clean test accuracy per epoch, {100 * main:.0f}% label noise (mean over {over})",
@@ -399,13 +477,16 @@ plot {series}""")
 set key outside right
 plot {plots}""", size="900,560")
     with open(os.path.join(out_dir, "cost.dat"), "w") as f:
-        for m, label, final, cost in table:
-            f.write(f"{cost:.3f} {100 * final:.3f} \"{label}\"\n")
+        label_heights = spread_labels([(cost, 100 * final) for _, _, final, cost, _ in table])
+        for (m, label, final, cost, _), height in zip(table, label_heights):
+            f.write(f"{cost:.3f} {100 * final:.3f} \"{label}\" {height:.3f}\n")
     gnuplot(out_dir, "cost.png", f"Final clean test accuracy against cost, {100 * main:.0f}% label noise",
             "training time over SGD''s (measured one at a time)", f"test accuracy (%, mean over {over})",
             """set offsets 0.15, 0.35, 1, 1
 unset key
-plot 'cost.dat' using 1:2 with points pt 7 ps 1.5, '' using 1:2:3 with labels offset 0,1 font ',10'""")
+plot 'cost.dat' using 1:2 with points pt 7 ps 1.5, '' using ($1 + 0.03):4:3 with labels left font ',10'""")
+    if readme:
+        update_readme(readme, glance(groups, noise_rates, sweep, table, main, over))
     if notes_path and os.path.exists(notes_path) and not smoke:
         add("## What it shows")
         add("")
@@ -429,6 +510,8 @@ def main():
     parser.add_argument("--smoke", action="store_true", help="a tiny study in seconds (for the tests)")
     parser.add_argument("--jobs", type=int, default=2, help="runs at a time (default 2)")
     parser.add_argument("--report-only", action="store_true", help="write the report from the runs there are")
+    parser.add_argument("--readme", default=None,
+                        help="also write the short tables into this file, between its study markers")
     args = parser.parse_args()
     if shutil.which("gnuplot") is None:
         sys.exit("study: gnuplot is not installed (Debian package gnuplot-nox)")
@@ -443,7 +526,7 @@ def main():
     timing = calibrate(runs, root, os.path.abspath(args.basin_train), 1 if args.smoke else CALIBRATION_EPOCHS,
                        args.report_only)
     notes = os.path.join(os.path.dirname(os.path.abspath(__file__)), "study_notes.md")
-    write_report(runs, args.out, args.smoke, notes, timing)
+    write_report(runs, args.out, args.smoke, notes, timing, args.readme)
 
 
 if __name__ == "__main__":

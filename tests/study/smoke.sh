@@ -5,11 +5,20 @@
 set -euo pipefail
 source_dir=$1 basin_train=$2 out=$3
 rm -rf "$out"
-python3 "$source_dir/scripts/study.py" --smoke --basin-train "$basin_train" --out "$out"
-results="$out/results.md"
 fail() { echo "study smoke: $*" >&2; exit 1; }
+# README's tables go between its markers; what lies around them stays.
+mkdir -p "$out"
+readme="$out/README.md"
+markers=$(grep -E "^<!-- (study tables|end of study tables)" "$source_dir/README.md") \
+  || fail "README.md has no study tables block"
+printf 'before\n%s\nafter\n' "$markers" > "$readme"
+python3 "$source_dir/scripts/study.py" --smoke --basin-train "$basin_train" --out "$out" --readme "$readme"
+results="$out/results.md"
+[ "$(head -1 "$readme")" = before ] && [ "$(tail -1 "$readme")" = after ] || fail "$readme lost what lies around its tables"
+grep -q '^| SGD | [0-9.]* ± [0-9.]* | ' "$readme" || fail "no SGD row in the noise table of $readme"
+grep -q '^| SAM | `{"sam": {"rho": 0.1}}` | [0-9.]* ± ' "$readme" || fail "no SAM row in the method table of $readme"
 [ -f "$results" ] || fail "no $results"
-grep -q "^| SGD | [0-9.]* ± [0-9.]* |" "$results" || fail "no SGD row in the table of $results"
+grep -q "^| SGD | none | [0-9.]* ± [0-9.]* |" "$results" || fail "no SGD row in the table of $results"
 grep -q "^| SAM | " "$results" || fail "no SAM row in $results"
 grep -q "^| 40% | " "$results" || fail "no noise sweep row in $results"
 for plot in noise epochs cost; do
