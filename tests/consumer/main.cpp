@@ -1,7 +1,8 @@
 // Links against an installed basin: builds SAM from the registry and runs an
 // event through an engine, with headers from each of core's folders (their
 // install paths follow the source tree), and runs README's SAMOptimizer
-// snippet as written there. Exit code 0 on success.
+// snippet as written there (run.sh extracts it into readme_loop.inc).
+// Exit code 0 on success.
 #include <iostream>
 #include <memory>
 #include <utility>
@@ -30,19 +31,8 @@ int main() {
 
   auto model = torch::nn::Linear(4, 3);
   const std::vector<std::pair<at::Tensor, at::Tensor>> batches{{at::randn({8, 4}), at::randint(0, 3, {8})}};
-  // README, "SAM around the optimizer of a loop you already have":
-  auto base = std::make_shared<torch::optim::SGD>(model->parameters(), torch::optim::SGDOptions(0.05).momentum(0.9));
-  basin::SAMOptions options;
-  options.rho = 0.05;
-  basin::SAMOptimizer sam(base, options);
-  for (const auto& [x, y] : batches) {
-    sam.step([&] {  // SAM runs the closure twice: at w, then at w + e
-      sam.zero_grad();
-      at::Tensor loss = at::cross_entropy_loss(model->forward(x), y);
-      loss.backward();
-      return loss.detach();
-    });
-  }
+  // README's "SAM in a loop you already have", as written there (run.sh extracts it):
+#include "readme_loop.inc"
   std::cout << "consumer: README's loop took " << sam.sam_steps() << " SAM step(s)" << std::endl;
   return sam.sam_steps() == 1 ? 0 : 1;
 }
