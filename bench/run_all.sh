@@ -64,6 +64,7 @@ section() {  # title, then the command's output as a code block
   echo "- Machine: $(lscpu | sed -n 's/^Model name: *//p' | head -1), $(nproc) cores, $(awk '/MemTotal/ {printf "%.0f GiB", $2 / 1048576}' /proc/meminfo) memory"
   echo "- LibTorch: $torch_version"
   echo "- Threads: 1 per process; every ratio comes from pairs run interleaved in one process"
+  echo "- Times move by a few percent from run to run here (more with 4 ranks on 2 cores); byte counts and memory are exact"
   echo
 } > "$tmp"
 section "SAM against SGD: train step, optimizer-side work, peak memory" \
