@@ -49,10 +49,20 @@ METHODS = [
     ("looksam", "LookSAM", {"looksam": {"rho": 0.1, "k": 5}}, 1, 1.2),
     ("momentum_sam", "Momentum-SAM", {"momentum_sam": {"rho": 0.3}}, 1, 1.0),
     ("late_sam", "late-phase SAM", {"sam": {"rho": 0.1, "start": 0.5}}, 1, 1.5),
+    ("msam", "mSAM (m 4)", {"msam": {"rho": 0.1}}, 1, 1.9),  # the best of the screen below on its seed
+    # The other variants, one seed each: a screen, to see whether one of them
+    # beats the ones above (rho 0.1 as SAM's here, else their defaults).
     ("esam", "ESAM", {"esam": {"rho": 0.1}}, 1, 1.8),
-    ("saf", "SAF", {"saf": {}}, 1, 1.0),
+    ("saf", "SAF", {"saf": {"start_epoch": 5}}, 1, 1.0),
+    ("wsam", "WSAM", {"wsam": {"rho": 0.1}}, 1, 2.0),
+    ("friendly_sam", "Friendly-SAM", {"friendly_sam": {"rho": 0.1}}, 1, 2.0),
+    ("fisher_sam", "Fisher-SAM", {"fisher_sam": {"rho": 0.1}}, 1, 2.0),
+    ("vasso", "VaSSO", {"vasso": {"rho": 0.1}}, 1, 2.0),
+    ("ae_sam", "AE-SAM", {"ae_sam": {"rho": 0.1}}, 1, 1.2),
+    ("mesa", "MESA", {"mesa": {"start_epoch": 5}}, 1, 1.5),
 ]
 SWEEP_METHODS = ["sgd", "sam"]  # run at every noise rate
+SCREEN_METHODS = ["esam", "saf", "wsam", "friendly_sam", "fisher_sam", "vasso", "ae_sam", "mesa"]  # one seed, main noise
 CALIBRATION_EPOCHS = 2  # of each method, after SGD's, for the cost figures
 NOISE_RATES = [0.0, 0.2, 0.4, 0.6]
 MAIN_NOISE = 0.4
@@ -60,16 +70,18 @@ SEEDS = [0, 1, 2]
 
 SMOKE = {
     "base": {"max_epochs": 2, "data": {"train_subset": 512, "eval_batch_size": 1000}},
-    "methods": ["sgd", "sam", "looksam"],
+    "methods": ["sgd", "sam", "looksam", "ae_sam"],
     "noise_rates": [0.0, 0.4],
     "seeds": [0],
 }
 
 
 def merged(base, extra):
+    """A deep copy of base with extra's keys laid over it (nothing shared with either)."""
     out = json.loads(json.dumps(base))
     for key, value in extra.items():
-        out[key] = merged(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict) else value
+        out[key] = (merged(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict)
+                    else json.loads(json.dumps(value)))
     return out
 
 
@@ -139,7 +151,7 @@ def plan(root, smoke):
     runs = []
     for method in methods:
         for noise in noise_rates if method in SWEEP_METHODS else [MAIN_NOISE]:
-            for seed in seeds:
+            for seed in seeds[:1] if method in SCREEN_METHODS else seeds:
                 runs.append(Run(method, noise, seed, root, base))
     return runs
 
@@ -210,7 +222,8 @@ def calibrate(runs, root, basin_train, epochs, report_only=False):
     if os.path.exists(path):
         with open(path) as f:
             measured = json.load(f)
-    todo = [m for m in methods if m not in measured]
+    # A method that starts late is timed from its start (older files timed its plain epochs too).
+    todo = [m for m in methods if m not in measured or (delayed(m) and not measured[m].get("from_start"))]
     if not todo:
         return measured
     if report_only:
@@ -225,9 +238,15 @@ def calibrate(runs, root, basin_train, epochs, report_only=False):
             shutil.rmtree(run.dir, ignore_errors=True)
             run.config["max_epochs"] = epochs  # the same epochs for every method, sgd_2x's included
             run.epochs = epochs
+            for keys_of in run.config["algorithms"].values():  # timed as it runs once started
+                if "start" in keys_of:
+                    keys_of["start"] = 0
+                if "start_epoch" in keys_of:
+                    keys_of["start_epoch"] = -1  # the term is on in epochs after start_epoch
             run.execute(basin_train)
             seconds[name] = statistics.mean(r["train_seconds"] for r in run.epoch_records())
-        measured[method] = {"seconds_per_epoch": seconds[method], "over_sgd": seconds[method] / seconds["sgd"]}
+        measured[method] = {"seconds_per_epoch": seconds[method], "over_sgd": seconds[method] / seconds["sgd"],
+                            "from_start": True}
         print(f"study: timed {method}: {seconds[method]:.2f} s an epoch, {measured[method]['over_sgd']:.2f} of SGD's",
               flush=True)
         with open(path, "w") as f:
@@ -284,7 +303,7 @@ README_BEGIN = "<!-- study tables: written by scripts/study.sh from its runs -->
 README_END = "<!-- end of study tables -->"
 
 
-def glance(groups, noise_rates, sweep, table, main, over, target):
+def glance(groups, noise_rates, sweep, table, main, over, target, screened):
     """README's short version of the results: the noise sweep's final
     accuracies, then every method at the main noise rate."""
     lines = []
@@ -306,7 +325,8 @@ def glance(groups, noise_rates, sweep, table, main, over, target):
     lines.append(f"Mean ± standard deviation over {over}. Cost / SGD: training time over SGD's, each method timed "
                  f"alone. Time to reach SGD's best: training time until the clean test accuracy first reaches the "
                  f"mean of SGD's per-seed peaks ({100 * target:.1f}%; picked with the test set, so optimistic), for "
-                 f"the seeds that do.")
+                 f"the seeds that do." + (f" The other {len(screened)} variants, one seed each, are in "
+                                           f"docs/results.md." if screened else ""))
     return "\n".join(lines)
 
 
@@ -323,7 +343,7 @@ def update_readme(path, text):
     print(f"study: wrote the tables into {path}", flush=True)
 
 
-# Ten lines must stay apart: the baselines dark, SAM and its two-pass
+# Eleven lines must stay apart: the baselines dark, SAM and its two-pass
 # variants solid, the cheaper ones dashed.
 LINE_STYLES = {
     "sgd": "lw 3 lc rgb 'black'",
@@ -336,37 +356,55 @@ LINE_STYLES = {
     "late_sam": "lw 2 lc rgb '#cc79a7' dt 4",
     "esam": "lw 2 lc rgb '#6b6b00' dt 5",
     "saf": "lw 2 lc rgb '#9400d3' dt 3",
+    "msam": "lw 2 lc rgb '#882255'",
 }
 
 
-def spread_labels(points, width=0.35, gap=1.1):
-    """Heights for the points' labels (placed right of each point) such that
-    no two labels closer than `width` along x overlap: each label starts at
-    its point and moves up past the ones already placed."""
-    placed = []
-    heights = [0.0] * len(points)
-    for i in sorted(range(len(points)), key=lambda i: points[i][1]):
-        x, y = points[i]
-        while any(abs(x - px) < width and abs(y - py) < gap for px, py in placed):
-            y += gap / 4
-        placed.append((x, y))
-        heights[i] = y
-    return heights
+def seed_final(runs, method, noise, seed):
+    """The final accuracy of one run, or None when it has not run."""
+    for run in runs:
+        if run.method == method and run.noise == noise and run.seed == seed:
+            records = run.epoch_records()
+            return records[-1]["test_accuracy"] if records else None
+    return None
 
 
-def reach_seconds(method, epochs, total_epochs, epoch_s, sgd_epoch_s):
-    """Calibrated training seconds of a run's first `epochs` epochs. A method
-    with a `start` fraction (late-phase SAM) runs plain steps first: those
-    epochs cost SGD's, the rest what brings the total to its calibration
-    (the runs' own clocks would say more, but they move with what ran beside
-    them)."""
-    algorithms = next(m for m in METHODS if m[0] == method)[2]
-    start = next((a["start"] for a in algorithms.values() if isinstance(a.get("start"), float)), 0.0)
-    plain = start * total_epochs
-    if plain <= 0 or plain >= total_epochs:
-        return epochs * epoch_s
-    sam_epoch_s = (epoch_s * total_epochs - sgd_epoch_s * plain) / (total_epochs - plain)
-    return min(epochs, plain) * sgd_epoch_s + max(0.0, epochs - plain) * sam_epoch_s
+def plain_epochs(method, total_epochs):
+    """Epochs a method runs as plain SGD before it starts: late-phase SAM's
+    `start` (a fraction of the run); SAF's and MESA's term is on in the
+    epochs after `start_epoch`, counted from 0."""
+    for keys_of in next(m for m in METHODS if m[0] == method)[2].values():
+        if isinstance(keys_of.get("start"), float):
+            return keys_of["start"] * total_epochs
+        if "start_epoch" in keys_of:
+            return min(keys_of["start_epoch"] + 1, total_epochs)
+    return 0
+
+
+def delayed(method):
+    return plain_epochs(method, 1e9) > 0
+
+
+def training_seconds(method, epochs, total_epochs, timing):
+    """Calibrated training seconds of a run's first `epochs` epochs: the
+    plain ones at SGD's seconds, the others at the method's (the runs' own
+    clocks would say more, but they move with what ran beside them)."""
+    plain = plain_epochs(method, total_epochs)
+    return (min(epochs, plain) * timing["sgd"]["seconds_per_epoch"]
+            + max(0.0, epochs - plain) * timing[method]["seconds_per_epoch"])
+
+
+def cost_over_sgd(method, total_epochs, sgd_epochs, timing):
+    """The run's training time over SGD's, from each method's own pair ratio
+    (the method timed right after SGD)."""
+    plain = plain_epochs(method, total_epochs)
+    return (plain + (total_epochs - plain) * timing[method]["over_sgd"]) / sgd_epochs
+
+
+def line_colour(method):
+    """The `lc rgb '...'` of the method's line style, for its points."""
+    style = LINE_STYLES.get(method, "")
+    return style[style.index("lc"):].split(" dt ")[0] if "lc" in style else ""
 
 
 def gnuplot(out_dir, output, title, xlabel, ylabel, commands, size="800,520"):
@@ -387,7 +425,8 @@ def write_report(runs, out_dir, smoke, notes_path, timing, readme=None):
     groups = summarize(runs)
     noise_rates = sorted({n for (_, n) in groups})
     main = MAIN_NOISE if any(n == MAIN_NOISE for n in noise_rates) else noise_rates[-1]
-    methods = [m for m in [m[0] for m in METHODS] if (m, main) in groups]
+    methods = [m for m in [m[0] for m in METHODS] if (m, main) in groups and m not in SCREEN_METHODS]
+    screened = [m for m in SCREEN_METHODS if (m, main) in groups]
     seeds = sorted({r.seed for r in runs})
     over = f"{len(seeds)} seed" + ("s" if len(seeds) > 1 else "")
     lines = []
@@ -456,8 +495,9 @@ plot {series}""")
         f"method's time over that of the SGD run timed right before it, so it can differ by a percent or two from the "
         f"ratio of the seconds columns. \"Reaches SGD's best\": the training time until the test accuracy first "
         f"reaches SGD's best, the mean of its seeds' peaks ({100 * target:.1f}%, itself picked with the test set), "
-        f"for the seeds that do (late-phase SAM's plain epochs at SGD's seconds, the others at what brings its "
-        f"total to its timing).")
+        f"for the seeds that do. The methods that start late (late-phase SAM, SAF, MESA) are timed once started; "
+        f"their epochs before count at SGD's seconds. AE-SAM's timing run spans its threshold schedule over "
+        f"{calibration_epochs} epochs.")
     add("")
     add("| method | keys | final | peak | s / epoch | total s | cost / SGD | reaches SGD's best |")
     add("| --- | --- | --- | --- | --- | --- | --- | --- |")
@@ -466,19 +506,35 @@ plot {series}""")
         g = groups[(m, main)]
         finals = [r["final"] for r in g["runs"]]
         peaks = [r["peak"] for r in g["runs"]]
-        epoch_s = timing[m]["seconds_per_epoch"]
-        total_s = epoch_s * statistics.mean(len(r["curve"]) for r in g["runs"])
+        epochs = len(g["runs"][0]["curve"])
+        total_s = training_seconds(m, epochs, epochs, timing)
+        epoch_s = total_s / epochs
         reach = [first_reach(r, target) for r in g["runs"]]
-        reached = [reach_seconds(m, e, len(r["curve"]), epoch_s, timing["sgd"]["seconds_per_epoch"])
-                   for r, e in zip(g["runs"], reach) if e is not None]
+        reached = [training_seconds(m, e, epochs, timing) for e in reach if e is not None]
         reach_text = (f"{statistics.mean(reached):.0f} s ({len(reached)} of {len(reach)} seeds)" if reached
                       else "never")
-        # The pair's own ratio (the method right after SGD), times its share of the epochs.
-        cost = timing[m]["over_sgd"] * total_s / epoch_s / len(sgd["runs"][0]["curve"])
+        cost = cost_over_sgd(m, epochs, len(sgd["runs"][0]["curve"]), timing)
         table.append((m, g["label"], statistics.mean(finals), cost, reach_text))
         add(f"| {g['label']} | {keys(m)} | {fmt(*mean_spread(finals))} | {fmt(*mean_spread(peaks))} | {epoch_s:.2f} | "
             f"{total_s:.0f} | {cost:.2f} | {reach_text} |")
     add("")
+    if screened:
+        seed = min(r.seed for r in runs if r.method in screened)
+        add("### The other variants, one seed")
+        add("")
+        on_seed = "; ".join(f"{groups[(m, main)]['label']} {100 * seed_final(runs, m, main, seed):.1f}"
+                            for m in methods if seed_final(runs, m, main, seed) is not None)
+        add(f"A screen: seed {seed} alone, rho 0.1 as SAM's here or the variant's default (the keys say which). "
+            f"Between seeds the methods above move by up to a point, so a difference under that says little. The "
+            f"methods above on seed {seed}: {on_seed}.")
+        add("")
+        add("| method | keys | final | peak | cost / SGD |")
+        add("| --- | --- | --- | --- | --- |")
+        for m in screened:
+            run = groups[(m, main)]["runs"][0]
+            add(f"| {groups[(m, main)]['label']} | {keys(m)} | {100 * run['final']:.1f} | {100 * run['peak']:.1f} | "
+                f"{cost_over_sgd(m, len(run['curve']), len(sgd['runs'][0]['curve']), timing):.2f} |")
+        add("")
     add(f"![test accuracy per epoch at {100 * main:.0f}% noise](epochs.png)")
     add("")
     add(f"![accuracy against relative cost at {100 * main:.0f}% noise](cost.png)")
@@ -503,19 +559,24 @@ set xrange [1:{longest}]
 set key inside bottom right box opaque
 set offsets 0, 0, 0, 5
 plot {plots}""", size="900,560")
+    # One series per method, in its line's colour with its own point shape and
+    # a legend entry: labels beside the points would cover each other.
     with open(os.path.join(out_dir, "cost.dat"), "w") as f:
-        label_heights = spread_labels([(cost, 100 * final) for _, _, final, cost, _ in table])
-        for (m, label, final, cost, _), height in zip(table, label_heights):
+        for m, _, final, cost, _ in table:
             spread = mean_spread([r["final"] for r in groups[(m, main)]["runs"]])[1]
-            f.write(f"{cost:.3f} {100 * final:.3f} \"{label}\" {height:.3f} {100 * spread:.3f}\n")
+            f.write(f"{cost:.3f} {100 * final:.3f} {100 * spread:.3f}\n\n\n")
+    shapes = [7, 5, 9, 11, 13, 15, 4, 6]  # circle, square, triangles, diamond, pentagon, open square, open circle
+    points = ", ".join(
+        f"'cost.dat' index {i} using 1:2:3 with yerrorbars pt {shapes[i % len(shapes)]} ps 1.8 "
+        f"{line_colour(m)} title '{label}'" for i, (m, label, _, _, _) in enumerate(table))
     gnuplot(out_dir, "cost.png", f"Final clean test accuracy against cost, {100 * main:.0f}% label noise",
             "training time over SGD''s (timing runs of each method, one at a time)",
             f"final clean test accuracy (%, mean ± sd over {over})",
-            """set offsets 0.15, 0.35, 1, 1
-unset key
-plot 'cost.dat' using 1:2:5 with yerrorbars pt 7 ps 1.5, '' using ($1 + 0.03):4:3 with labels left font ',10'""")
+            f"""set offsets 0.1, 0.1, 1, 1
+set key outside right
+plot {points}""", size="900,520")
     if readme:
-        update_readme(readme, glance(groups, noise_rates, sweep, table, main, over, target))
+        update_readme(readme, glance(groups, noise_rates, sweep, table, main, over, target, screened))
     if notes_path and os.path.exists(notes_path) and not smoke:
         add("## What it shows")
         add("")

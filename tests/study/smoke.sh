@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The study's smoke run (tiny subset, 2 epochs, 1 seed, 3 methods): it must
+# The study's smoke run (tiny subset, 2 epochs, 1 seed, 4 methods): it must
 # write a results table and well-formed PNG plots, so the study cannot rot.
 #   smoke.sh SOURCE_DIR BASIN_TRAIN OUT_DIR
 set -euo pipefail
@@ -20,6 +20,7 @@ grep -q '^| SAM | `{"sam": {"rho": 0.1}}` | [0-9.]* ± ' "$readme" || fail "no S
 [ -f "$results" ] || fail "no $results"
 grep -q "^| SGD | none | [0-9.]* ± [0-9.]* |" "$results" || fail "no SGD row in the table of $results"
 grep -q "^| SAM | " "$results" || fail "no SAM row in $results"
+grep -q '^| AE-SAM | `{"ae_sam": {"rho": 0.1}}` | [0-9.]* | ' "$results" || fail "no screen row (AE-SAM, one seed) in $results"
 grep -q "^| 40% | " "$results" || fail "no noise sweep row in $results"
 for plot in noise epochs cost; do
   png="$out/$plot.png"
