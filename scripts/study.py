@@ -441,8 +441,9 @@ def write_report(runs, out_dir, smoke, notes_path, timing, readme=None):
         f"drawn uniformly; the 10000 test labels clean). An MLP with hidden layers {config['model']['hidden']}, "
         f"SGD with momentum {config['optimizer']['momentum']}, lr {config['optimizer']['lr']} with a cosine schedule "
         f"to 0, weight decay {config['optimizer']['weight_decay']}, batch {config['data']['batch_size']}, "
-        f"{BASE_CONFIG['max_epochs'] if not smoke else config['max_epochs']} epochs, the same for every method "
-        f"(SGD, 2x epochs: twice as many, the SAM paper's fair-compute baseline). Seeds {', '.join(map(str, seeds))} (the seed draws the "
+        f"{BASE_CONFIG['max_epochs'] if not smoke else config['max_epochs']} epochs for every method but \"SGD, 2x "
+        f"epochs\" (twice as many: the SAM paper's fair-compute baseline). Seeds {', '.join(map(str, seeds))} (the "
+        f"seed draws the "
         f"subset, the noise, the initial weights and the batch order). Mean ± standard deviation over the seeds. One "
         f"thread per run, two runs at a time on a 2-core machine.")
     add("")
@@ -494,7 +495,8 @@ plot {series}""")
         f"depend on what ran beside them); the totals are those times the method's epochs. \"Cost / SGD\" is the "
         f"method's time over that of the SGD run timed right before it, so it can differ by a percent or two from the "
         f"ratio of the seconds columns. \"Reaches SGD's best\": the training time until the test accuracy first "
-        f"reaches SGD's best, the mean of its seeds' peaks ({100 * target:.1f}%, itself picked with the test set), "
+        f"reaches SGD's best, the mean of its seeds' peaks ({100 * target:.1f}%, itself picked with the test set; "
+        f"the seeds peak at different epochs, so it lies above the top of SGD's mean curve), "
         f"for the seeds that do. The methods that start late (late-phase SAM, SAF, MESA) are timed once started; "
         f"their epochs before count at SGD's seconds. AE-SAM's timing run spans its threshold schedule over "
         f"{calibration_epochs} epochs.")
@@ -520,12 +522,15 @@ plot {series}""")
     add("")
     if screened:
         seed = min(r.seed for r in runs if r.method in screened)
+        widest = max(max(r["final"] for r in groups[(m, main)]["runs"]) - min(r["final"] for r in groups[(m, main)]["runs"])
+                     for m in methods)
         add("### The other variants, one seed")
         add("")
         on_seed = "; ".join(f"{groups[(m, main)]['label']} {100 * seed_final(runs, m, main, seed):.1f}"
                             for m in methods if seed_final(runs, m, main, seed) is not None)
         add(f"A screen: seed {seed} alone, rho 0.1 as SAM's here or the variant's default (the keys say which). "
-            f"Between seeds the methods above move by up to a point, so a difference under that says little. The "
+            f"Between seeds the final accuracy of the methods above moves by up to {100 * widest:.1f} points, so a "
+            f"difference under that says little. The "
             f"methods above on seed {seed}: {on_seed}.")
         add("")
         add("| method | keys | final | peak | cost / SGD |")
