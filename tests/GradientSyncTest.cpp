@@ -5,7 +5,12 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <chrono>
+#include <thread>
+
 #include <ATen/ATen.h>
+#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 #include <torch/nn/modules/linear.h>
 
 #include "basin/core/parallel/communicator.h"
@@ -214,6 +219,109 @@ TEST(GradientSyncTest, ReduceScatterOfUnevenPartsSumsEachPartOntoItsRank) {
         EXPECT_TRUE(at::equal(parts[static_cast<std::size_t>(rank)], expected))
             << "world " << world << " rank " << rank << " call " << call;
       }
+    });
+  }
+}
+
+// A process group that only watches how many threads are inside its calls at
+// once; each call stays inside for 2 ms, so threads issuing unserialized overlap.
+class OverlapWatchingGroup : public compat::CollectiveBackend {
+ public:
+  OverlapWatchingGroup() : compat::CollectiveBackend(/*rank=*/0, /*size=*/2) {}
+  const std::string getBackendName() const override { return "overlap-watching"; }
+  c10::intrusive_ptr<c10d::Work> broadcast(std::vector<at::Tensor>&, const c10d::BroadcastOptions&) override {
+    return enter();
+  }
+  c10::intrusive_ptr<c10d::Work> allreduce(std::vector<at::Tensor>&, const c10d::AllreduceOptions&) override {
+    return enter();
+  }
+  c10::intrusive_ptr<c10d::Work> reduce(std::vector<at::Tensor>&, const c10d::ReduceOptions&) override {
+    return enter();
+  }
+  c10::intrusive_ptr<c10d::Work> barrier(const c10d::BarrierOptions&) override { return enter(); }
+  c10::intrusive_ptr<c10d::Work> send(std::vector<at::Tensor>&, int, int) override { return enter(); }
+  c10::intrusive_ptr<c10d::Work> recv(std::vector<at::Tensor>&, int, int) override { return enter(); }
+
+  int most_inside() const { return most_inside_; }
+  int calls() const { return calls_; }
+
+ private:
+  struct DoneWork : c10d::Work {
+    bool wait(std::chrono::milliseconds) override { return true; }
+  };
+  c10::intrusive_ptr<c10d::Work> enter() {
+    const int now = ++inside_;
+    int most = most_inside_;
+    while (now > most && !most_inside_.compare_exchange_weak(most, now)) {
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    --inside_;
+    ++calls_;
+    return c10::make_intrusive<DoneWork>();
+  }
+  std::atomic<int> inside_{0}, most_inside_{0}, calls_{0};
+};
+
+// Four threads, released together, each running every collective of one
+// communicator per kind over that group: Gloo's are issued one thread at a
+// time (issue 19), NCCL's are not (its first collective may wait for peers).
+TEST(GradientSyncTest, GlooIssuesOneThreadAtATimeAndNcclDoesNot) {
+  for (const auto kind : {ProcessGroupKind::kGloo, ProcessGroupKind::kNccl}) {
+    auto group = c10::make_intrusive<OverlapWatchingGroup>();
+    constexpr int kThreads = 4;
+    std::atomic<int> ready{0};
+    std::vector<std::thread> threads;
+    for (int t = 0; t < kThreads; ++t) {
+      threads.emplace_back([&] {
+        auto communicator = make_process_group_communicator(group, kind);
+        std::vector<at::Tensor> tensors{at::ones({2})}, parts{at::ones({1}), at::ones({1})};
+        ready.fetch_add(1);
+        while (ready.load() < kThreads) {
+        }
+        communicator->all_reduce_sum(tensors);
+        communicator->all_reduce_max(tensors);
+        communicator->broadcast(tensors, 0);
+        communicator->reduce_scatter_sum(parts);  // Gloo: a send and a receive; NCCL: a reduce per part
+        communicator->barrier();
+      });
+    }
+    for (auto& thread : threads) thread.join();
+    const bool gloo = kind == ProcessGroupKind::kGloo;
+    EXPECT_EQ(group->calls(), kThreads * 6) << (gloo ? "gloo" : "nccl");  // 2 all-reduces, 1 broadcast, 2, 1 barrier
+    if (gloo) {
+      EXPECT_EQ(group->most_inside(), 1);
+    } else {
+      EXPECT_GT(group->most_inside(), 1);
+    }
+  }
+}
+
+// Ranks as threads, each round a fresh group per rank, the threads released
+// together onto their first collectives: LibTorch 2.x's flight recorder
+// registers each new group in a process-wide map outside its lock, which
+// crashed this binary (issue 19) until the communicator issued one thread at
+// a time. Every kind of collective the communicator has, checked by value.
+TEST(GradientSyncTest, FreshGroupsOnThreadsIssueTheirFirstCollectivesTogether) {
+  constexpr int kWorld = 2, kRounds = 60;
+  const double total = kWorld * (kWorld + 1) / 2.0;
+  for (int round = 0; round < kRounds; ++round) {
+    std::atomic<int> ready{0};
+    test::run_ranks(kWorld, [&](int rank, std::shared_ptr<Communicator> communicator) {
+      std::vector<at::Tensor> sum, max{at::full({4}, rank + 1.0)}, copied{at::full({4}, rank + 1.0)}, parts;
+      for (int i = 0; i < 4; ++i) sum.push_back(at::full({4}, rank + 1.0));
+      for (int part = 0; part < kWorld; ++part) parts.push_back(at::full({2}, rank + 1.0));
+      ready.fetch_add(1);
+      while (ready.load() < kWorld) {  // spin, so that no thread starts ahead
+      }
+      communicator->all_reduce_sum(sum);
+      communicator->all_reduce_max(max);
+      communicator->broadcast(copied, kWorld - 1);
+      communicator->reduce_scatter_sum(parts);
+      communicator->barrier();
+      for (const auto& t : sum) EXPECT_TRUE(at::equal(t, at::full({4}, total))) << "round " << round;
+      EXPECT_TRUE(at::equal(max.front(), at::full({4}, 1.0 * kWorld))) << "round " << round;
+      EXPECT_TRUE(at::equal(copied.front(), at::full({4}, 1.0 * kWorld))) << "round " << round;
+      EXPECT_TRUE(at::equal(parts[static_cast<std::size_t>(rank)], at::full({2}, total))) << "round " << round;
     });
   }
 }

@@ -11,6 +11,7 @@
 #include "basin/core/torch_compat.h"
 
 #include <algorithm>
+#include <mutex>
 #include <stdexcept>
 
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
@@ -28,13 +29,36 @@ void Communicator::count(const std::vector<at::Tensor>& tensors, Pattern pattern
 
 namespace {
 
+/// How basin drives one kind of process group.
+struct BackendTraits {
+  /// Run reduce-scatters as a ring of sends and receives (Gloo: its reduce
+  /// moves half as much again as a ring, and its reduce-scatter is an all-reduce).
+  bool ring_reduce_scatter;
+  /// Issue collectives one thread at a time in this process (waiting stays
+  /// concurrent). LibTorch 2.x records every collective in a process-wide
+  /// flight recorder whose map of groups is read and written outside its
+  /// lock (FlightRecorderDetail.hpp, recordWithResetEnabled): groups issuing
+  /// from several threads at once, as ranks run as threads do, corrupt that
+  /// map and crash. One rank per process never contends for this lock.
+  /// Gloo's issue never waits on a peer, so the lock cannot deadlock; NCCL's
+  /// first collective may (it creates the communicator), so NCCL stays free.
+  bool serialize_issue;
+
+  static BackendTraits of(ProcessGroupKind kind) {
+    const bool gloo = kind == ProcessGroupKind::kGloo;
+    return {/*ring_reduce_scatter=*/gloo, /*serialize_issue=*/gloo};
+  }
+};
+
+std::mutex& issue_mutex() {
+  static std::mutex mutex;
+  return mutex;
+}
+
 class ProcessGroupCommunicator : public Communicator {
  public:
-  /// `ring_reduce_scatter`: run reduce-scatters as a ring of sends and
-  /// receives (Gloo: its reduce moves half as much again as a ring, and its
-  /// reduce-scatter is an all-reduce).
-  ProcessGroupCommunicator(c10::intrusive_ptr<compat::CollectiveBackend> group, bool ring_reduce_scatter)
-      : group_(std::move(group)), ring_reduce_scatter_(ring_reduce_scatter) {}
+  ProcessGroupCommunicator(c10::intrusive_ptr<compat::CollectiveBackend> group, ProcessGroupKind kind)
+      : group_(std::move(group)), traits_(BackendTraits::of(kind)) {}
 
   int rank() const override { return group_->getRank(); }
   int world_size() const override { return group_->getSize(); }
@@ -49,7 +73,7 @@ class ProcessGroupCommunicator : public Communicator {
       std::vector<at::Tensor> one{t};
       c10d::BroadcastOptions options;
       options.rootRank = root;
-      group_->broadcast(one, options)->wait();
+      issue([&] { return group_->broadcast(one, options); })->wait();
     }
   }
 
@@ -58,7 +82,7 @@ class ProcessGroupCommunicator : public Communicator {
     count(parts, Pattern::kOneToAllOrAllToOne);
     // Gloo's sends take host memory only (its collectives stage CUDA tensors themselves).
     const bool on_host = std::all_of(parts.begin(), parts.end(), [](const at::Tensor& t) { return t.is_cpu(); });
-    if (ring_reduce_scatter_ && on_host) {
+    if (traits_.ring_reduce_scatter && on_host) {
       ring_reduce_scatter(parts);
       return;
     }
@@ -68,13 +92,22 @@ class ProcessGroupCommunicator : public Communicator {
       c10d::ReduceOptions options;
       options.reduceOp = c10d::ReduceOp::SUM;
       options.rootRank = root;
-      group_->reduce(one, options)->wait();
+      issue([&] { return group_->reduce(one, options); })->wait();
     }
   }
 
-  void barrier() override { group_->barrier()->wait(); }
+  void barrier() override {
+    issue([&] { return group_->barrier(); })->wait();
+  }
 
  private:
+  template <typename Collective>
+  c10::intrusive_ptr<c10d::Work> issue(Collective&& collective) {
+    if (!traits_.serialize_issue) return collective();
+    std::lock_guard<std::mutex> lock(issue_mutex());
+    return collective();
+  }
+
   void all_reduce(std::vector<at::Tensor>& tensors, c10d::ReduceOp op) {
     if (world_size() == 1) return;  // the reduction of one rank is itself
     count(tensors, Pattern::kAllReduce);
@@ -82,7 +115,7 @@ class ProcessGroupCommunicator : public Communicator {
     options.reduceOp = op;
     for (auto& t : tensors) {
       std::vector<at::Tensor> one{t};
-      group_->allreduce(one, options)->wait();
+      issue([&] { return group_->allreduce(one, options); })->wait();
     }
   }
 
@@ -99,9 +132,9 @@ class ProcessGroupCommunicator : public Communicator {
       std::vector<at::Tensor> send{outgoing.contiguous()};
       std::vector<at::Tensor> received{at::empty_like(incoming)};
       c10::intrusive_ptr<c10d::Work> sent;
-      if (send.front().numel() > 0) sent = group_->send(send, next, round);
+      if (send.front().numel() > 0) sent = issue([&] { return group_->send(send, next, round); });
       if (incoming.numel() > 0) {
-        group_->recv(received, previous, round)->wait();
+        issue([&] { return group_->recv(received, previous, round); })->wait();
         incoming.add_(received.front());
       }
       if (sent) sent->wait();
@@ -109,10 +142,15 @@ class ProcessGroupCommunicator : public Communicator {
   }
 
   c10::intrusive_ptr<compat::CollectiveBackend> group_;
-  bool ring_reduce_scatter_;
+  BackendTraits traits_;
 };
 
 }  // namespace
+
+std::shared_ptr<Communicator> make_process_group_communicator(c10::intrusive_ptr<compat::CollectiveBackend> group,
+                                                              ProcessGroupKind kind) {
+  return std::make_shared<ProcessGroupCommunicator>(std::move(group), kind);
+}
 
 std::shared_ptr<Communicator> make_gloo_communicator(const c10::intrusive_ptr<c10d::Store>& store, int rank,
                                                      int world_size, std::chrono::milliseconds timeout, bool loopback) {
@@ -121,7 +159,7 @@ std::shared_ptr<Communicator> make_gloo_communicator(const c10::intrusive_ptr<c1
   options->devices.push_back(loopback ? c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1")
                                       : c10d::ProcessGroupGloo::createDefaultDevice());
   auto group = c10::make_intrusive<c10d::ProcessGroupGloo>(store, rank, world_size, options);
-  return std::make_shared<ProcessGroupCommunicator>(std::move(group), /*ring_reduce_scatter=*/true);
+  return make_process_group_communicator(std::move(group), ProcessGroupKind::kGloo);
 }
 
 bool nccl_available() {
@@ -137,8 +175,8 @@ std::shared_ptr<Communicator> make_nccl_communicator(const c10::intrusive_ptr<c1
 #ifdef BASIN_HAVE_NCCL
   auto options = c10d::ProcessGroupNCCL::Options::create();
   options->timeout = timeout;
-  return std::make_shared<ProcessGroupCommunicator>(
-      c10::make_intrusive<c10d::ProcessGroupNCCL>(store, rank, world_size, options), /*ring_reduce_scatter=*/false);
+  return make_process_group_communicator(c10::make_intrusive<c10d::ProcessGroupNCCL>(store, rank, world_size, options),
+                                         ProcessGroupKind::kNccl);
 #else
   (void)store, (void)rank, (void)world_size, (void)timeout;
   throw std::runtime_error("this basin was built without NCCL (Debian's LibTorch is CPU-only); use Gloo on CPU");

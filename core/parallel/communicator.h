@@ -8,6 +8,8 @@
 #include <ATen/core/Tensor.h>
 #include <torch/csrc/distributed/c10d/Store.hpp>
 
+#include "basin/core/torch_compat.h"
+
 namespace basin {
 
 /// The collectives training needs, over the ranks of one job. Everything
@@ -52,10 +54,23 @@ class Communicator {
 /// A communicator over a Gloo process group. Ranks meet through `store`
 /// (TCPStore across processes, HashStore for threads); every collective fails
 /// after `timeout` instead of hanging. Gloo talks over loopback for a job on
-/// one machine, else over the interface the host name resolves to.
+/// one machine, else over the interface the host name resolves to. Ranks may
+/// be threads of one process: its collectives are issued one thread at a time
+/// process-wide (LibTorch 2.x's flight recorder races otherwise; issue 19).
 std::shared_ptr<Communicator> make_gloo_communicator(const c10::intrusive_ptr<c10d::Store>& store, int rank,
                                                      int world_size, std::chrono::milliseconds timeout,
                                                      bool loopback = true);
+
+/// The kinds of c10d process group basin drives, each in its own way: Gloo's
+/// collectives are issued one thread at a time process-wide and its
+/// reduce-scatters run as a ring; NCCL's are issued freely (its first
+/// collective may wait for the peers) and reduce per owner.
+enum class ProcessGroupKind { kGloo, kNccl };
+
+/// A communicator over a process group already built (`group` of `kind`);
+/// make_gloo_communicator and make_nccl_communicator build theirs and call this.
+std::shared_ptr<Communicator> make_process_group_communicator(c10::intrusive_ptr<compat::CollectiveBackend> group,
+                                                              ProcessGroupKind kind);
 
 /// Whether this build has NCCL (a CUDA LibTorch; see BASIN_WITH_NCCL).
 bool nccl_available();
