@@ -1,15 +1,20 @@
 #!/usr/bin/env bash
 # Builds everything under AddressSanitizer and UndefinedBehaviorSanitizer
-# (BASIN_SANITIZE=address,undefined) into build-asan/, then runs the whole
-# CTest suite under them. Arguments go to ctest, e.g. scripts/sanitize.sh -R Config.
+# (BASIN_SANITIZE=address,undefined) into build-asan/ (BASIN_LIBTORCH=pypi:
+# build-asan-torch-<version>/, against PyPI's LibTorch as scripts/build.sh
+# builds it), then runs the whole CTest suite under them. Arguments go to
+# ctest, e.g. scripts/sanitize.sh -R Config.
 # LibTorch and the other prebuilt libraries are not instrumented: what they
 # report that is not basin's is suppressed in scripts/sanitize/, each line
 # with its reason.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install-deps.sh
-build_dir=build-asan
+source scripts/build_dir.sh
+build_dir=${build_dir/#build/build-asan}
+libtorch=$(bash scripts/libtorch.sh)
 options=(-DCMAKE_BUILD_TYPE=RelWithDebInfo -DBASIN_SANITIZE=address,undefined -DBASIN_BUILD_BENCH=OFF)
+[ -n "$libtorch" ] && options+=(-DCMAKE_PREFIX_PATH="$libtorch")
 command -v ninja > /dev/null && [ ! -f "$build_dir/CMakeCache.txt" ] && options+=(-G Ninja)
 cmake -S . -B "$build_dir" "${options[@]}"
 cmake --build "$build_dir" --parallel "$(nproc)"
