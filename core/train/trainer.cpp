@@ -34,6 +34,11 @@ namespace basin {
 
 namespace {
 
+std::mutex& global_generator_mutex() {
+  static std::mutex mutex;
+  return mutex;
+}
+
 using Clock = std::chrono::steady_clock;
 
 double seconds_since(Clock::time_point start) {
@@ -128,6 +133,11 @@ void Trainer::build(const Json& config, std::vector<std::shared_ptr<Callback>> c
   // LibTorch starts with one intra-op thread here; 0 means every core.
   at::set_num_threads(threads > 0 ? static_cast<int>(threads)
                                   : static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
+  // LibTorch has one global generator per process, and building a trainer
+  // draws from it (a dataset may; the model's initial weights do). Trainers
+  // built side by side (ranks as threads) take turns from seeding it to the
+  // model's last draw, or one's seeding lands inside another's draws.
+  std::unique_lock<std::mutex> seeded(global_generator_mutex());
   at::manual_seed(static_cast<uint64_t>(state_.seed));
 
   // Data: the trainer's own keys first, then the dataset's (the factory rejects the rest).
@@ -160,14 +170,9 @@ void Trainer::build(const Json& config, std::vector<std::shared_ptr<Callback>> c
   }
   state_.microbatch_count = microbatches_;
 
-  {
-    // Module constructors draw from LibTorch's one global generator: trainers
-    // built side by side (ranks as threads) would interleave their draws.
-    static std::mutex global_generator;
-    std::lock_guard<std::mutex> lock(global_generator);
-    at::manual_seed(static_cast<uint64_t>(state_.seed));
-    model_ = model_registry().create(model.string("name"), model, data_.info);
-  }
+  at::manual_seed(static_cast<uint64_t>(state_.seed));  // the weights depend on the seed, not on the data's draws
+  model_ = model_registry().create(model.string("name"), model, data_.info);
+  seeded.unlock();
   if (initial_weights) load_initial_weights(*model_, *initial_weights);
   model_->to(state_.device);
   state_.model = model_;
@@ -525,7 +530,10 @@ FitSummary Trainer::fit() {
   // Random draws during training (dropout, ...) depend only on the seed, not
   // on what ran in this process since construction; each rank draws its own,
   // reproducibly. A resumed run continues the generators it saved.
-  if (!resumed_) at::manual_seed(static_cast<uint64_t>(state_.seed) + 0x5EED + static_cast<uint64_t>(state_.rank));
+  if (!resumed_) {
+    std::lock_guard<std::mutex> seeding(global_generator_mutex());  // not inside another trainer's building
+    at::manual_seed(static_cast<uint64_t>(state_.seed) + 0x5EED + static_cast<uint64_t>(state_.rank));
+  }
   model_->train();
   engine_->run(Event::FIT_START);
   interrupted_ = false;
