@@ -35,13 +35,16 @@ struct BackendTraits {
   /// moves half as much again as a ring, and its reduce-scatter is an all-reduce).
   bool ring_reduce_scatter;
   /// Issue collectives one thread at a time in this process (waiting stays
-  /// concurrent). LibTorch 2.x records every collective in a process-wide
-  /// flight recorder whose map of groups is read and written outside its
-  /// lock (FlightRecorderDetail.hpp, recordWithResetEnabled): groups issuing
-  /// from several threads at once, as ranks run as threads do, corrupt that
-  /// map and crash. One rank per process never contends for this lock.
-  /// Gloo's issue never waits on a peer, so the lock cannot deadlock; NCCL's
-  /// first collective may (it creates the communicator), so NCCL stays free.
+  /// concurrent). LibTorch 2.11 (seen there; 1.13 has no recorder) records
+  /// every Gloo collective in a process-wide flight recorder whose map of
+  /// groups is read and written outside its lock (FlightRecorderDetail.hpp,
+  /// recordWithResetEnabled): groups issuing from several threads at once,
+  /// as ranks run as threads do, corrupt that map and crash. One rank per
+  /// process never contends for this lock. Gloo's issue never waits on a
+  /// peer, so the lock cannot deadlock (send and receive take it too, for
+  /// one rule, though they are not recorded). NCCL's first collective may
+  /// wait (it creates the communicator), so NCCL stays free, and NCCL ranks
+  /// as threads of one process would still meet the race.
   bool serialize_issue;
 
   static BackendTraits of(ProcessGroupKind kind) {

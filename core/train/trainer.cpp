@@ -529,7 +529,8 @@ FitSummary Trainer::fit() {
   auto& ts = state_.timestamp;
   // Random draws during training (dropout, ...) depend only on the seed, not
   // on what ran in this process since construction; each rank draws its own,
-  // reproducibly. A resumed run continues the generators it saved.
+  // reproducibly, in a process of its own (ranks as threads share the one
+  // generator while they train). A resumed run continues the generators it saved.
   if (!resumed_) {
     std::lock_guard<std::mutex> seeding(global_generator_mutex());  // not inside another trainer's building
     at::manual_seed(static_cast<uint64_t>(state_.seed) + 0x5EED + static_cast<uint64_t>(state_.rank));

@@ -3,7 +3,8 @@
 # (as scripts/build.sh does; default pypi, where the race is) and runs it
 # five times each way: concurrent issue crashes on LibTorch 2.x, serialized
 # issue (basin's fix) and TORCH_FR_BUFFER_SIZE=0 (the recorder off) do not.
-# Not a CTest test: it crashes by design. Prints one line per run.
+# Not a CTest test: it crashes by design. Prints one line per run; exits 1
+# if a serialized or recorder-off run failed (the cause would be elsewhere).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 export BASIN_LIBTORCH=${BASIN_LIBTORCH:-pypi}
@@ -18,6 +19,7 @@ scratch=$(mktemp -d)
 trap 'rm -rf "$scratch"' EXIT
 g++ -std=c++17 -O1 -g -DUSE_C10D_GLOO tests/upstream/flight_recorder_race.cpp "${include[@]}" "${libs[@]}" \
     -pthread -o "$scratch/race" || exit 2
+status=0
 for mode in concurrent serialize recorder-off; do
   for run in 1 2 3 4 5; do
     if [ "$mode" = recorder-off ]; then
@@ -27,5 +29,7 @@ for mode in concurrent serialize recorder-off; do
     fi
     rc=$?
     echo "$mode run $run: exit $rc $( ((rc > 128)) && echo "(signal $(kill -l $((rc - 128))))")"
+    [ "$mode" != concurrent ] && [ $rc -ne 0 ] && status=1
   done
 done
+exit $status
