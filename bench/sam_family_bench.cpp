@@ -28,16 +28,7 @@
 #include <fmt/format.h>
 #include <torch/optim/sgd.h>
 
-#include "basin/algorithms/ae_sam.h"
-#include "basin/algorithms/esam.h"
-#include "basin/algorithms/fisher_sam.h"
-#include "basin/algorithms/friendly_sam.h"
-#include "basin/algorithms/gsam.h"
-#include "basin/algorithms/looksam.h"
-#include "basin/algorithms/momentum_sam.h"
-#include "basin/algorithms/sam_optimizer.h"
-#include "basin/algorithms/vasso.h"
-#include "basin/algorithms/wsam.h"
+#include "basin/algorithms/sam/sam_family.h"
 #include "basin/core/engine.h"
 #include "basin/core/train/model.h"
 #include "tracking_allocator.h"
@@ -47,44 +38,27 @@ namespace {
 constexpr int64_t kBatch = 128;
 using Clock = std::chrono::steady_clock;
 using Base = std::shared_ptr<torch::optim::Optimizer>;
-using Make = std::function<std::shared_ptr<basin::SAMOptimizer>(Base)>;
+constexpr int64_t kRunSteps = 40;  // the run's length AE-SAM's threshold schedule sees
 
 struct Variant {
   std::string name;
-  Make make;               // an optimizer-side algorithm's SAMOptimizer
+  std::string sam;         // an optimizer-side algorithm's registered name, run by make_sam_optimizer
+  basin::Json keys;        // with these keys
   std::string algorithms;  // or a loss-side one's "algorithms" config
 };
 
-basin::SAMOptions options(int64_t parts = 1, bool adaptive = false, int64_t start = 0) {
-  basin::SAMOptions o;
-  o.parts = parts;
-  o.adaptive = adaptive;
-  o.start = start;
-  return o;
-}
-
+/// Every optimizer-side algorithm the family registers, with its defaults
+/// (msam at m 4, looksam at k 5), then settings worth their own row, then
+/// the loss-side ones.
 std::vector<Variant> variants() {
-  const auto sam_side = [](const char* name, Make make) { return Variant{name, std::move(make), ""}; };
-  const auto loss_side = [](const char* name, const char* algorithms) { return Variant{name, nullptr, algorithms}; };
-  return {
-      sam_side("sam", [](Base b) { return std::make_shared<basin::SAMOptimizer>(b, options()); }),
-      sam_side("asam", [](Base b) { return std::make_shared<basin::SAMOptimizer>(b, options(1, true)); }),
-      sam_side("gsam", [](Base b) { return std::make_shared<basin::GSAMOptimizer>(b, options(), 0.4); }),
-      sam_side("wsam", [](Base b) { return std::make_shared<basin::WSAMOptimizer>(b, options(), 0.9, true); }),
-      sam_side("friendly_sam", [](Base b) { return std::make_shared<basin::FriendlySAMOptimizer>(b, options(), 1.0, 0.9); }),
-      sam_side("fisher_sam", [](Base b) { return std::make_shared<basin::FisherSAMOptimizer>(b, options()); }),
-      sam_side("vasso", [](Base b) { return std::make_shared<basin::VaSSOOptimizer>(b, options(), 0.9); }),
-      sam_side("msam (m 4)", [](Base b) { return std::make_shared<basin::SAMOptimizer>(b, options(4)); }),
-      sam_side("looksam (k 5)", [](Base b) { return std::make_shared<basin::LookSAMOptimizer>(b, options(), 5, 0.7); }),
-      sam_side("ae_sam", [](Base b) { return std::make_shared<basin::AESAMOptimizer>(b, options(), 0.9, -1, 1, 40); }),
-      sam_side("esam", [](Base b) { return std::make_shared<basin::ESAMOptimizer>(b, options(), 0.6, 0.5, 0); }),
-      sam_side("esam, beta 1", [](Base b) { return std::make_shared<basin::ESAMOptimizer>(b, options(), 1.0, 0.5, 0); }),
-      sam_side("esam, gamma 1", [](Base b) { return std::make_shared<basin::ESAMOptimizer>(b, options(), 0.6, 1.0, 0); }),
-      sam_side("momentum_sam", [](Base b) { return std::make_shared<basin::MomentumSAMOptimizer>(b, options()); }),
-      sam_side("sam, start 10", [](Base b) { return std::make_shared<basin::SAMOptimizer>(b, options(1, false, 10)); }),
-      loss_side("saf", R"({"saf": {}})"),
-      loss_side("mesa", R"({"mesa": {}})"),
-  };
+  std::vector<Variant> out;
+  for (const auto& name : basin::sam_family_registry().names()) out.push_back({name, name, basin::Json::object(), ""});
+  out.push_back({"esam, beta 1", "esam", {{"beta", 1.0}}, ""});
+  out.push_back({"esam, gamma 1", "esam", {{"gamma", 1.0}}, ""});
+  out.push_back({"sam, start 10", "sam", {{"start", 10}}, ""});
+  out.push_back({"saf", "", basin::Json::object(), R"({"saf": {}})"});
+  out.push_back({"mesa", "", basin::Json::object(), R"({"mesa": {}})"});
+  return out;
 }
 
 constexpr int64_t kTrainSize = 60000;
@@ -106,8 +80,11 @@ struct Setup {
     targets = at::randint(0, 10, {kBatch}, at::kLong);
     base = std::make_shared<torch::optim::SGD>(model->parameters(), torch::optim::SGDOptions(0.01).momentum(0.9));
     if (variant == nullptr) return;
-    if (variant->make) {
-      optimizer = variant->make(base);
+    if (!variant->sam.empty()) {
+      basin::State run;  // the model names the parameters (ASAM's "scale"), the length schedules AE-SAM
+      run.model = model;
+      run.max_steps = kRunSteps;
+      optimizer = basin::make_sam_optimizer(variant->sam, base, variant->keys, run);
       return;
     }
     state = std::make_unique<basin::State>();

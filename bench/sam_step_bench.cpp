@@ -24,7 +24,7 @@
 #include <torch/cuda.h>
 #include <torch/optim/sgd.h>
 
-#include "basin/algorithms/sam_optimizer.h"
+#include "basin/algorithms/sam/sam_optimizer.h"
 #include "basin/core/train/model.h"
 #include "tracking_allocator.h"
 

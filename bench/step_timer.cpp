@@ -24,7 +24,7 @@
 #include <CLI/CLI.hpp>
 #include <torch/optim/sgd.h>
 
-#include "basin/algorithms/sam_optimizer.h"
+#include "basin/algorithms/sam/sam_optimizer.h"
 #include "basin/core/callback.h"
 #include "basin/core/torch_compat.h"
 #include "basin/core/train/model.h"

@@ -10,6 +10,7 @@ foreach(dir core algorithms callbacks schedulers)
   install(DIRECTORY ${PROJECT_SOURCE_DIR}/${dir}/ DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/basin/${dir}
           FILES_MATCHING PATTERN "*.h" PATTERN "precompiled.h" EXCLUDE)
 endforeach()
+install(FILES ${PROJECT_SOURCE_DIR}/basin.h DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/basin)  # the umbrella
 
 set(config_dir ${CMAKE_INSTALL_LIBDIR}/cmake/basin)
 install(EXPORT basinTargets NAMESPACE basin:: DESTINATION ${config_dir})

@@ -67,10 +67,6 @@ class Engine {
     const auto found = applications_.find(entry);
     return found == applications_.end() ? 0 : found->second;
   }
-  void clear_trace() {
-    trace_.clear();
-    applications_.clear();
-  }
 
   State& state() { return state_; }
   Logger& logger() { return logger_; }

@@ -8,7 +8,21 @@
 
 namespace basin {
 
-/// What one pass of a closure runs on and returns, as the optimizer that
+/// Where the gradients of a pass are averaged over ranks (data-parallel
+/// training; one process ignores it). The closure's owner (the trainer)
+/// honours it once the pass's backward is done.
+enum class GradientSync {
+  /// Where the optimizer steps them: every gradient on every rank (DDP),
+  /// each on the rank that owns it (ZeRO-1).
+  kWhereStepped,
+  /// Every gradient on every rank, also under ZeRO-1 (SAM's synced ascent
+  /// perturbs every parameter with the averaged gradient).
+  kEverywhere,
+  /// Rank-local (SAM's rank-local ascent, a NoGradientSync scope).
+  kNone,
+};
+
+/// What one pass of a closure runs on, returns and syncs, as the optimizer that
 /// calls it asks (SAMOptimizer::request(); the trainer's closure reads
 /// State::request, which the SAM algorithm keeps equal to it):
 ///   - part `part` of `parts` equal contiguous parts of the step's batch
@@ -27,6 +41,7 @@ struct PassRequest {
   at::Tensor samples;
   bool backward = true;
   bool per_sample_losses = false;
+  GradientSync sync = GradientSync::kWhereStepped;
 
   bool whole_batch() const { return parts == 1 && !samples.defined(); }
 };

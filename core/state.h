@@ -66,9 +66,11 @@ struct State {
   int64_t log_every = 50;       // steps between metric records
 
   Batch batch;       // the whole batch of this step
-  /// What the closure runs on and returns in this pass (the whole batch and
-  /// its mean loss, unless an algorithm asks for part of it, a forward alone
-  /// or each sample's loss); the closure splits it into microbatches.
+  /// What the closure runs on, returns and syncs in this pass (the whole
+  /// batch, its mean loss, gradients averaged where they are stepped,
+  /// unless an algorithm asks for part of it, a forward alone, each
+  /// sample's loss or rank-local gradients); the closure splits it into
+  /// microbatches.
   PassRequest request;
   Batch microbatch;  // the microbatch the closure is running on
   int64_t microbatch_index = 0;
@@ -80,8 +82,6 @@ struct State {
   at::Tensor outputs;
   at::Tensor loss;   // loss of the current microbatch, already divided by microbatch_divisor
   Pass pass = Pass::kPlain;
-  /// Set for a pass whose gradients must stay rank-local (SAM's ascent with sync_ascent false).
-  bool skip_gradient_sync = false;
 
   at::Tensor step_loss;        // training loss the last step reported (detached)
   int64_t skipped_steps = 0;   // steps whose update was skipped (overflow)

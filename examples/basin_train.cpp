@@ -13,6 +13,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include "basin/algorithms/sam/sam_family.h"
 #include "basin/callbacks/checkpoint.h"
 #include "basin/callbacks/metrics_file.h"
 #include "basin/callbacks/progress.h"
@@ -130,6 +131,7 @@ int main(int argc, char** argv) {
   std::string resume;
   bool allow_config_change = false;
   std::string log_level = "info";
+  bool list_algorithms = false;
   app.add_option("--config", config_path,
                  "JSON config file (see examples/configs/); with --resume, default: the checkpoint's config");
   app.add_option("--set", overrides,
@@ -145,11 +147,20 @@ int main(int argc, char** argv) {
                "that makes it a different run (model, optimizer, algorithms, data, seed)");
   app.add_option("--log-level", log_level, "trace, debug, info, warn or error (debug shows the engine trace)")
       ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error"}));
+  app.add_flag("--list-algorithms", list_algorithms,
+               "Print the registered algorithms as JSON: every one, and the SAM family's optimizer-side ones");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& error) {
     const int code = app.exit(error);
     return code == 0 ? 0 : kBadInput;
+  }
+  if (list_algorithms) {
+    std::cout << basin::Json{{"algorithms", basin::algorithm_registry().names()},
+                             {"sam_family", basin::sam_family_registry().names()}}
+                     .dump()
+              << std::endl;
+    return 0;
   }
   basin::console::set_level(log_level);
   basin::console::set_pattern("[%H:%M:%S] %v");

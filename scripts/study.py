@@ -63,6 +63,17 @@ METHODS = [
 ]
 SWEEP_METHODS = ["sgd", "sam"]  # run at every noise rate
 SCREEN_METHODS = ["esam", "saf", "wsam", "friendly_sam", "fisher_sam", "vasso", "ae_sam", "mesa"]  # one seed, main noise
+
+
+def add_registered_variants(basin_train):
+    """Every SAM-family variant basin-train registers and METHODS lacks joins the
+    screen (rho 0.1 as SAM's, else its defaults): a new variant is studied at once."""
+    listed = subprocess.run([basin_train, "--list-algorithms"], check=True, capture_output=True, text=True)
+    known = {name for name, *_ in METHODS}
+    for name in json.loads(listed.stdout)["sam_family"]:
+        if name not in known:
+            METHODS.append((name, name, {name: {"rho": 0.1}}, 1, 2.0))
+            SCREEN_METHODS.append(name)
 CALIBRATION_EPOCHS = 2  # of each method, after SGD's, for the cost figures
 NOISE_RATES = [0.0, 0.2, 0.4, 0.6]
 MAIN_NOISE = 0.4
@@ -611,6 +622,7 @@ def main():
     if shutil.which("gnuplot") is None:
         sys.exit("study: gnuplot is not installed (Debian package gnuplot-nox)")
     root = args.runs or (os.path.join(args.out, "runs") if args.smoke else os.path.join("runs", "study"))
+    add_registered_variants(os.path.abspath(args.basin_train))
     runs = plan(root, args.smoke)
     if not args.report_only:
         try:

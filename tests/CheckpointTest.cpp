@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 
@@ -62,19 +63,9 @@ Outcome finish(Trainer& trainer, const std::shared_ptr<test::LossRecorder>& loss
   return outcome;
 }
 
-/// Runs `config` uninterrupted while capturing a checkpoint at (step, or end
-/// of epoch); writes it to a file, reads it back into a fresh trainer,
-/// resumes and checks that both runs end identically.
-void expect_resume_matches(const Json& config, int64_t step, int64_t epoch = -1) {
-  test::TempDir dir;
-  auto capture = std::make_shared<CaptureAt>(step, epoch);
-  auto losses = std::make_shared<test::LossRecorder>();
-  Trainer whole(config, {capture, losses});
-  const Outcome uninterrupted = finish(whole, losses);
-  ASSERT_FALSE(capture->bytes.empty()) << "the run never reached the capture point";
-  const std::string path = dir.file(checkpoint_file_name(step));
-  write_checkpoint_file(path, torch::jit::pickle_load(capture->bytes).toGenericDict());
-
+/// Resumes `config` from the checkpoint file at `path` in a fresh trainer,
+/// runs it to the end, and checks that it ends as `uninterrupted` did.
+void expect_resumed_run_ends_as(const Json& config, const std::string& path, const Outcome& uninterrupted) {
   auto resumed_losses = std::make_shared<test::LossRecorder>();
   Trainer resumed(config, {resumed_losses});
   resumed.resume(read_checkpoint_file(path));
@@ -91,6 +82,21 @@ void expect_resume_matches(const Json& config, int64_t step, int64_t epoch = -1)
   EXPECT_EQ(continued.summary.test_accuracy, uninterrupted.summary.test_accuracy);
   EXPECT_EQ(continued.summary.final_train_loss, uninterrupted.summary.final_train_loss);
   EXPECT_EQ(continued.summary.skipped_steps, uninterrupted.summary.skipped_steps);
+}
+
+/// Runs `config` uninterrupted while capturing a checkpoint at (step, or end
+/// of epoch); writes it to a file, reads it back into a fresh trainer,
+/// resumes and checks that both runs end identically.
+void expect_resume_matches(const Json& config, int64_t step, int64_t epoch = -1) {
+  test::TempDir dir;
+  auto capture = std::make_shared<CaptureAt>(step, epoch);
+  auto losses = std::make_shared<test::LossRecorder>();
+  Trainer whole(config, {capture, losses});
+  const Outcome uninterrupted = finish(whole, losses);
+  ASSERT_FALSE(capture->bytes.empty()) << "the run never reached the capture point";
+  const std::string path = dir.file(checkpoint_file_name(step));
+  write_checkpoint_file(path, torch::jit::pickle_load(capture->bytes).toGenericDict());
+  expect_resumed_run_ends_as(config, path, uninterrupted);
 }
 
 TEST(CheckpointTest, ResumedSgdEqualsTheUninterruptedRunMidEpoch) {
@@ -147,6 +153,33 @@ TEST_P(LossSideResumeTest, ResumedRunEqualsTheUninterruptedRun) {
 
 INSTANTIATE_TEST_SUITE_P(LossSide, LossSideResumeTest, ::testing::ValuesIn(test::loss_side_family()),
                          [](const auto& info) { return info.param.first; });
+
+// Checkpoints that main wrote at 7cdec9a, before the SAM family became rules
+// on one step (tests/fixtures/checkpoints-7cdec9a/README.md): each still
+// resumes, and ends where today's uninterrupted run of its config ends.
+class WrittenBeforeTheRulesTest : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(WrittenBeforeTheRulesTest, ResumesAndEndsWhereTodaysUninterruptedRunEnds) {
+  const std::string name = GetParam();
+  Json config = test::smoke_config();
+  config["optimizer"] = Json::parse(R"({"name": "adam", "lr": 0.01})");
+  config["algorithms"] = Json::object();
+  const auto family = test::sam_family();
+  const auto keys = std::find_if(family.begin(), family.end(), [&name](const auto& v) { return v.first == name; });
+  config["algorithms"][name] = Json::parse(name == "sam" ? R"({"rho": 0.05})" : keys->second);
+  config["algorithms"][name]["interval"] = 2;  // the fixture stopped at step 5: the interval's phase too
+  auto losses = std::make_shared<test::LossRecorder>();
+  Trainer whole(config, {losses});
+  const Outcome uninterrupted = finish(whole, losses);
+  const std::string path = std::string(BASIN_SOURCE_DIR) + "/tests/fixtures/checkpoints-7cdec9a/" + name + ".basin";
+  ASSERT_TRUE(fs::exists(path)) << path;
+  expect_resumed_run_ends_as(config, path, uninterrupted);
+}
+
+INSTANTIATE_TEST_SUITE_P(Variants, WrittenBeforeTheRulesTest,
+                         ::testing::Values("sam", "asam", "gsam", "wsam", "friendly_sam", "fisher_sam", "vasso", "msam",
+                                           "looksam", "ae_sam", "momentum_sam", "esam"),
+                         [](const auto& info) { return info.param; });
 
 TEST(CheckpointTest, MovingAveragesAreInTheCheckpointByParameterIndex) {
   Json config = test::smoke_config();

@@ -6,6 +6,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <cmath>
 #include <cstdlib>
 #include <sstream>
 #include <mutex>
@@ -14,10 +15,11 @@
 #include <ATen/ATen.h>
 #include <torch/csrc/autograd/autograd.h>
 #include <torch/csrc/distributed/c10d/HashStore.hpp>
+#include <torch/nn/modules/linear.h>
 #include <torch/optim/sgd.h>
 #include <torch/serialize.h>
 
-#include "basin/algorithms/sam_optimizer.h"
+#include "basin/algorithms/sam/sam_optimizer.h"
 #include "basin/core/algorithm.h"
 #include "basin/core/hyperparameters.h"
 #include "basin/core/parallel/data_parallel.h"
@@ -272,6 +274,43 @@ INSTANTIATE_TEST_SUITE_P(Variants, VariantZeroOneTest,
                          ::testing::ValuesIn(test::sam_family()),
                          [](const auto& info) { return info.param.first; });
 
+/// One weight used twice (tied, as a language model's embedding and output
+/// layers are): the optimizer's groups list the tensor twice.
+class TiedModel : public Model {
+ public:
+  TiedModel(Params& /*params*/, const DatasetInfo& info) {
+    int64_t width = 1;
+    for (int64_t d : info.input_shape) width *= d;
+    tied_ = register_parameter("first", at::randn({width, width}) * (1.0 / std::sqrt(static_cast<double>(width))));
+    register_parameter("second", tied_);
+    out_ = register_module("out", torch::nn::Linear(width, info.num_classes));
+  }
+  at::Tensor forward(const at::Tensor& inputs) override {
+    const at::Tensor h = inputs.flatten(1).matmul(tied_).tanh();
+    return out_->forward(h.matmul(tied_).tanh());
+  }
+
+ private:
+  at::Tensor tied_;
+  torch::nn::Linear out_{nullptr};
+};
+
+BASIN_REGISTER(model_registry(), "tied_for_test", TiedModel);
+
+TEST(DistributedTest, ATiedWeightIsClippedUnderZeroOneAsUnderDataParallel) {
+  Json config = sam_config("{}", "ddp");
+  config["model"] = Json::parse(R"({"name": "tied_for_test"})");
+  config["grad_clip_norm"] = 0.05;  // well under the gradients' norm: every step clips
+  Trainer probe(config);
+  ASSERT_EQ(probe.model().named_parameters().size(), 4u);                    // first, second (the same), out's two
+  ASSERT_EQ(probe.state().optimizer->param_groups()[0].params().size(), 3u);  // the optimizer has the tied one once
+  const auto replicated = train_on_ranks(2, config);
+  config["parallel"]["mode"] = "zero1";
+  const auto sharded = train_on_ranks(2, config);
+  EXPECT_LE(max_difference(sharded[0], replicated[0]), 1e-6);
+  EXPECT_EQ(max_difference(sharded[0], sharded[1]), 0.0);
+}
+
 TEST(DistributedTest, VariantsWithWholeModelStateRefuseZeroOne) {
   for (const char* name : {"looksam", "momentum_sam"}) {
     Json config = sam_config("{}", "zero1");
@@ -387,9 +426,9 @@ TEST(DistributedTest, NoGradientSyncScopeKeepsGradientsRankLocal) {
       {
         NoGradientSync local(trainer.state());
         trainer.fit();
-        EXPECT_TRUE(trainer.state().skip_gradient_sync);  // SAM's passes kept the outer scope's flag
+        EXPECT_EQ(trainer.state().request.sync, GradientSync::kNone);  // SAM's passes kept the outer scope's request
       }
-      EXPECT_FALSE(trainer.state().skip_gradient_sync);  // the scope put the flag back
+      EXPECT_EQ(trainer.state().request.sync, GradientSync::kWhereStepped);  // the scope put it back
       weights[static_cast<std::size_t>(rank)] = weights_of(trainer);
     });
     // Each rank stepped on its own gradient, even SAM's synced passes.

@@ -9,7 +9,7 @@
 #include <ATen/ATen.h>
 #include <torch/nn/module.h>
 
-#include "basin/algorithms/sam_optimizer.h"
+#include "basin/algorithms/sam/sam_optimizer.h"
 #include "basin/callbacks/grad_scaler.h"
 #include "basin/core/algorithm.h"
 #include "basin/core/scheduler.h"

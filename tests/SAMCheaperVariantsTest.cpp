@@ -14,12 +14,9 @@
 #include <torch/optim/adam.h>
 #include <torch/optim/sgd.h>
 
-#include "basin/algorithms/ae_sam.h"
-#include "basin/algorithms/esam.h"
-#include "basin/algorithms/looksam.h"
-#include "basin/algorithms/momentum_sam.h"
-#include "basin/algorithms/sam_optimizer.h"
+#include "basin/algorithms/sam/sam_optimizer.h"
 #include "sam_reference.h"
+#include "sam_variants.h"
 
 namespace basin {
 namespace {
@@ -82,7 +79,8 @@ TEST(SAMVariantsTest, LookSamRefreshesEveryKthStepAndReusesTheOrthogonalPartBetw
   const Tensors w0 = test::clone_all(w);
   SAMOptions options;
   options.rho = kRho;
-  LookSAMOptimizer sam(sgd_for(w), options, /*k=*/3, /*alpha=*/0.7);
+  auto looksam = test::sam_variant("looksam", sgd_for(w), test::sam_keys(options, {{"k", 3}, {"alpha", 0.7}}));
+  SAMOptimizer& sam = *looksam;
   // 7 steps: refreshes at 0, 3, 6 take two passes, the other 4 one.
   EXPECT_EQ(run_counting(sam, w, 7), 3 * 2 + 4);
   EXPECT_EQ(sam.sam_steps(), 3);
@@ -114,7 +112,8 @@ TEST(SAMVariantsTest, LookSamRetriesARefreshWhoseDescentOverflowed) {
   Tensors w = test::leaves(problem.initial());
   SAMOptions options;
   options.rho = kRho;
-  LookSAMOptimizer sam(sgd_for(w), options, /*k=*/3, /*alpha=*/0.7);
+  auto looksam = test::sam_variant("looksam", sgd_for(w), test::sam_keys(options, {{"k", 3}, {"alpha", 0.7}}));
+  SAMOptimizer& sam = *looksam;
   int descents = 0;
   PassHooks overflow;  // the second refresh's descent (step 3) overflows, as under a grad scaler
   overflow.gradients_finite = [&descents](Pass pass) { return pass != Pass::kDescent || ++descents != 2; };
@@ -134,7 +133,9 @@ TEST(SAMVariantsTest, AeSamTakesASamStepExactlyWhenTheSquaredNormExceedsItsThres
   options.rho = kRho;
   // Scripted gradient sizes: spikes should be SAM steps, quiet steps plain.
   const std::vector<double> scales = {1, 1, 1, 4, 1, 1, 0.3, 3, 1, 0.5};
-  AESAMOptimizer sam(sgd_for(w), options, /*delta=*/0.9, /*lambda1=*/-1, /*lambda2=*/1, /*run_steps=*/10);
+  auto ae_sam = test::sam_variant("ae_sam", sgd_for(w),
+                                 test::sam_keys(options, {{"delta", 0.9}, {"lambda1", -1}, {"lambda2", 1}}), {0, 10});
+  SAMOptimizer& sam = *ae_sam;
   const int calls = run_counting(sam, w, 10, scales);
   double mean = 0, variance = 0;
   std::vector<bool> decisions;
@@ -185,7 +186,8 @@ TEST(SAMVariantsTest, MomentumSamTakesOnePassAheadAlongTheSgdMomentum) {
   const Tensors w0 = test::clone_all(w);
   SAMOptions options;
   options.rho = 0.3;
-  MomentumSAMOptimizer sam(test::two_group_sgd(w), options);
+  auto momentum_sam = test::sam_variant("momentum_sam", test::two_group_sgd(w), test::sam_keys(options));
+  SAMOptimizer& sam = *momentum_sam;
   EXPECT_EQ(run_counting(sam, w, 6), 6);  // one forward and backward a step
   EXPECT_EQ(sam.sam_steps(), 5);          // the first has no momentum to perturb along
   Tensors expected = test::clone_all(w0);
@@ -205,7 +207,9 @@ TEST(SAMVariantsTest, MomentumSamReadsAdamsFirstMoment) {
   const Tensors w0 = test::clone_all(w);
   SAMOptions options;
   options.rho = 0.3;
-  MomentumSAMOptimizer sam(std::make_shared<torch::optim::Adam>(w, torch::optim::AdamOptions(0.01)), options);
+  auto momentum_sam = test::sam_variant(
+      "momentum_sam", std::make_shared<torch::optim::Adam>(w, torch::optim::AdamOptions(0.01)), test::sam_keys(options));
+  SAMOptimizer& sam = *momentum_sam;
   EXPECT_EQ(run_counting(sam, w, 5), 5);
   Tensors expected = test::clone_all(w0);
   test::AdamReference adam;
@@ -220,9 +224,10 @@ TEST(SAMVariantsTest, MomentumSamReadsAdamsFirstMoment) {
 TEST(SAMVariantsTest, MomentumSamRefusesAnOptimizerWithoutMomentumAndRestoresWOnOverflow) {
   const test::Problem problem;
   Tensors w = test::leaves(problem.initial());
-  EXPECT_THROW(MomentumSAMOptimizer(std::make_shared<torch::optim::SGD>(w, torch::optim::SGDOptions(0.1)), {}),
-               std::invalid_argument);
-  MomentumSAMOptimizer sam(sgd_for(w), {});
+  EXPECT_THROW(test::sam_variant("momentum_sam", std::make_shared<torch::optim::SGD>(w, torch::optim::SGDOptions(0.1)), {}),
+               ConfigError);
+  auto momentum_sam = test::sam_variant("momentum_sam", sgd_for(w), Json::object());
+  SAMOptimizer& sam = *momentum_sam;
   run_counting(sam, w, 2);
   const Tensors before = test::clone_all(w);
   PassHooks overflow;
@@ -264,7 +269,8 @@ TEST(SAMVariantsTest, EsamDescendsOnTheSamplesWhoseLossRoseMost) {
   Tensors expected = test::clone_all(w);
   SAMOptions options;
   options.rho = kRho;
-  ESAMOptimizer sam(sgd_for(w), options, /*beta=*/1.0, /*gamma=*/0.3, /*seed=*/0);
+  auto esam = test::sam_variant("esam", sgd_for(w), test::sam_keys(options, {{"beta", 1.0}, {"gamma", 0.3}}));
+  SAMOptimizer& sam = *esam;
   test::SgdReference sgd{0.1, 0.9, 0.0, {}};
   for (int t = 0; t < 4; ++t) {
     test::Problem batch = problem;
@@ -304,13 +310,14 @@ TEST(SAMVariantsTest, EsamPerturbsTheTensorsItDrawsScaledByOneOverBeta) {
   Tensors expected = test::clone_all(w);
   SAMOptions options;
   options.rho = kRho;
-  ESAMOptimizer sam(sgd_for(w), options, /*beta=*/0.5, /*gamma=*/1.0, /*seed=*/3);
+  auto esam = test::sam_variant("esam", sgd_for(w), test::sam_keys(options, {{"beta", 0.5}, {"gamma", 1.0}}), {3});
+  SAMOptimizer& sam = *esam;
   test::SgdReference sgd{0.1, 0.9, 0.0, {}};
   int resting_steps = 0, full_steps = 0, plain_steps = 0;
   for (int t = 0; t < 16; ++t) {
     test::Problem batch = problem;
     batch.x = problem.x.roll(t, 0);
-    const auto resting = sam.resting_tensors(t);
+    const auto resting = sam.pass_plan()->ascent(sam, t).resting;
     std::vector<bool> rests;
     for (const auto& v : w) rests.push_back(resting.count(v.unsafeGetTensorImpl()) != 0);
     const bool any = !rests[0] || !rests[1];  // a tensor to perturb; else a plain step
@@ -349,16 +356,18 @@ TEST(SAMVariantsTest, EsamRestsEachTensorWithProbabilityOneMinusBeta) {
   const test::Problem problem;
   Tensors w = test::leaves(problem.initial());
   for (const double beta : {0.3, 0.8}) {
-    ESAMOptimizer sam(sgd_for(w), {}, beta, 1.0, /*seed=*/11);
+    auto sam = test::sam_variant("esam", sgd_for(w), {{"beta", beta}, {"gamma", 1.0}}, {11});
     int resting = 0;
     const int steps = 2000;
-    for (int t = 0; t < steps; ++t) resting += static_cast<int>(sam.resting_tensors(t).size());
+    for (int t = 0; t < steps; ++t) resting += static_cast<int>(sam->pass_plan()->ascent(*sam, t).resting.size());
     // 4000 draws: 1 - beta within 0.03 (more than 3 standard deviations).
     EXPECT_NEAR(resting / (2.0 * steps), 1 - beta, 0.03) << "beta " << beta;
     // Other seeds draw otherwise.
-    ESAMOptimizer other(sgd_for(w), {}, beta, 1.0, /*seed=*/12);
+    auto other = test::sam_variant("esam", sgd_for(w), {{"beta", beta}, {"gamma", 1.0}}, {12});
     int differ = 0;
-    for (int t = 0; t < 50; ++t) differ += sam.resting_tensors(t) != other.resting_tensors(t);
+    for (int t = 0; t < 50; ++t) {
+      differ += sam->pass_plan()->ascent(*sam, t).resting != other->pass_plan()->ascent(*other, t).resting;
+    }
     EXPECT_GT(differ, 0);
   }
 }

@@ -8,7 +8,8 @@
 #include <torch/optim/sgd.h>
 #include <torch/serialize.h>
 
-#include "basin/algorithms/sam_optimizer.h"
+#include "basin/algorithms/sam/sam_family.h"
+#include "basin/algorithms/sam/sam_optimizer.h"
 #include "basin/core/hyperparameters.h"
 #include "sam_reference.h"
 #include "test_util.h"
@@ -111,11 +112,9 @@ TEST(SAMOptimizerTest, AdaptiveStepMatchesTheAsamFormula) {
   const Problem problem;
   const Tensors w0 = problem.initial();
   Tensors w = leaves(w0);
-  SAMOptions options;
-  options.rho = 0.5;
-  options.adaptive = true;
-  options.eta = 0.02;
-  SAMOptimizer sam(std::make_shared<torch::optim::SGD>(w, torch::optim::SGDOptions(0.1)), options);
+  auto asam = make_sam_optimizer("sam", std::make_shared<torch::optim::SGD>(w, torch::optim::SGDOptions(0.1)),
+                                 {{"rho", 0.5}, {"adaptive", true}, {"eta", 0.02}});
+  SAMOptimizer& sam = *asam;
   sam.step(closure_for(sam, problem, w));
   Tensors expected = test::clone_all(w0);
   const Tensors g = test::asam_gradient(problem.fn(), expected, 0.5, 0.02);

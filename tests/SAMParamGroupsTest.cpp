@@ -8,7 +8,7 @@
 #include <torch/optim/schedulers/step_lr.h>
 #include <torch/optim/sgd.h>
 
-#include "basin/algorithms/sam_optimizer.h"
+#include "basin/algorithms/sam/sam_optimizer.h"
 #include "basin/core/hyperparameters.h"
 #include "basin/core/scheduler.h"
 

@@ -13,7 +13,7 @@
 #include <torch/nn/modules/linear.h>
 #include <torch/optim/sgd.h>
 
-#include "basin/algorithms/sam.h"
+#include "basin/algorithms/sam/sam.h"
 #include "basin/core/engine.h"
 #include "basin/core/hyperparameters.h"
 #include "basin/core/train/model.h"
@@ -268,7 +268,7 @@ TEST(SAMVariantsTrainingTest, AsamScalesTheParametersNamedWeightAsItsAuthorsDo) 
     Json config = variant_config("asam", R"({"scale": ")" + scale + R"("})");
     config["model"] = Json::parse(R"({"name": "resnet", "width": 4, "blocks": [1]})");
     Trainer trainer(config);
-    auto& sam = dynamic_cast<SAMOptimizer&>(*trainer.state().optimizer);
+    auto& sam = dynamic_cast<SAM&>(dynamic_cast<SAMOptimizer&>(*trainer.state().optimizer).rule());
     int64_t scaled = 0;
     for (const auto& item : trainer.model().named_parameters()) {
       const bool weight = item.key().find("weight") != std::string::npos;

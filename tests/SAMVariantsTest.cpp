@@ -13,15 +13,10 @@
 #include <torch/optim/adam.h>
 #include <torch/optim/sgd.h>
 
-#include "basin/algorithms/esam.h"
-#include "basin/algorithms/fisher_sam.h"
-#include "basin/algorithms/friendly_sam.h"
-#include "basin/algorithms/gsam.h"
-#include "basin/algorithms/sam_optimizer.h"
-#include "basin/algorithms/vasso.h"
-#include "basin/algorithms/wsam.h"
+#include "basin/algorithms/sam/sam_optimizer.h"
 #include "basin/core/hyperparameters.h"
 #include "sam_reference.h"
+#include "sam_variants.h"
 #include "test_util.h"
 
 namespace basin {
@@ -199,25 +194,32 @@ std::vector<VariantCase> variant_cases() {
   return {
       {"asam",
        [](Base b, SAMOptions o) {
-         o.adaptive = true;
-         auto sam = std::make_shared<SAMOptimizer>(b, o);
-         sam->set_unscaled({sam->param_groups()[1].params()[0].unsafeGetTensorImpl()});
-         return sam;
+         // ASAM's "scale": "weights" leaves the second group's tensor, a "bias", at T = 1.
+         test::RunFacts facts;
+         facts.model = test::module_naming({b->param_groups()[0].params()[0], b->param_groups()[1].params()[0]},
+                                           {"weight", "bias"});
+         return test::sam_variant("asam", b, test::sam_keys(o), facts);
        },
        [] { return std::make_unique<AsamReference>(); }},
-      {"gsam", [](Base b, SAMOptions o) { return std::make_shared<GSAMOptimizer>(b, o, 0.3); },
+      {"gsam", [](Base b, SAMOptions o) { return test::sam_variant("gsam", b, test::sam_keys(o, {{"alpha", 0.3}})); },
        [] { return std::make_unique<GsamReference>(0.3); }},
-      {"wsam", [](Base b, SAMOptions o) { return std::make_shared<WSAMOptimizer>(b, o, 0.9, false); },
+      {"wsam", [](Base b, SAMOptions o) {
+         return test::sam_variant("wsam", b, test::sam_keys(o, {{"gamma", 0.9}, {"decouple", false}}));
+       },
        [] { return std::make_unique<WsamReference>(0.9, false); }},
-      {"wsam_decoupled", [](Base b, SAMOptions o) { return std::make_shared<WSAMOptimizer>(b, o, 0.8, true); },
+      {"wsam_decoupled", [](Base b, SAMOptions o) {
+         return test::sam_variant("wsam", b, test::sam_keys(o, {{"gamma", 0.8}, {"decouple", true}}));
+       },
        [] { return std::make_unique<WsamReference>(0.8, true); }},
-      {"friendly_sam", [](Base b, SAMOptions o) { return std::make_shared<FriendlySAMOptimizer>(b, o, 0.8, 0.6); },
+      {"friendly_sam", [](Base b, SAMOptions o) {
+         return test::sam_variant("friendly_sam", b, test::sam_keys(o, {{"sigma", 0.8}, {"lambda", 0.6}}));
+       },
        [] { return std::make_unique<FriendlyReference>(0.8, 0.6); }},
-      {"vasso", [](Base b, SAMOptions o) { return std::make_shared<VaSSOOptimizer>(b, o, 0.4); },
+      {"vasso", [](Base b, SAMOptions o) { return test::sam_variant("vasso", b, test::sam_keys(o, {{"theta", 0.4}})); },
        [] { return std::make_unique<VassoReference>(0.4); }, 1e-7},
       {"fisher_sam",
        [](Base b, SAMOptions o) {
-         auto sam = std::make_shared<FisherSAMOptimizer>(b, o);
+         auto sam = test::sam_variant("fisher_sam", b, test::sam_keys(o));
          for (auto& g : sam->param_groups()) set_hyperparameter(g.options(), "eta", 2.0);
          return sam;
        },
@@ -301,13 +303,15 @@ void expect_same_as_sam(const std::function<std::shared_ptr<SAMOptimizer>(std::s
 
 TEST(SAMVariantsTest, DegenerateSettingsAreSamBitForBit) {
   using Base = std::shared_ptr<torch::optim::Optimizer>;
-  expect_same_as_sam([](Base b, SAMOptions o) { return std::make_shared<GSAMOptimizer>(b, o, 0.0); }, "gsam alpha 0");
-  expect_same_as_sam([](Base b, SAMOptions o) { return std::make_shared<FriendlySAMOptimizer>(b, o, 0.0, 0.9); },
+  expect_same_as_sam([](Base b, SAMOptions o) { return test::sam_variant("gsam", b, test::sam_keys(o, {{"alpha", 0.0}})); }, "gsam alpha 0");
+  expect_same_as_sam([](Base b, SAMOptions o) {
+        return test::sam_variant("friendly_sam", b, test::sam_keys(o, {{"sigma", 0.0}, {"lambda", 0.9}}));
+      },
                      "friendly_sam sigma 0");
-  expect_same_as_sam([](Base b, SAMOptions o) { return std::make_shared<VaSSOOptimizer>(b, o, 1.0); }, "vasso theta 1");
+  expect_same_as_sam([](Base b, SAMOptions o) { return test::sam_variant("vasso", b, test::sam_keys(o, {{"theta", 1.0}})); }, "vasso theta 1");
   expect_same_as_sam(
       [](Base b, SAMOptions o) {
-        auto sam = std::make_shared<FisherSAMOptimizer>(b, o);
+        auto sam = test::sam_variant("fisher_sam", b, test::sam_keys(o));
         for (auto& g : sam->param_groups()) set_hyperparameter(g.options(), "eta", 0.0);
         return sam;
       },
@@ -318,7 +322,10 @@ TEST(SAMVariantsTest, DegenerateSettingsAreSamBitForBit) {
         return std::make_shared<SAMOptimizer>(b, o);
       },
       "msam m 1");
-  expect_same_as_sam([](Base b, SAMOptions o) { return std::make_shared<ESAMOptimizer>(b, o, 1.0, 1.0, 7); },
+  expect_same_as_sam(
+      [](Base b, SAMOptions o) {
+        return test::sam_variant("esam", b, test::sam_keys(o, {{"beta", 1.0}, {"gamma", 1.0}}), {7});
+      },
                      "esam beta 1 gamma 1");
 }
 
@@ -343,11 +350,11 @@ TEST(SAMVariantsTest, UnperturbedParametersStayAtWAndLeaveTheNorm) {
 TEST(SAMVariantsTest, AsamScalesOnlyTheParametersItIsAskedTo) {
   const test::Problem problem;
   Tensors w = test::leaves(problem.initial());
-  SAMOptions options;
-  options.rho = 0.5;
-  options.adaptive = true;
-  SAMOptimizer sam(std::make_shared<torch::optim::SGD>(w, torch::optim::SGDOptions(0.1)), options);
-  sam.set_unscaled({w[1].unsafeGetTensorImpl()});  // as a bias: T = 1
+  test::RunFacts facts;
+  facts.model = test::module_naming(w, {"weight", "bias"});  // as a bias: T = 1
+  auto asam = test::sam_variant("asam", std::make_shared<torch::optim::SGD>(w, torch::optim::SGDOptions(0.1)),
+                                {{"rho", 0.5}}, facts);
+  SAMOptimizer& sam = *asam;
   Tensors expected = test::clone_all(w);
   sam.step(test::closure_for(sam, problem, w));
   const Tensors g = test::gradient_at(problem.fn(), expected);

@@ -1,8 +1,20 @@
 #include <gtest/gtest.h>
 
+#include <chrono>
+#include <cmath>
+#include <functional>
+#include <utility>
+
+#include <ATen/ATen.h>
 #include <torch/nn/module.h>
 
+#include <torch/csrc/distributed/c10d/HashStore.hpp>
+#include <torch/optim/sgd.h>
+
 #include "basin/core/callback.h"
+#include "basin/core/parallel/communicator.h"
+#include "basin/core/parallel/sharded_optimizer.h"
+#include "basin/core/train/step_checks.h"
 #include "basin/core/train/model.h"
 #include "basin/core/train/trainer.h"
 #include "test_util.h"
@@ -86,10 +98,85 @@ TEST(TrainerTest, BadConfigsNameTheKeyBeforeTraining) {
        "'schedulers[0].hyperparameter'"},
       {with("schedulers", Json::parse(R"([{"name": "step"}])")), "'schedulers[0].step_size' is required"},
       {with("precision", "fp8"), "'precision'"},
+      {with("loss", "hinge"), "config key 'loss'"},
+      {with("loss", Json::parse(R"({"name": "mse", "label_smoothing": 0.1})")), "'loss.label_smoothing' is not known"},
+      {with("loss", Json::parse(R"({"name": "cross_entropy", "label_smoothing": 2})")), "'loss.label_smoothing'"},
   };
   for (const auto& c : cases) {
     const std::string message = test::trainer_config_error(c.config);
     EXPECT_NE(message.find(c.expected), std::string::npos) << "expected " << c.expected << " in: " << message;
+  }
+}
+
+/// The trainer's test loss for `loss`, and the same written out by hand
+/// from the model's logits on the test set.
+std::pair<double, double> test_loss_and_formula(const Json& loss,
+                                                const std::function<at::Tensor(const at::Tensor&, const at::Tensor&)>& formula) {
+  Json config = test::smoke_config();
+  config["loss"] = loss;
+  config["max_steps"] = 3;
+  Trainer trainer(config);
+  trainer.fit();
+  const double reported = trainer.evaluate().loss;
+  at::NoGradGuard no_grad;
+  trainer.model().eval();
+  const at::Tensor logits = trainer.model().forward(trainer.data().test.inputs()).to(at::kDouble);
+  const at::Tensor targets = trainer.data().test.targets();
+  return {reported, formula(logits, targets).mean().item<double>()};
+}
+
+TEST(TrainerTest, TheLossComesFromTheConfig) {
+  // Cross-entropy with label smoothing eps: (1 - eps) (-log p_y) + eps * mean over classes of -log p_c.
+  const double eps = 0.5;
+  const auto smoothed = test_loss_and_formula(Json::parse(R"({"name": "cross_entropy", "label_smoothing": 0.5})"),
+                                              [eps](const at::Tensor& logits, const at::Tensor& targets) {
+                                                const at::Tensor log_p = logits.log_softmax(1);
+                                                const at::Tensor nll = -log_p.gather(1, targets.unsqueeze(1)).squeeze(1);
+                                                return (1 - eps) * nll + eps * (-log_p.mean(1));
+                                              });
+  EXPECT_NEAR(smoothed.first, smoothed.second, 1e-5);
+  // The default is plain cross-entropy, and differs.
+  const auto plain = test_loss_and_formula(Json("cross_entropy"), [](const at::Tensor& logits, const at::Tensor& targets) {
+    return -logits.log_softmax(1).gather(1, targets.unsqueeze(1)).squeeze(1);
+  });
+  EXPECT_NEAR(plain.first, plain.second, 1e-5);
+  EXPECT_GT(std::abs(plain.first - smoothed.first), 1e-4);  // nearly uniform outputs after 3 steps: close
+  // MSE: the mean over the classes of (logit - one_hot)^2.
+  const auto mse = test_loss_and_formula(Json("mse"), [](const at::Tensor& logits, const at::Tensor& targets) {
+    const at::Tensor one_hot = at::zeros_like(logits).scatter_(1, targets.unsqueeze(1), 1.0);
+    return (logits - one_hot).pow(2).mean(1);
+  });
+  EXPECT_NEAR(mse.first, mse.second, 1e-5);
+}
+
+/// Every parameter on one rank: the norm "over shards" is one rank's sum.
+class OneRankShards : public ShardedParameters {
+ public:
+  bool owns(const at::Tensor&) const override { return true; }
+  void broadcast_parameters() override {}
+  Communicator& communicator() override { return *communicator_; }
+
+ private:
+  std::shared_ptr<Communicator> communicator_ =
+      make_gloo_communicator(c10::make_intrusive<c10d::HashStore>(), 0, 1, std::chrono::seconds(30));
+};
+
+TEST(TrainerTest, ClippingNormsAndScalesATiedWeightOnce) {
+  at::Tensor w = at::ones({4}).requires_grad_();
+  // The one tensor listed twice, as a tied weight is when an optimizer is given each of its names.
+  auto sgd = std::make_shared<torch::optim::SGD>(std::vector<at::Tensor>{w, w}, torch::optim::SGDOptions(0.1));
+  Params root(Json::parse(R"({"grad_clip_norm": 1.5})"), "");
+  StepChecks checks(root);
+  State state;
+  state.optimizer = sgd;
+  OneRankShards shards;
+  for (ShardedParameters* sharded : {static_cast<ShardedParameters*>(nullptr), static_cast<ShardedParameters*>(&shards)}) {
+    w.mutable_grad() = at::full({4}, 3.0);  // ||g|| = 6
+    checks.pass_hooks(state, sharded).before_base_step();
+    // Clipped to 1.5 once: each element 3 * 1.5 / 6. Counted twice the norm
+    // would be 6 sqrt(2), and scaled twice each element 3 * (1.5 / 8.49)^2.
+    EXPECT_NEAR(w.grad()[0].item<double>(), 0.75, 1e-5) << (sharded ? "over shards" : "replicated");
+    EXPECT_NEAR(w.grad().norm().item<double>(), 1.5, 1e-5);
   }
 }
 

@@ -12,8 +12,8 @@
 #include <torch/csrc/autograd/autograd.h>
 #include <torch/nn/module.h>
 
-#include "basin/algorithms/mesa.h"
-#include "basin/algorithms/saf.h"
+#include "basin/algorithms/loss/mesa.h"
+#include "basin/algorithms/loss/saf.h"
 #include "basin/core/callback.h"
 #include "basin/core/engine.h"
 #include "basin/core/train/trainer.h"

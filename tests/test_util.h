@@ -5,11 +5,13 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <sstream>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "basin/algorithms/sam/sam_family.h"
 #include "basin/core/callback.h"
 #include "basin/core/config.h"
 #include "basin/core/train/model.h"
@@ -118,17 +120,25 @@ inline void expect_microbatches_match_one_batch(Json config) {
   }
 }
 
-/// Each algorithm of the SAM family by its registered name, with config keys
-/// (some off their defaults; msam's m fits the smoke config's batch twice).
+/// Each variant the SAM family registers (plain SAM aside), with config
+/// keys: some off their defaults (msam's m fits the smoke config's batch
+/// twice), the others at them. A variant registered later is in at once.
 inline std::vector<std::pair<std::string, std::string>> sam_family() {
-  return {{"asam", R"({"rho": 0.5})"},           {"gsam", R"({"alpha": 0.3})"},
-          {"wsam", R"({"gamma": 0.8})"},         {"friendly_sam", R"({"sigma": 0.9, "lambda": 0.6})"},
-          {"fisher_sam", R"({"eta": 2.0})"},     {"vasso", R"({"theta": 0.4})"},
-          {"msam", R"({"m": 2})"},              {"looksam", R"({"k": 3})"},
-          {"ae_sam", "{}"},                      {"momentum_sam", "{}"},
-          // gamma 0.75: at the paper's 0.5 ESAM learns slower in the first
-          // steps (Fashion-MNIST after 16 steps: 0.47 against SAM's 0.63).
-          {"esam", R"({"beta": 0.5, "gamma": 0.75})"}};
+  const std::map<std::string, std::string> keys = {
+      {"asam", R"({"rho": 0.5})"},       {"gsam", R"({"alpha": 0.3})"},
+      {"wsam", R"({"gamma": 0.8})"},     {"friendly_sam", R"({"sigma": 0.9, "lambda": 0.6})"},
+      {"fisher_sam", R"({"eta": 2.0})"}, {"vasso", R"({"theta": 0.4})"},
+      {"msam", R"({"m": 2})"},          {"looksam", R"({"k": 3})"},
+      // gamma 0.75: at the paper's 0.5 ESAM learns slower in the first
+      // steps (Fashion-MNIST after 16 steps: 0.47 against SAM's 0.63).
+      {"esam", R"({"beta": 0.5, "gamma": 0.75})"}};
+  std::vector<std::pair<std::string, std::string>> family;
+  for (const auto& name : sam_family_registry().names()) {
+    if (name == "sam") continue;
+    const auto found = keys.find(name);
+    family.emplace_back(name, found == keys.end() ? "{}" : found->second);
+  }
+  return family;
 }
 
 /// Trains `config` with the largest grad scale a float holds and inputs

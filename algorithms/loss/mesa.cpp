@@ -1,4 +1,4 @@
-#include "basin/algorithms/mesa.h"
+#include "basin/algorithms/loss/mesa.h"
 
 #include <stdexcept>
 

@@ -5,7 +5,7 @@
 #include <utility>
 #include <vector>
 
-#include "basin/algorithms/trajectory_loss.h"
+#include "basin/algorithms/loss/trajectory_loss.h"
 
 namespace torch::nn { class Module; }
 

@@ -1,4 +1,4 @@
-#include "basin/algorithms/saf.h"
+#include "basin/algorithms/loss/saf.h"
 
 #include <stdexcept>
 

@@ -2,7 +2,7 @@
 
 #include <vector>
 
-#include "basin/algorithms/trajectory_loss.h"
+#include "basin/algorithms/loss/trajectory_loss.h"
 
 namespace basin {
 

@@ -1,4 +1,4 @@
-#include "basin/algorithms/trajectory_loss.h"
+#include "basin/algorithms/loss/trajectory_loss.h"
 
 #include <ATen/ATen.h>
 

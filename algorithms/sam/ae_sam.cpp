@@ -1,14 +1,27 @@
-#include "basin/algorithms/ae_sam.h"
-
+// AE-SAM (Jiang et al., ICLR 2023): SAM's second pass only where the loss
+// looks sharp. After the ascent pass, with n = ||g||^2 of the batch:
+//     mu  = delta * mu  + (1 - delta) * n                (mu first, from 0)
+//     var = delta * var + (1 - delta) * (n - mu)^2
+//     a SAM step if n >= mu + c_t * sqrt(var), else a plain step with g,
+//     c_t = (t/T) * lambda1 + (1 - t/T) * lambda2 over the run's T steps,
+// so with lambda1 < lambda2 the share of SAM steps grows through training.
+// No code of the authors is public: this is the paper's rule.
+//
+//     {"algorithms": {"ae_sam": {"delta": 0.9, "lambda1": -1, "lambda2": 1, "rho": 0.05, ...SAM's other keys}}}
+//
+// mu and var are saved in checkpoints; the share of SAM steps is
+// `sam_steps / steps` of the optimizer. T is the run's length (0 where the
+// run does not say: c_t stays lambda2). Under data-parallel training the
+// ascent is synced ("sync_ascent" stays true): every rank decides alike.
 #include <algorithm>
 #include <cmath>
 
 #include <ATen/ATen.h>
 
+#include "basin/algorithms/sam/sam_family.h"
 #include "basin/core/parallel/grad_norm.h"
 
 namespace basin {
-
 namespace {
 
 SAMDefaults ae_sam_defaults() {
@@ -19,55 +32,46 @@ SAMDefaults ae_sam_defaults() {
 
 }  // namespace
 
-AESAM::AESAM(Params& params) : SAM(params, ae_sam_defaults()) {
-  delta_ = params.number("delta", 0.9, 0, 1);
-  if (!(delta_ < 1)) params.fail("delta", "a number in [0, 1)", delta_);
-  lambda1_ = params.number("lambda1", -1.0);
-  lambda2_ = params.number("lambda2", 1.0);
-}
-
-std::shared_ptr<SAMOptimizer> AESAM::make_optimizer(std::shared_ptr<torch::optim::Optimizer> base,
-                                                    const SAMOptions& options, const State& state) {
-  return std::make_shared<AESAMOptimizer>(std::move(base), options, delta_, lambda1_, lambda2_, run_length(state));
-}
-
-AESAMOptimizer::AESAMOptimizer(std::shared_ptr<torch::optim::Optimizer> base, SAMOptions options, double delta,
-                               double lambda1, double lambda2, int64_t run_steps)
-    : SAMOptimizer(std::move(base), options),
-      delta_(delta),
-      lambda1_(lambda1),
-      lambda2_(lambda2),
-      run_steps_(run_steps) {}
-
-bool AESAMOptimizer::descend(std::vector<GroupView>& groups) {
-  std::vector<at::Tensor> grads;
-  for (const auto& g : groups) grads.insert(grads.end(), g.grads.begin(), g.grads.end());
-  const double squared_norm = sum_of_squares(grads).item<double>();
-  mean_ = delta_ * mean_ + (1 - delta_) * squared_norm;
-  variance_ = delta_ * variance_ + (1 - delta_) * (squared_norm - mean_) * (squared_norm - mean_);
-  // This step's index over the run's length; steps() already counts this one.
-  const double progress =
-      run_steps_ > 0 ? std::min(1.0, static_cast<double>(steps() - 1) / static_cast<double>(run_steps_)) : 0.0;
-  const double threshold = progress * lambda1_ + (1 - progress) * lambda2_;
-  return squared_norm >= mean_ + threshold * std::sqrt(variance_);
-}
-
-StateDict AESAMOptimizer::variant_values() const {
-  StateDict values = new_state_dict();
-  values.insert("mean", mean_);
-  values.insert("variance", variance_);
-  return values;
-}
-
-void AESAMOptimizer::load_variant_values(const StateDict& values) {
-  if (!values.contains("mean") || !values.at("mean").isDouble() || !values.contains("variance") ||
-      !values.at("variance").isDouble()) {
-    throw std::invalid_argument("AE-SAM state has no numbers 'mean' and 'variance'");
+class AESAM : public SAM {
+ public:
+  explicit AESAM(Params& params) : SAM(params, ae_sam_defaults()) {
+    delta_ = params.number("delta", 0.9, 0, 1);
+    if (!(delta_ < 1)) params.fail("delta", "a number in [0, 1)", delta_);
+    lambda1_ = params.number("lambda1", -1.0);
+    lambda2_ = params.number("lambda2", 1.0);
+    rule_state().keep("mean", mean_);
+    rule_state().keep("variance", variance_);
   }
-  mean_ = values.at("mean").toDouble();
-  variance_ = values.at("variance").toDouble();
-}
+  std::string name() const override { return "ae_sam"; }
 
-BASIN_REGISTER(algorithm_registry(), "ae_sam", AESAM);
+  bool descend(SAMOptimizer& step, std::vector<GroupView>& groups) override {
+    std::vector<at::Tensor> grads;
+    for (const auto& g : groups) grads.insert(grads.end(), g.grads.begin(), g.grads.end());
+    const double squared_norm = sum_of_squares(grads).item<double>();
+    mean_ = delta_ * mean_ + (1 - delta_) * squared_norm;
+    variance_ = delta_ * variance_ + (1 - delta_) * (squared_norm - mean_) * (squared_norm - mean_);
+    // This step's index over the run's length; steps() already counts this one.
+    const double progress =
+        run_steps_ > 0 ? std::min(1.0, static_cast<double>(step.steps() - 1) / static_cast<double>(run_steps_)) : 0.0;
+    const double threshold = progress * lambda1_ + (1 - progress) * lambda2_;
+    return squared_norm >= mean_ + threshold * std::sqrt(variance_);
+  }
+
+ protected:
+  void prepare(SAMOptimizer& /*step*/, const State& state) override { run_steps_ = run_length(state); }
+  std::string why_synced_ascent() const override {
+    return "decides from the ascent gradient and steps with it, which must be the same on every rank";
+  }
+
+ private:
+  double delta_ = 0.9;
+  double lambda1_ = -1;
+  double lambda2_ = 1;
+  int64_t run_steps_ = 0;
+  double mean_ = 0;      // of ||g||^2
+  double variance_ = 0;  // of ||g||^2
+};
+
+BASIN_REGISTER_SAM("ae_sam", AESAM);
 
 }  // namespace basin

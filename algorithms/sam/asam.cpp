@@ -1,9 +1,17 @@
-#include "basin/algorithms/asam.h"
-
+// Adaptive SAM (Kwon et al., ICML 2021) by its own name: SAM with
+// "adaptive": true, e = rho * T^2 g / ||T g||, T = |w| + eta, and ASAM's
+// defaults:
+//
+//     {"algorithms": {"asam": {"rho": 0.5, "eta": 0.01, "scale": "weights", ...SAM's other keys}}}
+//
+// "scale" chooses the parameters T scales: "weights", as the ASAM authors'
+// code does (names containing "weight", BatchNorm's included; the others,
+// biases, have T = 1 and are still perturbed), or "all".
 #include <torch/nn/module.h>
 
-namespace basin {
+#include "basin/algorithms/sam/sam_family.h"
 
+namespace basin {
 namespace {
 
 SAMDefaults asam_defaults() {
@@ -15,26 +23,30 @@ SAMDefaults asam_defaults() {
 
 }  // namespace
 
-ASAM::ASAM(Params& params) : SAM(params, asam_defaults()) {
-  if (!options_.adaptive) params.fail("adaptive", "true (asam is adaptive SAM; \"sam\" is the other one)", false);
-  weights_only_ = params.choice("scale", "weights", {"weights", "all"}) == "weights";
-}
+class ASAM : public SAM {
+ public:
+  explicit ASAM(Params& params) : SAM(params, asam_defaults()) {
+    if (!adaptive()) params.fail("adaptive", "true (asam is adaptive SAM; \"sam\" is the other one)", false);
+    weights_only_ = params.choice("scale", "weights", {"weights", "all"}) == "weights";
+  }
+  std::string name() const override { return "asam"; }
 
-std::shared_ptr<SAMOptimizer> ASAM::make_optimizer(std::shared_ptr<torch::optim::Optimizer> base,
-                                                   const SAMOptions& options, const State& state) {
-  auto optimizer = SAM::make_optimizer(std::move(base), options, state);
-  if (weights_only_) {
+ protected:
+  void prepare(SAMOptimizer& /*step*/, const State& state) override {
+    if (!weights_only_) return;
     if (!state.model) throw ConfigError(key("scale") + ": \"weights\" needs a model whose parameter names it can read");
     const auto scaled = parameters_named(*state.model, "weight");
     std::unordered_set<const c10::TensorImpl*> unscaled;
     for (const auto& p : state.model->parameters(true)) {
       if (scaled.count(p.unsafeGetTensorImpl()) == 0) unscaled.insert(p.unsafeGetTensorImpl());
     }
-    optimizer->set_unscaled(std::move(unscaled));
+    set_unscaled(std::move(unscaled));
   }
-  return optimizer;
-}
 
-BASIN_REGISTER(algorithm_registry(), "asam", ASAM);
+ private:
+  bool weights_only_ = true;
+};
+
+BASIN_REGISTER_SAM("asam", ASAM);
 
 }  // namespace basin

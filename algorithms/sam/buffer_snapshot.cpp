@@ -1,4 +1,4 @@
-#include "basin/algorithms/buffer_snapshot.h"
+#include "basin/algorithms/sam/buffer_snapshot.h"
 
 #include <ATen/ATen.h>
 #include <torch/nn/module.h>

@@ -1,4 +1,4 @@
-#include "basin/algorithms/clean_gradients.h"
+#include "basin/algorithms/sam/clean_gradients.h"
 
 namespace basin {
 

@@ -1,9 +1,18 @@
-#include "basin/algorithms/fisher_sam.h"
-
+// Fisher SAM (Kim et al., ICML 2022): the perturbation ball is the
+// ellipsoid of the Fisher information metric instead of a sphere. Its
+// diagonal is approximated from the batch's squared gradient, as the paper
+// does: f = 1 + eta * g^2, and
+//     e = rho * (g / f) / sqrt(sum g^2 / f)
+// (epsilon added to the root). eta = 0 is SAM.
+//
+//     {"algorithms": {"fisher_sam": {"rho": 0.1, "eta": 1.0, ...SAM's other keys}}}
+//
+// "eta" here is the Fisher weight, not ASAM's; "adaptive" is refused.
 #include <ATen/ATen.h>
 
-namespace basin {
+#include "basin/algorithms/sam/sam_family.h"
 
+namespace basin {
 namespace {
 
 SAMDefaults fisher_sam_defaults() {
@@ -15,31 +24,29 @@ SAMDefaults fisher_sam_defaults() {
 
 }  // namespace
 
-FisherSAM::FisherSAM(Params& params) : SAM(params, fisher_sam_defaults()) {
-  if (options_.adaptive) params.fail("adaptive", "false (fisher_sam's metric replaces ASAM's)", true);
-}
-
-std::shared_ptr<SAMOptimizer> FisherSAM::make_optimizer(std::shared_ptr<torch::optim::Optimizer> base,
-                                                        const SAMOptions& options, const State& /*state*/) {
-  return std::make_shared<FisherSAMOptimizer>(std::move(base), options);
-}
-
-std::vector<SAMOptimizer::Perturbation> FisherSAMOptimizer::perturbation(std::vector<GroupView>& groups) {
-  std::vector<Perturbation> result(groups.size());
-  std::vector<at::Tensor> normed, params;
-  for (std::size_t k = 0; k < groups.size(); ++k) {
-    const double eta = groups[k].get("eta");
-    for (const at::Tensor& grad : groups[k].grads) {
-      const at::Tensor fisher = grad.pow(2).mul_(eta).add_(1);  // 1 + eta g^2
-      result[k].directions.push_back(grad / fisher);
-      normed.push_back(grad / fisher.sqrt());  // its squares sum to g^T f^-1 g
-    }
-    params.insert(params.end(), groups[k].params.begin(), groups[k].params.end());
+class FisherSAM : public SAM {
+ public:
+  explicit FisherSAM(Params& params) : SAM(params, fisher_sam_defaults()) {
+    if (adaptive()) params.fail("adaptive", "false (fisher_sam's metric replaces ASAM's)", true);
   }
-  scale_to_rho(result, groups, normed, params);
-  return result;
-}
+  std::string name() const override { return "fisher_sam"; }
 
-BASIN_REGISTER(algorithm_registry(), "fisher_sam", FisherSAM);
+  std::vector<Perturbation> perturbation(SAMOptimizer& step, std::vector<GroupView>& groups) override {
+    std::vector<Perturbation> result(groups.size());
+    std::vector<at::Tensor> normed;
+    for (std::size_t k = 0; k < groups.size(); ++k) {
+      const double eta = groups[k].get("eta");
+      for (const at::Tensor& grad : groups[k].grads) {
+        const at::Tensor fisher = grad.pow(2).mul_(eta).add_(1);  // 1 + eta g^2
+        result[k].directions.push_back(grad / fisher);
+        normed.push_back(grad / fisher.sqrt());  // its squares sum to g^T f^-1 g
+      }
+    }
+    step.scale_to_rho(result, groups, normed, SAMOptimizer::parameters_of(groups));
+    return result;
+  }
+};
+
+BASIN_REGISTER_SAM("fisher_sam", FisherSAM);
 
 }  // namespace basin

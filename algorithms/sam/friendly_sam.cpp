@@ -1,9 +1,22 @@
-#include "basin/algorithms/friendly_sam.h"
-
+// Friendly SAM (Li et al., CVPR 2024): the ascent leaves out the full
+// gradient's component, estimated by an exponential moving average m of
+// past raw gradients. As the authors' code:
+//   first SAM step   m = g, e from g (plain SAM)
+//   later            d = g - sigma * m (m from the steps before), then
+//                    m = lambda * m + (1 - lambda) * g (the raw g, not d);
+//                    e = rho * d / (||d|| + epsilon)
+//
+//     {"algorithms": {"friendly_sam": {"sigma": 1.0, "lambda": 0.9, "rho": 0.05, ...SAM's other keys}}}
+//
+// m is saved in checkpoints; under data-parallel training the ascent is
+// synced ("sync_ascent" stays true), so m is the same on every rank. Cost:
+// one more copy of the parameters.
 #include <ATen/ATen.h>
 
-namespace basin {
+#include "basin/algorithms/sam/moving_average_sam.h"
+#include "basin/algorithms/sam/sam_family.h"
 
+namespace basin {
 namespace {
 
 SAMDefaults friendly_sam_defaults() {
@@ -14,30 +27,30 @@ SAMDefaults friendly_sam_defaults() {
 
 }  // namespace
 
-FriendlySAM::FriendlySAM(Params& params) : SAM(params, friendly_sam_defaults()) {
-  sigma_ = params.number("sigma", 1.0, 0);
-  lambda_ = params.number("lambda", 0.9, 0, 1);
-}
-
-std::shared_ptr<SAMOptimizer> FriendlySAM::make_optimizer(std::shared_ptr<torch::optim::Optimizer> base,
-                                                          const SAMOptions& options, const State& /*state*/) {
-  return std::make_shared<FriendlySAMOptimizer>(std::move(base), options, sigma_, lambda_);
-}
-
-FriendlySAMOptimizer::FriendlySAMOptimizer(std::shared_ptr<torch::optim::Optimizer> base, SAMOptions options,
-                                           double sigma, double lambda)
-    : MovingAverageSAMOptimizer(std::move(base), options), sigma_(sigma), lambda_(lambda) {}
-
-at::Tensor FriendlySAMOptimizer::direction(const at::Tensor& grad, at::Tensor& average) {
-  if (!average.defined()) {  // the first SAM step is SAM's
-    average = grad.detach().clone();
-    return grad;
+class FriendlySAM : public MovingAverageSAM {
+ public:
+  explicit FriendlySAM(Params& params) : MovingAverageSAM(params, friendly_sam_defaults()) {
+    sigma_ = params.number("sigma", 1.0, 0);
+    lambda_ = params.number("lambda", 0.9, 0, 1);
   }
-  at::Tensor direction = at::sub(grad, average, sigma_);  // the average of the steps before
-  average.mul_(lambda_).add_(grad, 1 - lambda_);          // of raw gradients
-  return direction;
-}
+  std::string name() const override { return "friendly_sam"; }
 
-BASIN_REGISTER(algorithm_registry(), "friendly_sam", FriendlySAM);
+ protected:
+  at::Tensor direction(const at::Tensor& grad, at::Tensor& average) override {
+    if (!average.defined()) {  // the first SAM step is SAM's
+      average = grad.detach().clone();
+      return grad;
+    }
+    at::Tensor direction = at::sub(grad, average, sigma_);  // the average of the steps before
+    average.mul_(lambda_).add_(grad, 1 - lambda_);          // of raw gradients
+    return direction;
+  }
+
+ private:
+  double sigma_ = 1.0;
+  double lambda_ = 0.9;
+};
+
+BASIN_REGISTER_SAM("friendly_sam", FriendlySAM);
 
 }  // namespace basin

@@ -1,4 +1,4 @@
-#include "basin/algorithms/parameter_buffers.h"
+#include "basin/algorithms/sam/rule_state.h"
 
 #include <sstream>
 #include <stdexcept>
@@ -36,6 +36,39 @@ void ParameterBuffers::load(const ParameterStates& states, const ParameterNumber
     }
     buffers_[params[i].unsafeGetTensorImpl()] = saved.toTensor().to(params[i].device(), params[i].scalar_type()).clone();
   }
+}
+
+ParameterStates RuleState::parameters(const ParameterNumbering& numbering) const {
+  ParameterStates states = new_parameter_states();
+  for (const ParameterBuffers* buffers : buffers_) buffers->save(states, numbering);
+  return states;
+}
+
+void RuleState::load_parameters(const ParameterStates& states, const ParameterNumbering& numbering) {
+  for (ParameterBuffers* buffers : buffers_) buffers->load(states, numbering);
+}
+
+StateDict RuleState::values() const {
+  StateDict values = new_state_dict();
+  for (const auto& [name, value] : counts_) values.insert(name, *value);
+  for (const auto& [name, value] : numbers_) values.insert(name, *value);
+  return values;
+}
+
+void RuleState::load_values(const StateDict& values) {
+  // Every value is checked before any is taken: a bad entry changes nothing.
+  for (const auto& [name, value] : counts_) {
+    if (!values.contains(name) || !values.at(name).isInt()) {
+      throw std::invalid_argument("SAM state has no integer '" + name + "'");
+    }
+  }
+  for (const auto& [name, value] : numbers_) {
+    if (!values.contains(name) || !values.at(name).isDouble()) {
+      throw std::invalid_argument("SAM state has no number '" + name + "'");
+    }
+  }
+  for (const auto& [name, value] : counts_) *value = values.at(name).toInt();
+  for (const auto& [name, value] : numbers_) *value = values.at(name).toDouble();
 }
 
 }  // namespace basin

@@ -1,11 +1,14 @@
-#include "basin/algorithms/sam.h"
+#include "basin/algorithms/sam/sam.h"
 
 #include <algorithm>
 #include <cmath>
 #include <regex>
 
+#include <ATen/ATen.h>
+
 #include <torch/nn/module.h>
 
+#include "basin/algorithms/sam/sam_family.h"
 #include "basin/core/hyperparameters.h"
 #include "basin/core/logger.h"
 
@@ -24,11 +27,10 @@ SAM::SAM(Params& params, const SAMDefaults& defaults) : path_(params.path()) {
     options_.rho = params.positive("rho", defaults.rho);
   }
   options_.epsilon = params.number("epsilon", defaults.epsilon, 0);
-  options_.adaptive = params.boolean("adaptive", defaults.adaptive);
+  adaptive_ = params.boolean("adaptive", defaults.adaptive);
   options_.eta = params.number("eta", defaults.eta, 0);
   options_.interval = params.integer("interval", 1, 1);
-  sync_ascent_ = params.boolean("sync_ascent", defaults.sync_ascent);
-  options_.sync_ascent = sync_ascent_;
+  options_.sync_ascent = params.boolean("sync_ascent", defaults.sync_ascent);
   freeze_running_stats_ = params.boolean("freeze_running_stats", true);
   const Json start = params.raw("start");
   if (start.is_number_integer() && start.get<int64_t>() >= 0) {
@@ -49,13 +51,7 @@ SAM::SAM(Params& params, const SAMDefaults& defaults) : path_(params.path()) {
 
 bool SAM::match(Event event, const State& state) const {
   // Exactly once, and never around an optimizer that already is SAM.
-  return event == Event::AFTER_SHARDING && optimizer_ == nullptr &&
-         dynamic_cast<const SAMOptimizer*>(state.optimizer.get()) == nullptr;
-}
-
-std::shared_ptr<SAMOptimizer> SAM::make_optimizer(std::shared_ptr<torch::optim::Optimizer> base,
-                                                  const SAMOptions& options, const State& /*state*/) {
-  return std::make_shared<SAMOptimizer>(std::move(base), options);
+  return event == Event::AFTER_SHARDING && !made_ && dynamic_cast<const SAMOptimizer*>(state.optimizer.get()) == nullptr;
 }
 
 std::unordered_set<const c10::TensorImpl*> SAM::parameters_named(const torch::nn::Module& model,
@@ -75,20 +71,48 @@ int64_t SAM::run_length(const State& state) {
   return by_epochs > 0 ? std::min(state.max_steps, by_epochs) : state.max_steps;
 }
 
-void SAM::apply(Event /*event*/, State& state, Logger& /*logger*/) { wrap(state); }
+std::vector<Perturbation> SAM::perturbation(SAMOptimizer& step, std::vector<GroupView>& groups) {
+  if (!adaptive_) return SAMRule::perturbation(step, groups);
+  std::vector<Perturbation> result(groups.size());
+  std::vector<at::Tensor> normed;  // T * g, whose norm scales e
+  for (std::size_t k = 0; k < groups.size(); ++k) {
+    auto& g = groups[k];
+    if (g.params.empty()) continue;
+    auto t = at::_foreach_abs(g.params);
+    at::_foreach_add_(t, g.get("eta"));
+    for (std::size_t j = 0; j < t.size(); ++j) {
+      if (!scales(g.params[j])) t[j].fill_(1);
+    }
+    auto tg = at::_foreach_mul(t, g.grads);
+    normed.insert(normed.end(), tg.begin(), tg.end());
+    at::_foreach_mul_(t, tg);  // the direction is T^2 g
+    result[k].directions = std::move(t);
+  }
+  step.scale_to_rho(result, groups, normed, SAMOptimizer::parameters_of(groups));
+  return result;
+}
 
-void SAM::wrap(State& state) {
-  if (!state.optimizer) throw std::logic_error("the state has no optimizer to wrap");
+std::shared_ptr<SAMRule> SAM::shared_rule() {
+  // Made by make_shared (the registry, make_sam_optimizer): the step shares
+  // ownership of its rule. Otherwise the algorithm's owner keeps it alive.
+  if (auto owner = weak_from_this().lock()) return owner;
+  return std::shared_ptr<SAMRule>(std::shared_ptr<SAMRule>{}, this);
+}
+
+std::shared_ptr<SAMOptimizer> SAM::make_optimizer(std::shared_ptr<torch::optim::Optimizer> base, const State& state) {
+  if (!base) throw std::logic_error("SAM: there is no optimizer to wrap");
+  if (made_) throw std::logic_error("SAM: " + name() + " made its step already; its rule's state serves one");
   const std::string synced_because = why_synced_ascent();
-  if (state.world_size > 1 && !sync_ascent_ && !synced_because.empty()) {
+  if (state.world_size > 1 && !options_.sync_ascent && !synced_because.empty()) {
     throw ConfigError(key("sync_ascent") + ": false under data-parallel training, but " + name() + " " +
                       synced_because + "; set it to true");
   }
+  SAMOptions options = options_;
   if (start_fraction_ > 0) {
     if (run_length(state) == 0) throw ConfigError(key("start") + ": a fraction of the run needs the run's length");
-    options_.start = std::llround(start_fraction_ * static_cast<double>(run_length(state)));
+    options.start = std::llround(start_fraction_ * static_cast<double>(run_length(state)));
   }
-  optimizer_ = make_optimizer(state.optimizer, options_, state);
+  auto step = std::make_shared<SAMOptimizer>(std::move(base), options, shared_rule());
   if (!perturb_.empty()) {
     if (!state.model) throw ConfigError(key("perturb") + ": there is no model whose parameter names it could match");
     const auto perturbed = parameters_named(*state.model, perturb_);
@@ -101,9 +125,9 @@ void SAM::wrap(State& state) {
     for (const auto& p : state.model->parameters(true)) {
       if (perturbed.count(p.unsafeGetTensorImpl()) == 0) unperturbed.insert(p.unsafeGetTensorImpl());
     }
-    optimizer_->set_unperturbed(std::move(unperturbed));
+    step->set_unperturbed(std::move(unperturbed));
   }
-  auto& groups = optimizer_->param_groups();
+  auto& groups = step->param_groups();
   if (!group_rho_.empty()) {
     if (group_rho_.size() != groups.size()) {
       throw ConfigError(key("rho") + ": " + std::to_string(group_rho_.size()) + " values for " +
@@ -111,53 +135,72 @@ void SAM::wrap(State& state) {
     }
     for (std::size_t i = 0; i < groups.size(); ++i) set_hyperparameter(groups[i].options(), "rho", group_rho_[i]);
   }
+  prepare(*step, state);
+  if (freeze_running_stats_ && state.model) {
+    PassHooks freeze;  // the descent's forward must not count the batch again, at w + e
+    auto model = state.model;
+    freeze.before_pass = [this, model](Pass pass) {
+      if (pass == Pass::kDescent) running_stats_.take(*model);
+    };
+    freeze.after_pass = [this](Pass pass) {
+      if (pass == Pass::kDescent) running_stats_.restore();
+    };
+    step->add_pass_hooks(std::move(freeze));
+  }
+  made_ = true;
+  optimizer_ = step;
+  return step;
+}
+
+void SAM::apply(Event /*event*/, State& state, Logger& /*logger*/) {
+  state.optimizer = make_optimizer(state.optimizer, state);
+  install_state_hooks(state);
+}
+
+void SAM::install_state_hooks(State& state) {
   State* s = &state;
   PassHooks hooks;
   hooks.before_pass = [this, s](Pass pass) {
     s->pass = pass;
-    s->request = optimizer_->request();
-    // Rank-local ascent (the paper's m-sharpness): no gradient sync in this
-    // pass; an enclosing NoGradientSync scope keeps every pass local.
-    outer_skip_gradient_sync_ = s->skip_gradient_sync;
-    s->skip_gradient_sync = outer_skip_gradient_sync_ || (pass == Pass::kAscent && !sync_ascent_);
-    if (pass == Pass::kDescent && freeze_running_stats_ && s->model) running_stats_.take(*s->model);
+    // The step's request, but an enclosing NoGradientSync scope keeps every pass local.
+    outer_request_ = s->request;
+    s->request = optimizer_.lock()->request();
+    if (outer_request_.sync == GradientSync::kNone) s->request.sync = GradientSync::kNone;
   };
-  hooks.after_pass = [this, s](Pass pass) {
-    if (pass == Pass::kDescent && freeze_running_stats_ && s->model) running_stats_.restore();
+  hooks.after_pass = [this, s](Pass) {
     s->pass = Pass::kPlain;
-    s->request = PassRequest{};
-    s->skip_gradient_sync = outer_skip_gradient_sync_;
+    s->request = outer_request_;
   };
-  optimizer_->add_pass_hooks(std::move(hooks));
-  state.optimizer = optimizer_;
+  optimizer()->add_pass_hooks(std::move(hooks));
 }
 
 StateDict SAM::state_dict() const {
   StateDict state = new_state_dict();
-  if (optimizer_) {
-    state.insert("optimizer", optimizer_->counters());
-    state.insert("parameters", optimizer_->variant_states(ParameterNumbering(*optimizer_)));
-    state.insert("values", optimizer_->variant_values());
+  if (auto step = optimizer()) {
+    state.insert("optimizer", step->counters());
+    state.insert("parameters", rule_state_.parameters(ParameterNumbering(*step)));
+    state.insert("values", rule_state_.values());
   }
   return state;
 }
 
 void SAM::load_state_dict(const StateDict& state) {
-  if (!optimizer_) throw std::logic_error("SAM state loads after AFTER_SHARDING, once the optimizer is wrapped");
+  auto step = optimizer();
+  if (!step) throw std::logic_error("SAM state loads after AFTER_SHARDING, once the optimizer is wrapped");
   if (!state.contains("optimizer") || !state.at("optimizer").isGenericDict()) {
     throw std::invalid_argument("SAM state has no 'optimizer' counters");
   }
-  optimizer_->load_counters(state.at("optimizer").toGenericDict());
+  step->load_counters(state.at("optimizer").toGenericDict());
   if (state.contains("parameters")) {
     if (!state.at("parameters").isGenericDict()) throw std::invalid_argument("SAM state's 'parameters' is not a dict");
-    optimizer_->load_variant_states(state.at("parameters").toGenericDict(), ParameterNumbering(*optimizer_));
+    rule_state_.load_parameters(state.at("parameters").toGenericDict(), ParameterNumbering(*step));
   }
   if (state.contains("values")) {
     if (!state.at("values").isGenericDict()) throw std::invalid_argument("SAM state's 'values' is not a dict");
-    optimizer_->load_variant_values(state.at("values").toGenericDict());
+    rule_state_.load_values(state.at("values").toGenericDict());
   }
 }
 
-BASIN_REGISTER(algorithm_registry(), "sam", SAM);
+BASIN_REGISTER_SAM("sam", SAM);
 
 }  // namespace basin

@@ -1,9 +1,20 @@
-#include "basin/algorithms/vasso.h"
-
+// VaSSO, variance-suppressed SAM (Li and Giannakis, NeurIPS 2023): the
+// ascent follows an exponential moving average d of the gradients rather
+// than the noisy g. As the authors' code: d = g on the first SAM step, then
+// d = (1 - theta) * d + theta * g (updated before use); e = rho * d /
+// (||d|| + epsilon), with their epsilon 1e-7.
+//
+//     {"algorithms": {"vasso": {"theta": 0.9, "rho": 0.05, "epsilon": 1e-7, ...SAM's other keys}}}
+//
+// d is saved in checkpoints; under data-parallel training the ascent is
+// synced ("sync_ascent" stays true) so that d is the same on every rank.
+// Cost: one more copy of the parameters.
 #include <ATen/ATen.h>
 
-namespace basin {
+#include "basin/algorithms/sam/moving_average_sam.h"
+#include "basin/algorithms/sam/sam_family.h"
 
+namespace basin {
 namespace {
 
 SAMDefaults vasso_defaults() {
@@ -15,28 +26,28 @@ SAMDefaults vasso_defaults() {
 
 }  // namespace
 
-VaSSO::VaSSO(Params& params) : SAM(params, vasso_defaults()) {
-  theta_ = params.number("theta", 0.9, 0, 1);
-  if (!(theta_ > 0)) params.fail("theta", "a number in (0, 1]", theta_);
-}
-
-std::shared_ptr<SAMOptimizer> VaSSO::make_optimizer(std::shared_ptr<torch::optim::Optimizer> base,
-                                                    const SAMOptions& options, const State& /*state*/) {
-  return std::make_shared<VaSSOOptimizer>(std::move(base), options, theta_);
-}
-
-VaSSOOptimizer::VaSSOOptimizer(std::shared_ptr<torch::optim::Optimizer> base, SAMOptions options, double theta)
-    : MovingAverageSAMOptimizer(std::move(base), options), theta_(theta) {}
-
-at::Tensor VaSSOOptimizer::direction(const at::Tensor& grad, at::Tensor& average) {
-  if (!average.defined()) {
-    average = grad.detach().clone();
-  } else {
-    average.mul_(1 - theta_).add_(grad, theta_);  // updated before use
+class VaSSO : public MovingAverageSAM {
+ public:
+  explicit VaSSO(Params& params) : MovingAverageSAM(params, vasso_defaults()) {
+    theta_ = params.number("theta", 0.9, 0, 1);
+    if (!(theta_ > 0)) params.fail("theta", "a number in (0, 1]", theta_);
   }
-  return average;
-}
+  std::string name() const override { return "vasso"; }
 
-BASIN_REGISTER(algorithm_registry(), "vasso", VaSSO);
+ protected:
+  at::Tensor direction(const at::Tensor& grad, at::Tensor& average) override {
+    if (!average.defined()) {
+      average = grad.detach().clone();
+    } else {
+      average.mul_(1 - theta_).add_(grad, theta_);  // updated before use
+    }
+    return average;
+  }
+
+ private:
+  double theta_ = 0.9;
+};
+
+BASIN_REGISTER_SAM("vasso", VaSSO);
 
 }  // namespace basin

@@ -1,11 +1,23 @@
-#include "basin/algorithms/wsam.h"
-
+// Weighted SAM (Yue et al., KDD 2023): sharpness as a regularizer of weight
+// gamma, L(w) + gamma / (1 - gamma) * (L(w + e) - L(w)). With
+// a = gamma / (1 - gamma) and s = g(w + e) - g(w), as the authors' code:
+//   "decouple": true   the base optimizer steps with the clean g(w) (its
+//                      momentum, moments and weight decay see g alone), then
+//                      w -= lr * a * s, a plain step of the group's lr
+//   "decouple": false  the base optimizer steps with g(w) + a * s
+//
+//     {"algorithms": {"wsam": {"gamma": 0.9, "decouple": true, "rho": 0.05, ...SAM's other keys}}}
+//
+// Under data-parallel training g(w) must be the synced one ("sync_ascent"
+// stays true), or replicas would drift. Under ZeRO-1 the decoupled step
+// moves this rank's shard and the owners broadcast again (one more
+// all-gather per step). Cost: one more copy of the gradients.
 #include <ATen/ATen.h>
 
-#include "basin/core/parallel/sharded_optimizer.h"
+#include "basin/algorithms/sam/clean_gradients.h"
+#include "basin/algorithms/sam/sam_family.h"
 
 namespace basin {
-
 namespace {
 
 SAMDefaults wsam_defaults() {
@@ -16,52 +28,51 @@ SAMDefaults wsam_defaults() {
 
 }  // namespace
 
-WSAM::WSAM(Params& params) : SAM(params, wsam_defaults()) {
-  gamma_ = params.number("gamma", 0.9, 0);
-  if (!(gamma_ < 1)) params.fail("gamma", "a number in [0, 1)", gamma_);
-  decouple_ = params.boolean("decouple", true);
-}
+class WSAM : public SAM {
+ public:
+  explicit WSAM(Params& params) : SAM(params, wsam_defaults()) {
+    const double gamma = params.number("gamma", 0.9, 0);
+    if (!(gamma < 1)) params.fail("gamma", "a number in [0, 1)", gamma);
+    weight_ = gamma / (1 - gamma);
+    decouple_ = params.boolean("decouple", true);
+  }
+  std::string name() const override { return "wsam"; }
 
-std::shared_ptr<SAMOptimizer> WSAM::make_optimizer(std::shared_ptr<torch::optim::Optimizer> base,
-                                                   const SAMOptions& options, const State& /*state*/) {
-  return std::make_shared<WSAMOptimizer>(std::move(base), options, gamma_, decouple_);
-}
+  std::vector<Perturbation> perturbation(SAMOptimizer& step, std::vector<GroupView>& groups) override {
+    clean_.take(SAMOptimizer::parameters_of(step.groups_with_grads()));  // every parameter's, perturbed or not
+    return SAM::perturbation(step, groups);
+  }
 
-WSAMOptimizer::WSAMOptimizer(std::shared_ptr<torch::optim::Optimizer> base, SAMOptions options, double gamma,
-                             bool decouple)
-    : SAMOptimizer(std::move(base), options), weight_(gamma / (1 - gamma)), decouple_(decouple) {}
-
-std::vector<SAMOptimizer::Perturbation> WSAMOptimizer::perturbation(std::vector<GroupView>& groups) {
-  clean_.take(parameters_of(groups_with_grads()));  // every parameter's, perturbed or not
-  return SAMOptimizer::perturbation(groups);
-}
-
-void WSAMOptimizer::adjust_descent_gradients(std::vector<GroupView>& groups) {
-  at::NoGradGuard no_grad;
-  pending_.clear();
-  for (auto& g : groups) {
-    for (std::size_t j = 0; j < g.params.size(); ++j) {
-      const at::Tensor* clean = clean_.of(g.params[j]);
-      if (clean == nullptr || !owns(g.params[j])) continue;
-      at::Tensor& grad = g.grads[j];
-      if (decouple_) {
-        pending_.push_back({g.params[j], grad - *clean, g.get("lr") * weight_});
-        grad.copy_(*clean);
-      } else {
-        grad.mul_(weight_).add_(*clean, 1 - weight_);  // g + a (g_p - g)
+  void adjust_descent(SAMOptimizer& step, std::vector<GroupView>& groups) override {
+    at::NoGradGuard no_grad;
+    std::vector<SAMOptimizer::StepAfterBase> sharpness_steps;
+    for (auto& g : groups) {
+      for (std::size_t j = 0; j < g.params.size(); ++j) {
+        const at::Tensor* clean = clean_.of(g.params[j]);
+        if (clean == nullptr || !step.owns(g.params[j])) continue;
+        at::Tensor& grad = g.grads[j];
+        if (decouple_) {
+          sharpness_steps.push_back({g.params[j], grad - *clean, g.get("lr") * weight_});
+          grad.copy_(*clean);
+        } else {
+          grad.mul_(weight_).add_(*clean, 1 - weight_);  // g + a (g_p - g)
+        }
       }
     }
+    if (decouple_) step.step_after_base(std::move(sharpness_steps));
   }
-}
 
-void WSAMOptimizer::after_base_step() {
-  if (!decouple_) return;
-  at::NoGradGuard no_grad;
-  for (auto& step : pending_) step.param.add_(step.sharpness, -step.scale);
-  pending_.clear();
-  if (shards() != nullptr) shards()->broadcast_parameters();  // each owner moved its shard
-}
+ protected:
+  std::string why_synced_ascent() const override {
+    return "combines the clean gradient into the descent gradient, which must be the same on every rank";
+  }
 
-BASIN_REGISTER(algorithm_registry(), "wsam", WSAM);
+ private:
+  double weight_ = 9;  // gamma / (1 - gamma)
+  bool decouple_ = true;
+  CleanGradients clean_;
+};
+
+BASIN_REGISTER_SAM("wsam", WSAM);
 
 }  // namespace basin

@@ -14,19 +14,20 @@ namespace basin {
 class Communicator;
 
 /// Keeps the gradients of the passes run while it lives rank-local (no
-/// all-reduce), as PyTorch's no_sync() does; the trainer honours it.
+/// all-reduce), as PyTorch's no_sync() does: the state's request says so,
+/// SAM keeps it for each of its passes, and the trainer honours it.
 class NoGradientSync {
  public:
-  explicit NoGradientSync(State& state) : state_(state), previous_(state.skip_gradient_sync) {
-    state.skip_gradient_sync = true;
+  explicit NoGradientSync(State& state) : state_(state), previous_(state.request.sync) {
+    state.request.sync = GradientSync::kNone;
   }
-  ~NoGradientSync() { state_.skip_gradient_sync = previous_; }
+  ~NoGradientSync() { state_.request.sync = previous_; }
   NoGradientSync(const NoGradientSync&) = delete;
   NoGradientSync& operator=(const NoGradientSync&) = delete;
 
  private:
   State& state_;
-  bool previous_;
+  GradientSync previous_;
 };
 
 /// Data-parallel training over a Communicator: replicas start equal and

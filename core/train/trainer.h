@@ -9,6 +9,8 @@
 #include "basin/core/state.h"
 #include "basin/core/state_dict.h"
 #include "basin/core/train/dataset.h"
+#include "basin/core/train/evaluation.h"
+#include "basin/core/train/loss.h"
 
 namespace basin {
 
@@ -19,13 +21,8 @@ class ShardedOptimizer;
 class LoggerDestination;
 class Model;
 class Scheduler;
-
-/// Test-set figures of one evaluation.
-struct EvalResult {
-  double accuracy = 0;
-  double loss = 0;
-  int64_t samples = 0;
-};
+class StepChecks;
+class TrainingClosure;
 
 /// What a finished fit reports (basin-train writes it as summary.json).
 struct FitSummary {
@@ -93,21 +90,13 @@ class Trainer {
   /// The trainer's part of a checkpoint: where it stands in the epoch.
   c10::IValue loop_state() const;
   void load_loop_state(const c10::IValue& saved);
-  /// Whether the pass just run had a finite loss on every rank (the check
-  /// that runs when no grad scaler checks gradients).
-  bool pass_loss_finite();
-  at::Tensor closure();
+  /// One pass of the closure, its loss kept for the step checks.
+  at::Tensor run_pass();
   /// One optimizer step: the optimizer's own passes when it runs the closure
   /// itself (SAM), else one pass, the checks and the base step here.
   at::Tensor optimizer_step();
-  /// The trainer's pass hooks: unscale and check under a grad scaler, clip.
-  PassHooks pass_hooks();
-  /// The optimizer's parameters, each once (tied weights share one), and
-  /// those of their gradients that are defined.
-  std::vector<at::Tensor> parameters() const;
-  std::vector<at::Tensor> gradients() const;
-  /// Averages gradients over ranks after a pass's last microbatch.
-  void sync_gradients();
+  /// Averages gradients over ranks after a pass's last microbatch, as its request says.
+  void sync_gradients(GradientSync sync);
   double current_lr() const;
   /// Ranks agree on stopping: a callback's request or a signal on any rank.
   void agree_on_stop();
@@ -124,7 +113,9 @@ class Trainer {
   int64_t bucket_bytes_ = 0;
   std::unique_ptr<DataParallel> data_parallel_;
   ShardedOptimizer* sharded_ = nullptr;  // the zero1 optimizer, when there is one
-  double grad_clip_norm_ = 0;  // 0: no clipping
+  Loss loss_;
+  std::unique_ptr<StepChecks> checks_;
+  std::unique_ptr<TrainingClosure> closure_;
   at::Tensor epoch_loss_sum_;
   /// Seconds this process spent in the epoch's steps (evaluation aside); not
   /// in checkpoints, so a resumed epoch counts from the resume.
@@ -135,11 +126,6 @@ class Trainer {
   bool epoch_open_ = false;      // EPOCH_START ran, the epoch's end has not
   bool resumed_ = false;
   bool interrupted_ = false;
-  at::Tensor pass_loss_;         // the last closure's loss, for the finiteness check
-  bool nonfinite_in_step_ = false;
-  int64_t nonfinite_streak_ = 0;
-  bool skip_nonfinite_ = true;         // without a grad scaler, check each pass's loss
-  int64_t max_nonfinite_steps_ = 10;  // 0: skip non-finite steps forever
 };
 
 }  // namespace basin

@@ -6,6 +6,7 @@
 
 #include "basin/core/checkpoint.h"
 #include "basin/core/train/run_identity.h"
+#include "basin/core/train/step_checks.h"
 
 namespace basin {
 
@@ -43,7 +44,7 @@ c10::IValue Trainer::loop_state() const {
   loop.insert("epoch_loss_sum", epoch_loss_sum_.defined() ? epoch_loss_sum_.detach().cpu() : at::zeros({}));
   loop.insert("epoch_steps", epoch_steps_);
   loop.insert("skipped_steps", state_.skipped_steps);
-  loop.insert("nonfinite_streak", nonfinite_streak_);
+  loop.insert("nonfinite_streak", checks_->nonfinite_streak());
   loop.insert("test_accuracy", state_.test_accuracy);
   loop.insert("test_loss", state_.test_loss);
   return loop;
@@ -56,7 +57,7 @@ void Trainer::load_loop_state(const c10::IValue& saved) {
   epoch_loss_sum_ = loop.at("epoch_loss_sum").toTensor().to(state_.device, at::kFloat, false, /*copy=*/true);
   epoch_steps_ = loop.at("epoch_steps").toInt();
   state_.skipped_steps = loop.at("skipped_steps").toInt();
-  nonfinite_streak_ = loop.at("nonfinite_streak").toInt();
+  checks_->set_nonfinite_streak(loop.at("nonfinite_streak").toInt());
   state_.test_accuracy = loop.at("test_accuracy").toDouble();
   state_.test_loss = loop.at("test_loss").toDouble();
   // The next batch: inside the open epoch, or the first of the next one.

@@ -7,15 +7,19 @@ consumer_dir=$(cd "$(dirname "$0")" && pwd)
 scratch=$(mktemp -d)
 trap 'rm -rf "$scratch"' EXIT
 cmake --install "$build_dir" --prefix "$scratch/prefix" > /dev/null
-# README's SAMOptimizer snippet is compiled as README shows it: the code
-# block after the marker line, included by main.cpp.
+# README's snippets are compiled as README shows them: the code block after
+# each marker line, included by main.cpp.
 readme="$consumer_dir/../../README.md"
 mkdir -p "$scratch/snippet"
-awk '/^<!-- tests\/consumer compiles the next block -->$/ {found = 1; next}
-     found == 1 && /^```/ {found = 2; next}
-     found == 2 && /^```/ {exit}
-     found == 2 {print}' "$readme" > "$scratch/snippet/readme_loop.inc"
-[ -s "$scratch/snippet/readme_loop.inc" ] || { echo "consumer: no code block after the marker in $readme" >&2; exit 1; }
+extract() {  # marker text, output file
+  awk -v marker="<!-- $1 -->" '$0 == marker {found = 1; next}
+       found == 1 && /^```/ {found = 2; next}
+       found == 2 && /^```/ {exit}
+       found == 2 {print}' "$readme" > "$scratch/snippet/$2"
+  [ -s "$scratch/snippet/$2" ] || { echo "consumer: no code block after '<!-- $1 -->' in $readme" >&2; exit 1; }
+}
+extract "tests/consumer compiles the next block" readme_loop.inc
+extract "tests/consumer compiles the next block as a variant" readme_variant.inc
 launcher=()
 command -v ccache > /dev/null && launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
 cmake -S "$consumer_dir" -B "$scratch/build" -DCMAKE_BUILD_TYPE=Release "${launcher[@]}" \

@@ -5,7 +5,8 @@
 #   core/, core/parallel/   include no plug-in folder and nothing of core/train/
 #   core/train/             includes no plug-in folder
 #   algorithms/, callbacks/, schedulers/
-#                           include core/, core/parallel/ and their own folder only
+#                           include core/, core/parallel/ and their own folder
+#                           (its subfolders included: algorithms/sam/) only
 #   core/ (every folder)    names no class or struct that a plug-in folder defines
 set -uo pipefail
 root=${1:?usage: check_layout.sh SOURCE_ROOT}
@@ -29,7 +30,7 @@ violations=$(
     mapfile -t files < <(sources "$plugin")
     [ ${#files[@]} -gt 0 ] || continue
     grep -nE '#include [<"]basin/' "${files[@]}" /dev/null |
-      grep -vE "#include [<\"]basin/(core|core/parallel|$plugin)/[a-z0-9_]+\.h[>\"]" |
+      grep -vE "#include [<\"]basin/(core|core/parallel|$plugin(/[a-z0-9_]+)?)/[a-z0-9_]+\.h[>\"]" |
       as_violation "$plugin/ includes only core/, core/parallel/ and $plugin/"
   done
 

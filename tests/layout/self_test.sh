@@ -17,13 +17,14 @@ expected=(
   "$(plant core/train/trainer.cpp '#include <basin/algorithms/sam.h>'): core includes a plug-in"
   "$(plant core/parallel/communicator.cpp '#include "basin/core/train/trainer.h"'): core/ and core/parallel/ include nothing of core/train/"
   "$(plant core/group_sync.cpp 'basin::GradScaler* planted = nullptr;'): core names the plug-in type GradScaler"
-  "$(plant algorithms/sam.cpp '#include "basin/callbacks/grad_scaler.h"'): algorithms/ includes only core/, core/parallel/ and algorithms/"
+  "$(plant algorithms/sam/sam.cpp '#include "basin/callbacks/grad_scaler.h"'): algorithms/ includes only core/, core/parallel/ and algorithms/"
   "$(plant schedulers/step.cpp '#include "basin/core/train/model.h"'): schedulers/ includes only core/, core/parallel/ and schedulers/"
 )
 # Allowed: a plug-in named in a comment or a message, core/train including core/parallel.
 plant core/engine.cpp '// SAMOptimizer calls this; "GradScaler" too' > /dev/null
 plant core/config.cpp 'static const char* planted_message = "wrapped by SAM";' > /dev/null
 plant core/train/model.cpp '#include "basin/core/parallel/communicator.h"' > /dev/null
+plant algorithms/loss/saf.cpp '#include "basin/algorithms/sam/rule_state.h"' > /dev/null  # a plug-in's own subfolder
 
 set +e
 report=$("$checker" "$scratch")

@@ -1,0 +1,63 @@
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include <ATen/core/Tensor.h>
+
+namespace torch::optim { class OptimizerOptions; }
+
+namespace basin {
+
+class SAMOptimizer;
+
+/// The parameters of one param group that take part in a phase of the SAM
+/// step, with the group's options (one source of truth with the base's).
+struct GroupView {
+  std::vector<at::Tensor> params;
+  std::vector<at::Tensor> grads;  // one per parameter, or empty where the views hold none
+  torch::optim::OptimizerOptions* options = nullptr;
+  /// The group's hyper-parameter `name` ("lr", "rho", "eta").
+  double get(const std::string& name) const;
+};
+
+/// e = scale * direction for every parameter of one group.
+struct Perturbation {
+  std::vector<at::Tensor> directions;  // one per parameter of the group's view
+  double scale = 0;                    // 0: the group stays at w
+};
+
+/// What a SAM variant changes in the one SAM step (SAMOptimizer): three
+/// hooks and a property, each with SAM's behaviour by default. Hooks run
+/// without grad and receive the step, which offers what they need (views of
+/// the groups, the norm scaled to rho, sums over ZeRO-1 shards, a step
+/// after the base's). What a rule keeps between steps it declares as a
+/// RuleState (see SAM::rule_state), not through hooks; what a pass runs on
+/// is a second, optional contract (PassPlan).
+class SAMRule {
+ public:
+  virtual ~SAMRule() = default;
+
+  /// e(w) per group, from the ascent gradients of the parameters it
+  /// perturbs. SAM's is rho * g / (||g|| + epsilon), the norm over every
+  /// group (step.scale_to_rho). A rule whose `ascent_pass()` is false gets
+  /// views without gradients, before the step's one pass.
+  virtual std::vector<Perturbation> perturbation(SAMOptimizer& step, std::vector<GroupView>& groups);
+  /// After the ascent pass, with every parameter's gradient: whether this
+  /// step perturbs and takes its descent pass. False: the base steps with
+  /// the ascent gradients as this leaves them (AE-SAM's plain steps,
+  /// LookSAM's reuse steps). Not asked with parts > 1 (mSAM).
+  virtual bool descend(SAMOptimizer& /*step*/, std::vector<GroupView>& /*groups*/) { return true; }
+  /// The descent gradients, last, before the base steps (GSAM, WSAM,
+  /// LookSAM). Under ZeRO-1 only the gradients this rank owns are averaged
+  /// over ranks here: a reduction over all parameters is taken over shards
+  /// (step.sum_over_shards).
+  virtual void adjust_descent(SAMOptimizer& /*step*/, std::vector<GroupView>& /*groups*/) {}
+  /// False for a rule that knows e before the step (Momentum-SAM, from the
+  /// optimizer's momentum): the step runs one pass at w + e as a plain pass
+  /// (gradients synced, BatchNorm statistics updated), restores w and steps
+  /// the base with those gradients.
+  virtual bool ascent_pass() const { return true; }
+};
+
+}  // namespace basin

@@ -1,0 +1,35 @@
+#pragma once
+
+// basin in one include, for a program of the user's own: the engine and its
+// contracts, the distributed layer, the trainer, the SAM family (its step,
+// its rule contract and make_sam_optimizer), the loss-side algorithms and
+// the callbacks. basin's own sources include the narrow headers instead.
+
+#include "basin/core/algorithm.h"
+#include "basin/core/callback.h"
+#include "basin/core/checkpoint.h"
+#include "basin/core/checkpoint_file.h"
+#include "basin/core/config.h"
+#include "basin/core/engine.h"
+#include "basin/core/event.h"
+#include "basin/core/pass_hooks.h"
+#include "basin/core/pass_request.h"
+#include "basin/core/registry.h"
+#include "basin/core/schedule.h"
+#include "basin/core/scheduler.h"
+#include "basin/core/state.h"
+#include "basin/core/parallel/communicator.h"
+#include "basin/core/parallel/data_parallel.h"
+#include "basin/core/parallel/rendezvous.h"
+#include "basin/core/parallel/sharded_optimizer.h"
+#include "basin/core/train/dataset.h"
+#include "basin/core/train/model.h"
+#include "basin/core/train/trainer.h"
+#include "basin/algorithms/sam/pass_plan.h"
+#include "basin/algorithms/sam/rule_state.h"
+#include "basin/algorithms/sam/sam.h"
+#include "basin/algorithms/sam/sam_family.h"
+#include "basin/algorithms/sam/sam_optimizer.h"
+#include "basin/algorithms/sam/sam_rule.h"
+#include "basin/algorithms/loss/trajectory_loss.h"
+#include "basin/callbacks/grad_scaler.h"

@@ -1,0 +1,43 @@
+#include "basin/core/train/evaluation.h"
+
+#include <algorithm>
+
+#include <ATen/ATen.h>
+
+#include "basin/core/engine.h"
+#include "basin/core/train/autocast.h"
+#include "basin/core/train/model.h"
+
+namespace basin {
+
+EvalResult evaluate(Model& model, const TensorDataset& test, const Loss& loss, int64_t batch_size, State& state,
+                    Engine& engine) {
+  engine.run(Event::EVAL_START);
+  at::NoGradGuard no_grad;
+  model.eval();
+  double loss_sum = 0;
+  int64_t correct = 0;
+  for (int64_t begin = 0; begin < test.size(); begin += batch_size) {
+    const Batch batch = test.slice(begin, std::min(begin + batch_size, test.size()));
+    const at::Tensor targets = batch.targets.to(state.device);
+    at::Tensor logits;
+    {
+      AutocastGuard autocast(state.precision, state.device.type());
+      logits = model.forward(batch.inputs.to(state.device));
+    }
+    logits = logits.to(at::kFloat);
+    loss_sum += loss.sum(logits, targets).item<double>();
+    correct += logits.argmax(1).eq(targets).sum().item<int64_t>();
+  }
+  model.train();
+  EvalResult result;
+  result.samples = test.size();
+  result.accuracy = test.size() > 0 ? static_cast<double>(correct) / static_cast<double>(test.size()) : 0.0;
+  result.loss = test.size() > 0 ? loss_sum / static_cast<double>(test.size()) : 0.0;
+  state.test_accuracy = result.accuracy;
+  state.test_loss = result.loss;
+  engine.run(Event::EVAL_END);
+  return result;
+}
+
+}  // namespace basin

@@ -1,0 +1,28 @@
+#pragma once
+
+#include <cstdint>
+
+#include "basin/core/state.h"
+#include "basin/core/train/dataset.h"
+#include "basin/core/train/loss.h"
+
+namespace basin {
+
+class Engine;
+class Model;
+
+/// Test-set figures of one evaluation.
+struct EvalResult {
+  double accuracy = 0;
+  double loss = 0;  // mean over the samples, of the run's loss
+  int64_t samples = 0;
+};
+
+/// Accuracy and mean loss of `model` on `test`, in batches of `batch_size`,
+/// without grad and in eval mode (training mode again after), under the
+/// run's autocast; fires EVAL_START and EVAL_END and leaves the figures in
+/// the state (test_accuracy, test_loss).
+EvalResult evaluate(Model& model, const TensorDataset& test, const Loss& loss, int64_t batch_size, State& state,
+                    Engine& engine);
+
+}  // namespace basin

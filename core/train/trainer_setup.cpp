@@ -1,0 +1,242 @@
+// The run's configuration: a config becomes the trainer's parts (data,
+// model, optimizer, schedulers, algorithms, callbacks, the distributed job),
+// built in the loop's order up to AFTER_SHARDING, so that bad input fails
+// before any training.
+#include "basin/core/train/trainer.h"
+
+#include <chrono>
+#include <mutex>
+#include <optional>
+#include <thread>
+
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+#include <torch/csrc/distributed/c10d/HashStore.hpp>
+#include <torch/optim/optimizer.h>
+
+#include "basin/core/algorithm.h"
+#include "basin/core/callback.h"
+#include "basin/core/parallel/communicator.h"
+#include "basin/core/parallel/data_parallel.h"
+#include "basin/core/parallel/rendezvous.h"
+#include "basin/core/parallel/sharded_optimizer.h"
+#include "basin/core/scheduler.h"
+#include "basin/core/torch_compat.h"
+#include "basin/core/train/autocast.h"
+#include "basin/core/train/data_pipeline.h"
+#include "basin/core/train/generator_lock.h"
+#include "basin/core/train/initial_weights.h"
+#include "basin/core/train/model.h"
+#include "basin/core/train/optimizers.h"
+#include "basin/core/train/step_checks.h"
+#include "basin/core/train/training_closure.h"
+
+namespace basin {
+
+namespace {
+
+c10::DeviceType parse_device(Params& root) {
+  const std::string name = root.choice("device", "cpu", {"cpu", "cuda"});
+  if (name == "cpu") return c10::DeviceType::CPU;
+  if (!at::hasCUDA()) {
+    throw ConfigError("config key 'device': \"cuda\" asked for, but this LibTorch has no CUDA or no GPU is visible");
+  }
+  return c10::DeviceType::CUDA;
+}
+
+}  // namespace
+
+Trainer::Trainer(const Json& config, std::vector<std::shared_ptr<Callback>> callbacks,
+                 std::vector<std::shared_ptr<LoggerDestination>> loggers, std::shared_ptr<Communicator> communicator)
+    : engine_(std::make_unique<Engine>(state_)) {
+  build(config, std::move(callbacks), std::move(loggers), std::move(communicator));
+}
+
+Trainer::~Trainer() = default;
+
+void Trainer::build(const Json& config, std::vector<std::shared_ptr<Callback>> callbacks,
+                    std::vector<std::shared_ptr<LoggerDestination>> loggers, std::shared_ptr<Communicator> communicator) {
+  config_ = config;
+  Params root(config, "");
+  state_.seed = root.integer("seed", 0, 0);
+  const int64_t threads = root.integer("threads", 0, 0, 1024);
+  const c10::DeviceType device_type = parse_device(root);
+  // A CUDA job puts each local rank on its own GPU.
+  state_.device = device_type == c10::DeviceType::CUDA
+                      ? c10::Device(device_type, static_cast<c10::DeviceIndex>(read_job_environment().local_rank))
+                      : c10::Device(device_type);
+  state_.precision = precision_from_name(root.string("precision", "fp32"), "precision");
+  if (state_.precision == Precision::kAmpFp16 && !state_.device.is_cuda() && !compat::kCpuAutocastFp16) {
+    throw ConfigError(std::string("config key 'precision': amp_fp16 needs \"device\": \"cuda\" with LibTorch ") +
+                      compat::torch_version() + " (its CPU autocast has no float16; 2.5 and later have); use "
+                      "amp_bf16 on CPU");
+  }
+  checks_ = std::make_unique<StepChecks>(root);
+  state_.max_epochs = root.integer("max_epochs", 1, 1);
+  state_.max_steps = root.integer("max_steps", 0, 0);
+  state_.log_every = root.integer("log_every", 50, 1);
+  const Loss loss = Loss::from_config(root);
+  const std::optional<InitialWeights> initial_weights = initial_weights_from_config(root);
+  Params data = root.object("data");
+  Params model = root.object("model");
+  Params optimizer = root.object("optimizer");
+  const Json schedulers = root.array("schedulers");
+  Params algorithms = root.object("algorithms");
+  Params callback_configs = root.object("callbacks");
+  Params parallel = root.object("parallel");
+  root.finish();
+
+  parallel_mode_ = parallel.choice("mode", "none", {"none", "ddp", "zero1"});
+  const auto timeout = std::chrono::milliseconds(
+      static_cast<int64_t>(1000 * parallel.positive("timeout_seconds", 300)));
+  bucket_bytes_ = static_cast<int64_t>(parallel.positive("bucket_mb", 25) * (1 << 20));
+  parallel.finish();
+  if (!communicator && parallel_mode_ != "none" && in_multi_process_job()) {
+    communicator = connect_job(read_job_environment(), timeout, state_.device.is_cuda());
+  } else if (!communicator && parallel_mode_ == "none" && in_multi_process_job()) {
+    throw ConfigError("config key 'parallel.mode': this process is one rank of a " +
+                      std::string(std::getenv("WORLD_SIZE")) + "-process job (WORLD_SIZE), so it must be \"ddp\" or "
+                      "\"zero1\", not \"none\"");
+  }
+  if (!communicator && parallel_mode_ == "zero1") {
+    // A one-rank group keeps single-process zero1 on the same code path.
+    communicator = make_gloo_communicator(c10::make_intrusive<c10d::HashStore>(), 0, 1, timeout);
+  }
+  state_.communicator = communicator;
+  state_.rank = communicator ? communicator->rank() : 0;
+  state_.world_size = communicator ? communicator->world_size() : 1;
+
+  // LibTorch starts with one intra-op thread here; 0 means every core.
+  at::set_num_threads(threads > 0 ? static_cast<int>(threads)
+                                  : static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
+  // LibTorch has one global generator per process, and building a trainer
+  // draws from it (a dataset may; the model's initial weights do). Trainers
+  // built side by side (ranks as threads) take turns from seeding it to the
+  // model's last draw, or one's seeding lands inside another's draws.
+  std::unique_lock<std::mutex> seeded(global_generator_mutex());
+  at::manual_seed(static_cast<uint64_t>(state_.seed));
+
+  // Data: the trainer's own keys first, then the dataset's (the factory rejects the rest).
+  const std::string dataset_name = data.string("name");
+  batch_size_ = data.integer("batch_size", 128, 1);
+  microbatches_ = data.integer("microbatches", 1, 1);
+  eval_batch_size_ = data.integer("eval_batch_size", 1000, 1);
+  const int64_t train_subset = data.integer("train_subset", 0, 0);
+  const double label_noise = data.number("label_noise", 0.0, 0.0, 1.0);
+  shuffle_ = data.boolean("shuffle", true);
+  if (batch_size_ % microbatches_ != 0) {
+    data.fail("microbatches", "a divisor of batch_size (" + std::to_string(batch_size_) + ")",
+              Json(microbatches_));
+  }
+  data_ = std::move(*dataset_registry().create(dataset_name, data, state_.seed));
+  data_.train = take_subset(data_.train, train_subset, static_cast<uint64_t>(state_.seed));
+  if (data_.train.size() < batch_size_) {
+    throw ConfigError("config key 'data.batch_size': " + std::to_string(batch_size_) + " is larger than the " +
+                      std::to_string(data_.train.size()) + " training samples");
+  }
+  add_label_noise(data_.train.mutable_targets(), label_noise, data_.info.num_classes,
+                  static_cast<uint64_t>(state_.seed));
+  // Each step takes batch_size samples on every rank: world_size * batch_size in all.
+  state_.steps_per_epoch = data_.train.size() / (batch_size_ * state_.world_size);
+  state_.train_size = data_.train.size();
+  if (state_.steps_per_epoch == 0) {
+    throw ConfigError("config key 'data.batch_size': " + std::to_string(batch_size_) + " per rank on " +
+                      std::to_string(state_.world_size) + " ranks needs more than the " +
+                      std::to_string(data_.train.size()) + " training samples");
+  }
+  state_.microbatch_count = microbatches_;
+
+  at::manual_seed(static_cast<uint64_t>(state_.seed));  // the weights depend on the seed, not on the data's draws
+  model_ = model_registry().create(model.string("name"), model, data_.info);
+  seeded.unlock();
+  if (initial_weights) load_initial_weights(*model_, *initial_weights);
+  model_->to(state_.device);
+  state_.model = model_;
+  state_.forward = [model = model_.get()](const at::Tensor& inputs) { return model->forward(inputs); };
+  state_.optimizer = make_optimizer(optimizer, *model_);
+  loss_ = loss;
+  closure_ = std::make_unique<TrainingClosure>(state_, *engine_, *model_, loss, microbatches_,
+                                               [this](GradientSync sync) { sync_gradients(sync); });
+
+  for (std::size_t i = 0; i < schedulers.size(); ++i) {
+    Params entry(schedulers[i], "schedulers[" + std::to_string(i) + "]");
+    state_.schedulers.push_back(make_scheduler(entry));
+  }
+  engine_->add_algorithms(algorithms);
+  engine_->add_checkpoint_part({"loop", [this] { return loop_state(); },
+                                [this](const c10::IValue& saved) { load_loop_state(saved); }});
+  engine_->add_checkpoint_part({"config", [this] { return c10::IValue(config_.dump()); },
+                                [](const c10::IValue&) {}});  // compared by resume(), before loading
+  std::vector<std::shared_ptr<Callback>> configured;
+  for (const std::string& name : callback_configs.keys()) {
+    Params params = callback_configs.object(name);
+    configured.push_back(callback_registry().create(name, params));
+  }
+  // fp16 needs loss scaling: the registered scaler with its defaults, unless the config has one.
+  if (state_.precision == Precision::kAmpFp16 && !callback_configs.has("grad_scaler")) {
+    Params defaults(Json::object(), "callbacks.grad_scaler");
+    configured.push_back(callback_registry().create("grad_scaler", defaults));
+  }
+  callback_configs.finish();
+  for (auto& callback : configured) engine_->add_callback(std::move(callback));
+  for (auto& callback : callbacks) engine_->add_callback(std::move(callback));
+  for (auto& logger : loggers) engine_->add_logger(std::move(logger));
+
+  engine_->run(Event::INIT);
+  wrap_for_distribution(optimizer);
+  engine_->run(Event::AFTER_SHARDING);
+  // An optimizer that runs its own passes (SAM) calls the trainer's checks itself.
+  if (auto* pass_aware = dynamic_cast<PassAwareOptimizer*>(state_.optimizer.get())) {
+    pass_aware->add_pass_hooks(checks_->pass_hooks(state_, sharded_));
+  }
+
+  // Schedulers attach to the optimizer as the algorithms left it (SAM's wrapper).
+  const int64_t total_steps = state_.max_steps > 0 ? std::min(state_.max_steps, state_.max_epochs * state_.steps_per_epoch)
+                                                   : state_.max_epochs * state_.steps_per_epoch;
+  for (std::size_t i = 0; i < state_.schedulers.size(); ++i) {
+    auto& scheduler = *state_.schedulers[i];
+    const int64_t epochs = (total_steps + state_.steps_per_epoch - 1) / state_.steps_per_epoch;
+    const int64_t horizon = scheduler.interval() == Scheduler::Interval::kStep ? total_steps : epochs;
+    try {
+      scheduler.attach(*state_.optimizer, horizon);
+    } catch (const std::invalid_argument& error) {
+      throw ConfigError("config key 'schedulers[" + std::to_string(i) + "].hyperparameter': " + error.what());
+    }
+  }
+}
+
+void Trainer::wrap_for_distribution(Params& optimizer_config) {
+  if (!state_.communicator) return;
+  data_parallel_ = std::make_unique<DataParallel>(state_.communicator, bucket_bytes_);
+  data_parallel_->broadcast_model(*model_);  // replicas start from rank 0's weights and buffers
+  if (parallel_mode_ != "zero1") return;
+  const std::string name = optimizer_config.string("name");
+  const Json settings = optimizer_config.raw_object();
+  auto make_local = [name, settings](std::vector<torch::optim::OptimizerParamGroup> groups) {
+    Params params(settings, "optimizer");
+    params.claim("name");
+    params.claim("param_groups");  // the groups come with their options already
+    return optimizer_registry().create(name, params, std::move(groups));
+  };
+  auto sharded = std::make_shared<ShardedOptimizer>(*state_.optimizer, make_local, state_.communicator);
+  sharded_ = sharded.get();
+  state_.optimizer = sharded;
+}
+
+void Trainer::sync_gradients(GradientSync sync) {
+  if (!data_parallel_) return;  // one process: nothing to sync
+  switch (sync) {
+    case GradientSync::kNone:
+      return;
+    case GradientSync::kWhereStepped:
+      if (sharded_ != nullptr) {
+        sharded_->reduce_gradients_to_owners();
+        return;
+      }
+      [[fallthrough]];
+    case GradientSync::kEverywhere:
+      data_parallel_->average_gradients(unique_parameters(*state_.optimizer));
+  }
+}
+
+}  // namespace basin

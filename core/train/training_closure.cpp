@@ -1,0 +1,77 @@
+#include "basin/core/train/training_closure.h"
+
+#include <algorithm>
+#include <stdexcept>
+#include <string>
+
+#include <ATen/ATen.h>
+#include <torch/optim/optimizer.h>
+
+#include "basin/core/engine.h"
+#include "basin/core/loss_scaler.h"
+#include "basin/core/train/autocast.h"
+#include "basin/core/train/model.h"
+
+namespace basin {
+
+TrainingClosure::TrainingClosure(State& state, Engine& engine, Model& model, Loss loss, int64_t microbatches,
+                                 Sync sync)
+    : state_(state), engine_(engine), model_(model), loss_(std::move(loss)), microbatches_(microbatches),
+      sync_(std::move(sync)) {}
+
+at::Tensor TrainingClosure::operator()() {
+  const PassRequest& request = state_.request;
+  if (request.backward) state_.optimizer->zero_grad();  // a forward alone leaves the gradients as they are
+  const int64_t parts = request.parts;
+  if (parts < 1 || request.part < 0 || request.part >= parts || state_.batch.size() % (parts * microbatches_) != 0) {
+    throw ConfigError("batch part " + std::to_string(request.part) + " of " + std::to_string(parts) + ": the " +
+                      std::to_string(state_.batch.size()) + "-sample batch must split into " + std::to_string(parts) +
+                      " parts of " + std::to_string(microbatches_) + " equal microbatches (data.batch_size)");
+  }
+  // The part, then the selected samples of it, then their microbatches.
+  const Batch picked = requested_samples(state_.batch, request);
+  const int64_t samples = picked.size();
+  if (samples == 0) throw std::logic_error("the optimizer asked for a pass on no sample");
+  // A request may hold fewer samples than there are microbatches.
+  const int64_t count = std::min(microbatches_, samples);
+  const auto inputs = picked.inputs.chunk(count);
+  const auto targets = picked.targets.chunk(count);
+  const auto ids = picked.ids.defined() ? picked.ids.chunk(count) : std::vector<at::Tensor>(inputs.size());
+  state_.microbatch_count = static_cast<int64_t>(inputs.size());
+  at::Tensor total = at::zeros({}, at::TensorOptions(at::kFloat).device(state_.device));
+  std::vector<at::Tensor> sample_losses;
+  for (std::size_t i = 0; i < inputs.size(); ++i) {
+    state_.microbatch = {inputs[i], targets[i], ids[i]};
+    state_.microbatch_index = static_cast<int64_t>(i);
+    // Each microbatch carries its share of the pass's mean loss (k equal microbatches: 1/k each).
+    state_.microbatch_divisor = static_cast<double>(samples) / static_cast<double>(inputs[i].size(0));
+    {
+      AutocastGuard autocast(state_.precision, state_.device.type());
+      at::AutoGradMode grad_mode(request.backward);
+      engine_.run(Event::BEFORE_FORWARD);
+      state_.outputs = model_.forward(state_.microbatch.inputs);
+      engine_.run(Event::AFTER_FORWARD);
+      engine_.run(Event::BEFORE_LOSS);
+      const at::Tensor outputs = state_.outputs.to(at::kFloat);  // the loss is fp32
+      if (request.per_sample_losses) {
+        const at::Tensor each = loss_.per_sample(outputs, state_.microbatch.targets);
+        sample_losses.push_back(each.detach());
+        state_.loss = each.mean() / state_.microbatch_divisor;
+      } else {
+        state_.loss = loss_.mean(outputs, state_.microbatch.targets) / state_.microbatch_divisor;
+      }
+      engine_.run(Event::AFTER_LOSS);
+    }
+    total += state_.loss.detach();
+    if (!request.backward) continue;
+    engine_.run(Event::BEFORE_BACKWARD);
+    (state_.scaler ? state_.scaler->scale(state_.loss) : state_.loss).backward();
+    engine_.run(Event::AFTER_BACKWARD);
+  }
+  // Microbatches accumulate locally; ranks sync once, as the pass asks.
+  if (request.backward && sync_) sync_(request.sync);
+  pass_loss_ = total;
+  return request.per_sample_losses ? at::cat(sample_losses) : total;
+}
+
+}  // namespace basin

@@ -1,0 +1,45 @@
+#pragma once
+
+#include <functional>
+
+#include <ATen/core/Tensor.h>
+
+#include "basin/core/pass_request.h"
+#include "basin/core/state.h"
+#include "basin/core/train/loss.h"
+
+namespace basin {
+
+class Engine;
+class Model;
+
+/// The closure the trainer hands the optimizer: one pass, as the state's
+/// request asks (its part of the batch, its samples, with or without
+/// backward, the mean loss or each sample's), run in microbatches with the
+/// per-microbatch events. Each microbatch carries its share of the pass's
+/// mean loss, so k microbatches give the gradient of one batch of all their
+/// samples. Under a grad scaler the backward runs on the scaled loss, in
+/// every pass. After the last backward the ranks' gradients are synced once,
+/// as the request says (GradientSync), through `sync`.
+class TrainingClosure {
+ public:
+  using Sync = std::function<void(GradientSync)>;
+
+  TrainingClosure(State& state, Engine& engine, Model& model, Loss loss, int64_t microbatches, Sync sync);
+
+  /// The pass's loss (see PassRequest); zeroes the gradients first when it backpropagates.
+  at::Tensor operator()();
+  /// The last pass's loss over its samples (detached), for the finiteness check.
+  const at::Tensor& pass_loss() const { return pass_loss_; }
+
+ private:
+  State& state_;
+  Engine& engine_;
+  Model& model_;
+  Loss loss_;
+  int64_t microbatches_;
+  Sync sync_;
+  at::Tensor pass_loss_;
+};
+
+}  // namespace basin
