@@ -148,6 +148,29 @@ struct FisherReference : VariantReference {
   }
 };
 
+/// Gradient centralization: a tensor of 2 dimensions or more less its mean over all but the first.
+Tensors centralized(const Tensors& g) {
+  Tensors out;
+  for (const auto& gi : g) {
+    if (gi.dim() < 2) {
+      out.push_back(gi);
+      continue;
+    }
+    std::vector<int64_t> dims;
+    for (int64_t d = 1; d < gi.dim(); ++d) dims.push_back(d);
+    out.push_back(gi - gi.mean(dims, /*keepdim=*/true));
+  }
+  return out;
+}
+
+/// GCSAM: e = rho * gc(g) / (||gc(g)|| + eps).
+struct GcsamReference : VariantReference {
+  Tensors descent(const test::Problem& batch, const Tensors& w) override {
+    const test::LossFn loss = batch.fn();
+    return gradient_after(loss, w, centralized(test::gradient_at(loss, w)), 1e-12);
+  }
+};
+
 /// mSAM over the rows of the problem: part i of m climbs from its own gradient.
 struct MsamReference : VariantReference {
   int64_t m;
@@ -224,6 +247,8 @@ std::vector<VariantCase> variant_cases() {
          return sam;
        },
        [] { return std::make_unique<FisherReference>(2.0); }},
+      {"gcsam", [](Base b, SAMOptions o) { return test::sam_variant("gcsam", b, test::sam_keys(o)); },
+       [] { return std::make_unique<GcsamReference>(); }},
       {"msam", [](Base b, SAMOptions o) { return std::make_shared<SAMOptimizer>(b, o); },
        [] { return std::make_unique<MsamReference>(4); }, 1e-12, 4},
   };
@@ -327,6 +352,32 @@ TEST(SAMVariantsTest, DegenerateSettingsAreSamBitForBit) {
         return test::sam_variant("esam", b, test::sam_keys(o, {{"beta", 1.0}, {"gamma", 1.0}}), {7});
       },
                      "esam beta 1 gamma 1");
+}
+
+TEST(SAMVariantsTest, GcsamCentralizesMatricesAndLeavesVectorsAsTheyAre) {
+  // A matrix and a bias: y = tanh(x W + b), squared error.
+  at::manual_seed(5);
+  const at::Tensor x = at::randn({16, 3}), y = at::randn({16, 4});
+  Tensors w = test::leaves({at::randn({3, 4}), at::randn({4})});
+  const test::LossFn loss = [&x, &y](const Tensors& v) { return (x.matmul(v[0]).add(v[1]).tanh() - y).pow(2).mean(); };
+  Tensors expected = test::clone_all(w);
+  auto sam = test::sam_variant("gcsam", std::make_shared<torch::optim::SGD>(w, torch::optim::SGDOptions(0.1)),
+                               {{"rho", kRho}});
+  sam->step([&] {
+    sam->zero_grad();
+    at::Tensor l = loss(w);
+    l.backward();
+    return l.detach();
+  });
+  const Tensors g = test::gradient_at(loss, expected);
+  const Tensors d = centralized(g);
+  EXPECT_TRUE(at::equal(d[1], g[1]));                                    // the bias as it is
+  EXPECT_LT(d[0].sum(1).abs().max().item<double>(), 1e-6);               // each row of W now sums to 0
+  EXPECT_GT((d[0] - g[0]).abs().max().item<double>(), 1e-4);             // and W's direction changed
+  const Tensors descent = gradient_after(loss, expected, d, 1e-12);
+  for (std::size_t i = 0; i < 2; ++i) expected[i] = expected[i] - descent[i] * 0.1;
+  test::expect_close(w, expected);
+  EXPECT_NEAR(sam->last_grad_norm().item<double>(), norm_of(d), 1e-5);  // the norm is the centralized one's
 }
 
 TEST(SAMVariantsTest, UnperturbedParametersStayAtWAndLeaveTheNorm) {
