@@ -29,6 +29,7 @@
 #include "basin/algorithms/sam/rule_state.h"
 #include "basin/algorithms/sam/sam.h"
 #include "basin/algorithms/sam/sam_family.h"
+#include "basin/algorithms/sam/sam_registry.h"
 #include "basin/algorithms/sam/sam_optimizer.h"
 #include "basin/algorithms/sam/sam_rule.h"
 #include "basin/algorithms/loss/trajectory_loss.h"

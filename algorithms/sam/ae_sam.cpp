@@ -18,7 +18,8 @@
 
 #include <ATen/ATen.h>
 
-#include "basin/algorithms/sam/sam_family.h"
+#include "basin/algorithms/sam/sam.h"
+#include "basin/algorithms/sam/sam_registry.h"
 #include "basin/core/parallel/grad_norm.h"
 
 namespace basin {

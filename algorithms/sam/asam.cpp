@@ -9,7 +9,8 @@
 // biases, have T = 1 and are still perturbed), or "all".
 #include <torch/nn/module.h>
 
-#include "basin/algorithms/sam/sam_family.h"
+#include "basin/algorithms/sam/sam.h"
+#include "basin/algorithms/sam/sam_registry.h"
 
 namespace basin {
 namespace {

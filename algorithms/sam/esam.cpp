@@ -34,7 +34,8 @@
 #include <ATen/ATen.h>
 
 #include "basin/algorithms/sam/pass_plan.h"
-#include "basin/algorithms/sam/sam_family.h"
+#include "basin/algorithms/sam/sam.h"
+#include "basin/algorithms/sam/sam_registry.h"
 #include "basin/core/random.h"
 
 namespace basin {

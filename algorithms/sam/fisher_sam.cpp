@@ -10,7 +10,8 @@
 // "eta" here is the Fisher weight, not ASAM's; "adaptive" is refused.
 #include <ATen/ATen.h>
 
-#include "basin/algorithms/sam/sam_family.h"
+#include "basin/algorithms/sam/sam.h"
+#include "basin/algorithms/sam/sam_registry.h"
 
 namespace basin {
 namespace {

@@ -13,7 +13,8 @@
 
 #include <ATen/ATen.h>
 
-#include "basin/algorithms/sam/sam_family.h"
+#include "basin/algorithms/sam/sam.h"
+#include "basin/algorithms/sam/sam_registry.h"
 
 namespace basin {
 

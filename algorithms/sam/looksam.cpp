@@ -19,7 +19,8 @@
 #include <ATen/ATen.h>
 
 #include "basin/algorithms/sam/clean_gradients.h"
-#include "basin/algorithms/sam/sam_family.h"
+#include "basin/algorithms/sam/sam.h"
+#include "basin/algorithms/sam/sam_registry.h"
 #include "basin/core/parallel/grad_norm.h"
 
 namespace basin {

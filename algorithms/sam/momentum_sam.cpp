@@ -23,7 +23,8 @@
 // `msam` is m-sharpness SAM, another method.
 #include <ATen/ATen.h>
 
-#include "basin/algorithms/sam/sam_family.h"
+#include "basin/algorithms/sam/sam.h"
+#include "basin/algorithms/sam/sam_registry.h"
 #include "basin/core/optimizer_state.h"
 
 namespace basin {

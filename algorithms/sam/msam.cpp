@@ -17,7 +17,8 @@
 // all-reduces per step (under ZeRO-1, m reduce-scatters and m - 1 more
 // parameter broadcasts). m = 1 is SAM. The batch (data.batch_size) must
 // split into m parts of equal microbatches; the first step says so if not.
-#include "basin/algorithms/sam/sam_family.h"
+#include "basin/algorithms/sam/sam.h"
+#include "basin/algorithms/sam/sam_registry.h"
 
 namespace basin {
 

@@ -8,7 +8,7 @@
 
 #include <torch/nn/module.h>
 
-#include "basin/algorithms/sam/sam_family.h"
+#include "basin/algorithms/sam/sam_registry.h"
 #include "basin/core/hyperparameters.h"
 #include "basin/core/logger.h"
 

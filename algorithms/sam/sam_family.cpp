@@ -2,11 +2,6 @@
 
 namespace basin {
 
-Registry<SAM>& sam_family_registry() {
-  static Registry<SAM> registry("SAM-family algorithm");
-  return registry;
-}
-
 std::shared_ptr<SAMOptimizer> make_sam_optimizer(const std::string& name, std::shared_ptr<torch::optim::Optimizer> base,
                                                  const Json& options) {
   State state;  // one process, no model: what a bare loop tells a rule

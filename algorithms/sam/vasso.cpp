@@ -12,7 +12,7 @@
 #include <ATen/ATen.h>
 
 #include "basin/algorithms/sam/moving_average_sam.h"
-#include "basin/algorithms/sam/sam_family.h"
+#include "basin/algorithms/sam/sam_registry.h"
 
 namespace basin {
 namespace {

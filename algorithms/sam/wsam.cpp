@@ -15,7 +15,8 @@
 #include <ATen/ATen.h>
 
 #include "basin/algorithms/sam/clean_gradients.h"
-#include "basin/algorithms/sam/sam_family.h"
+#include "basin/algorithms/sam/sam.h"
+#include "basin/algorithms/sam/sam_registry.h"
 
 namespace basin {
 namespace {
