@@ -353,6 +353,20 @@ TEST(SAMOptimizerTest, SaveTakesValuesSetOnTheBaseSinceTheLastStep) {
   EXPECT_DOUBLE_EQ(resumed.param_groups()[0].options().get_lr(), 0.02);
 }
 
+TEST(SAMOptimizerTest, ARuleNotOwnedByASharedPtrIsRefusedRatherThanLeftDangling) {
+  Tensors w = leaves({at::ones({2})});
+  Params params(Json::object(), "algorithms.sam");
+  SAM on_the_stack(params);  // the step it made would outlive it
+  State state;
+  EXPECT_THROW(on_the_stack.make_optimizer(std::make_shared<torch::optim::SGD>(w, torch::optim::SGDOptions(0.1)), state),
+               std::logic_error);
+  Params shared_params(Json::object(), "algorithms.sam");
+  auto shared = std::make_shared<SAM>(shared_params);
+  auto step = shared->make_optimizer(std::make_shared<torch::optim::SGD>(w, torch::optim::SGDOptions(0.1)), state);
+  EXPECT_EQ(&step->rule(), static_cast<SAMRule*>(shared.get()));
+  EXPECT_THROW(shared->make_optimizer(step, state), std::logic_error);  // one step per rule
+}
+
 TEST(SAMOptimizerTest, RejectsBadOptionsAndDoubleWrapping) {
   Tensors w = leaves({at::ones({2})});
   auto sgd = std::make_shared<torch::optim::SGD>(w, torch::optim::SGDOptions(0.1));

@@ -23,19 +23,9 @@
 #include "basin/core/parallel/grad_norm.h"
 
 namespace basin {
-namespace {
-
-SAMDefaults ae_sam_defaults() {
-  SAMDefaults defaults;
-  defaults.sync_ascent = true;
-  return defaults;
-}
-
-}  // namespace
-
 class AESAM : public SAM {
  public:
-  explicit AESAM(Params& params) : SAM(params, ae_sam_defaults()) {
+  explicit AESAM(Params& params) : SAM(params, SAMDefaults().synced()) {
     delta_ = params.number("delta", 0.9, 0, 1);
     if (!(delta_ < 1)) params.fail("delta", "a number in [0, 1)", delta_);
     lambda1_ = params.number("lambda1", -1.0);

@@ -13,20 +13,9 @@
 #include "basin/algorithms/sam/sam_registry.h"
 
 namespace basin {
-namespace {
-
-SAMDefaults asam_defaults() {
-  SAMDefaults defaults;
-  defaults.rho = 0.5;
-  defaults.adaptive = true;
-  return defaults;
-}
-
-}  // namespace
-
 class ASAM : public SAM {
  public:
-  explicit ASAM(Params& params) : SAM(params, asam_defaults()) {
+  explicit ASAM(Params& params) : SAM(params, SAMDefaults().with_rho(0.5).adaptive()) {
     if (!adaptive()) params.fail("adaptive", "true (asam is adaptive SAM; \"sam\" is the other one)", false);
     weights_only_ = params.choice("scale", "weights", {"weights", "all"}) == "weights";
   }

@@ -14,20 +14,9 @@
 #include "basin/algorithms/sam/sam_registry.h"
 
 namespace basin {
-namespace {
-
-SAMDefaults fisher_sam_defaults() {
-  SAMDefaults defaults;
-  defaults.rho = 0.1;
-  defaults.eta = 1.0;
-  return defaults;
-}
-
-}  // namespace
-
 class FisherSAM : public SAM {
  public:
-  explicit FisherSAM(Params& params) : SAM(params, fisher_sam_defaults()) {
+  explicit FisherSAM(Params& params) : SAM(params, SAMDefaults().with_rho(0.1).with_eta(1.0)) {
     if (adaptive()) params.fail("adaptive", "false (fisher_sam's metric replaces ASAM's)", true);
   }
   std::string name() const override { return "fisher_sam"; }

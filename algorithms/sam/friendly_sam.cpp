@@ -17,19 +17,9 @@
 #include "basin/algorithms/sam/sam_registry.h"
 
 namespace basin {
-namespace {
-
-SAMDefaults friendly_sam_defaults() {
-  SAMDefaults defaults;
-  defaults.sync_ascent = true;
-  return defaults;
-}
-
-}  // namespace
-
 class FriendlySAM : public MovingAverageSAM {
  public:
-  explicit FriendlySAM(Params& params) : MovingAverageSAM(params, friendly_sam_defaults()) {
+  explicit FriendlySAM(Params& params) : MovingAverageSAM(params, SAMDefaults().synced()) {
     sigma_ = params.number("sigma", 1.0, 0);
     lambda_ = params.number("lambda", 0.9, 0, 1);
   }

@@ -17,8 +17,7 @@
 
 #include <ATen/ATen.h>
 
-#include "basin/algorithms/sam/clean_gradients.h"
-#include "basin/algorithms/sam/sam.h"
+#include "basin/algorithms/sam/clean_gradient_sam.h"
 #include "basin/algorithms/sam/sam_registry.h"
 
 namespace basin {
@@ -26,23 +25,12 @@ namespace {
 
 constexpr double kEps = 1e-12;  // the authors' code's, in both divisions
 
-SAMDefaults gsam_defaults() {
-  SAMDefaults defaults;
-  defaults.sync_ascent = true;
-  return defaults;
-}
-
 }  // namespace
 
-class GSAM : public SAM {
+class GSAM : public CleanGradientSAM {
  public:
-  explicit GSAM(Params& params) : SAM(params, gsam_defaults()) { alpha_ = params.number("alpha", 0.4, 0); }
+  explicit GSAM(Params& params) : CleanGradientSAM(params) { alpha_ = params.number("alpha", 0.4, 0); }
   std::string name() const override { return "gsam"; }
-
-  std::vector<Perturbation> perturbation(SAMOptimizer& step, std::vector<GroupView>& groups) override {
-    clean_.take(SAMOptimizer::parameters_of(step.groups_with_grads()));  // every parameter's, perturbed or not
-    return SAM::perturbation(step, groups);
-  }
 
   void adjust_descent(SAMOptimizer& step, std::vector<GroupView>& groups) override {
     at::NoGradGuard no_grad;
@@ -50,7 +38,7 @@ class GSAM : public SAM {
     at::Tensor sums;
     for (const auto& g : groups) {
       for (std::size_t j = 0; j < g.params.size(); ++j) {
-        const at::Tensor* clean = clean_.of(g.params[j]);
+        const at::Tensor* clean = clean_gradient(g.params[j]);
         if (clean == nullptr || !step.owns(g.params[j])) continue;
         const at::Tensor perturbed = g.grads[j].to(at::kFloat);
         const at::Tensor plain = clean->to(at::kFloat);
@@ -73,7 +61,7 @@ class GSAM : public SAM {
     const double along = cosine * clean_norm / (perturbed_norm + kEps);  // g_perp = g - along * g_p
     for (auto& g : groups) {
       for (std::size_t j = 0; j < g.params.size(); ++j) {
-        const at::Tensor* clean = clean_.of(g.params[j]);
+        const at::Tensor* clean = clean_gradient(g.params[j]);
         if (clean == nullptr || !step.owns(g.params[j])) continue;
         const at::Tensor orthogonal = *clean - g.grads[j] * along;
         g.grads[j].add_(orthogonal, -alpha_);
@@ -88,7 +76,6 @@ class GSAM : public SAM {
 
  private:
   double alpha_ = 0.4;
-  CleanGradients clean_;
 };
 
 BASIN_REGISTER_SAM("gsam", GSAM);

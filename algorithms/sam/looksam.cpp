@@ -24,19 +24,9 @@
 #include "basin/core/parallel/grad_norm.h"
 
 namespace basin {
-namespace {
-
-SAMDefaults looksam_defaults() {
-  SAMDefaults defaults;
-  defaults.sync_ascent = true;
-  return defaults;
-}
-
-}  // namespace
-
 class LookSAM : public SAM {
  public:
-  explicit LookSAM(Params& params) : SAM(params, looksam_defaults()) {
+  explicit LookSAM(Params& params) : SAM(params, SAMDefaults().synced()) {
     k_ = params.integer("k", 5, 1);
     alpha_ = params.number("alpha", 0.7, 0);
     rule_state().keep(orthogonal_);

@@ -28,19 +28,9 @@
 #include "basin/core/optimizer_state.h"
 
 namespace basin {
-namespace {
-
-SAMDefaults momentum_sam_defaults() {
-  SAMDefaults defaults;
-  defaults.rho = 0.3;
-  return defaults;
-}
-
-}  // namespace
-
 class MomentumSAM : public SAM {
  public:
-  explicit MomentumSAM(Params& params) : SAM(params, momentum_sam_defaults()) {
+  explicit MomentumSAM(Params& params) : SAM(params, SAMDefaults().with_rho(0.3)) {
     if (adaptive()) params.fail("adaptive", "false (momentum_sam perturbs along the momentum)", Json(true));
   }
   std::string name() const override { return "momentum_sam"; }

@@ -23,7 +23,9 @@ struct AscentPlan {
 
 /// The second, optional contract of a SAM variant (ESAM): what its passes
 /// run on, beyond the whole batch. A rule that is also a PassPlan is asked
-/// before each pass; mSAM's parts are a setting of the step (SAMOptions).
+/// on each SAM step (not the plain steps between): `ascent` before the
+/// ascent pass, `descent_samples` before the descent when the step
+/// descends. mSAM's parts are a setting of the step (SAMOptions).
 class PassPlan {
  public:
   virtual ~PassPlan() = default;

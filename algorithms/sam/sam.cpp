@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <regex>
+#include <stdexcept>
 
 #include <ATen/ATen.h>
 
@@ -27,7 +28,7 @@ SAM::SAM(Params& params, const SAMDefaults& defaults) : path_(params.path()) {
     options_.rho = params.positive("rho", defaults.rho);
   }
   options_.epsilon = params.number("epsilon", defaults.epsilon, 0);
-  adaptive_ = params.boolean("adaptive", defaults.adaptive);
+  adaptive_ = params.boolean("adaptive", defaults.is_adaptive);
   options_.eta = params.number("eta", defaults.eta, 0);
   options_.interval = params.integer("interval", 1, 1);
   options_.sync_ascent = params.boolean("sync_ascent", defaults.sync_ascent);
@@ -93,10 +94,11 @@ std::vector<Perturbation> SAM::perturbation(SAMOptimizer& step, std::vector<Grou
 }
 
 std::shared_ptr<SAMRule> SAM::shared_rule() {
-  // Made by make_shared (the registry, make_sam_optimizer): the step shares
-  // ownership of its rule. Otherwise the algorithm's owner keeps it alive.
+  // The step shares ownership of its rule: the algorithm must be made by
+  // std::make_shared (as the registry and make_sam_optimizer make it).
   if (auto owner = weak_from_this().lock()) return owner;
-  return std::shared_ptr<SAMRule>(std::shared_ptr<SAMRule>{}, this);
+  throw std::logic_error("SAM: " + name() + " is not owned by a std::shared_ptr (make it with std::make_shared), "
+                         "and the step it makes must share its rule");
 }
 
 std::shared_ptr<SAMOptimizer> SAM::make_optimizer(std::shared_ptr<torch::optim::Optimizer> base, const State& state) {
@@ -159,19 +161,20 @@ void SAM::apply(Event /*event*/, State& state, Logger& /*logger*/) {
 
 void SAM::install_state_hooks(State& state) {
   State* s = &state;
+  SAMOptimizer* step = optimizer().get();  // the hooks live in the step: it outlives them
   PassHooks hooks;
-  hooks.before_pass = [this, s](Pass pass) {
+  hooks.before_pass = [this, s, step](Pass pass) {
     s->pass = pass;
     // The step's request, but an enclosing NoGradientSync scope keeps every pass local.
     outer_request_ = s->request;
-    s->request = optimizer_.lock()->request();
+    s->request = step->request();
     if (outer_request_.sync == GradientSync::kNone) s->request.sync = GradientSync::kNone;
   };
   hooks.after_pass = [this, s](Pass) {
     s->pass = Pass::kPlain;
     s->request = outer_request_;
   };
-  optimizer()->add_pass_hooks(std::move(hooks));
+  step->add_pass_hooks(std::move(hooks));
 }
 
 StateDict SAM::state_dict() const {

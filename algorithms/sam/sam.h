@@ -15,13 +15,21 @@ namespace torch::nn { class Module; }
 
 namespace basin {
 
-/// The defaults a variant gives SAM's own keys (ASAM: rho 0.5, adaptive).
+/// The defaults a variant gives SAM's own keys, set in line:
+/// `SAM(params, SAMDefaults().with_rho(0.5).adaptive())` (ASAM's).
 struct SAMDefaults {
   double rho = 0.05;
   double epsilon = 1e-12;
-  bool adaptive = false;
+  bool is_adaptive = false;
   double eta = 0.01;
   bool sync_ascent = false;
+
+  SAMDefaults& with_rho(double value) { return rho = value, *this; }
+  SAMDefaults& with_epsilon(double value) { return epsilon = value, *this; }
+  SAMDefaults& with_eta(double value) { return eta = value, *this; }
+  SAMDefaults& adaptive() { return is_adaptive = true, *this; }
+  /// The ascent synced over ranks by default (a variant whose why_synced_ascent is not empty).
+  SAMDefaults& synced() { return sync_ascent = true, *this; }
 };
 
 /// SAM as a plug-in algorithm, and the family's base: a variant subclasses

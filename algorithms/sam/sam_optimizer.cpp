@@ -181,6 +181,9 @@ void SAMOptimizer::restore_weights(bool base_step_follows, bool collectives_allo
 
 at::Tensor SAMOptimizer::step(LossClosure closure) {
   sync_param_groups();
+  // A step that threw after adjust_descent leaves no decoupled step behind for this one.
+  after_base_.clear();
+  broadcast_after_base_ = false;
   if (!closure) {
     base_->step();
     return {};
@@ -214,6 +217,7 @@ at::Tensor SAMOptimizer::step(LossClosure closure) {
     loss = loss / static_cast<double>(options_.parts);  // each part's closure gave its part's mean loss
   }
   if (descended) {
+    at::NoGradGuard no_grad;
     auto descent = groups_with_grads();
     rule_->adjust_descent(*this, descent);
   }
@@ -267,7 +271,7 @@ at::Tensor SAMOptimizer::ascent(const LossClosure& closure, at::Tensor& sample_l
   // those with a gradient from the step before (all of them before the first).
   all_resting = false;
   std::vector<at::Tensor> frozen;
-  if (!plan.resting.empty()) {
+  if (plan_ != nullptr) {
     bool any_graded = false, chosen_graded = false;
     std::size_t perturbable = 0;
     const auto groups = parameter_groups(/*perturbed_only=*/true);
@@ -319,6 +323,7 @@ bool SAMOptimizer::sam_part(const LossClosure& closure, at::Tensor& loss, bool& 
   loss = loss.defined() ? loss + part_loss : part_loss;
   if (!gradients_finite(Pass::kAscent)) return false;  // nothing is perturbed now
   if (options_.parts == 1) {
+    at::NoGradGuard no_grad;
     auto all = groups_with_grads();
     descended = !all_resting && rule_->descend(*this, all);
     if (!descended) return true;  // the base steps with the ascent gradients as descend() left them

@@ -151,9 +151,10 @@ class SAMOptimizer : public torch::optim::Optimizer, public PassAwareOptimizer, 
   /// sample's loss: a Pass::kDescent pass (BatchNorm statistics untouched),
   /// no gradient touched.
   at::Tensor forward_at_current_weights(const LossClosure& closure);
-  /// A step to take after the base's (WSAM's decoupled sharpness step):
-  /// param -= scale * direction. Called from adjust_descent by every rank,
-  /// with its own steps or none: under ZeRO-1 the owners then broadcast.
+  /// Steps to take after the base's (WSAM's decoupled sharpness step):
+  /// param -= scale * direction. Called once from adjust_descent by every
+  /// rank, with its own steps or none (a second call replaces the first):
+  /// under ZeRO-1 the owners then broadcast. A skipped step drops them.
   struct StepAfterBase {
     at::Tensor param;
     at::Tensor direction;

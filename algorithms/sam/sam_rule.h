@@ -29,7 +29,8 @@ struct Perturbation {
 
 /// What a SAM variant changes in the one SAM step (SAMOptimizer): three
 /// hooks and a property, each with SAM's behaviour by default. Hooks run
-/// without grad and receive the step, which offers what they need (views of
+/// without grad (they may change gradients in place) and receive the step,
+/// which offers what they need (views of
 /// the groups, the norm scaled to rho, sums over ZeRO-1 shards, a step
 /// after the base's). What a rule keeps between steps it declares as a
 /// RuleState (see SAM::rule_state), not through hooks; what a pass runs on

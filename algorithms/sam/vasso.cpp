@@ -15,20 +15,9 @@
 #include "basin/algorithms/sam/sam_registry.h"
 
 namespace basin {
-namespace {
-
-SAMDefaults vasso_defaults() {
-  SAMDefaults defaults;
-  defaults.epsilon = 1e-7;
-  defaults.sync_ascent = true;
-  return defaults;
-}
-
-}  // namespace
-
 class VaSSO : public MovingAverageSAM {
  public:
-  explicit VaSSO(Params& params) : MovingAverageSAM(params, vasso_defaults()) {
+  explicit VaSSO(Params& params) : MovingAverageSAM(params, SAMDefaults().with_epsilon(1e-7).synced()) {
     theta_ = params.number("theta", 0.9, 0, 1);
     if (!(theta_ > 0)) params.fail("theta", "a number in (0, 1]", theta_);
   }

@@ -14,24 +14,13 @@
 // all-gather per step). Cost: one more copy of the gradients.
 #include <ATen/ATen.h>
 
-#include "basin/algorithms/sam/clean_gradients.h"
-#include "basin/algorithms/sam/sam.h"
+#include "basin/algorithms/sam/clean_gradient_sam.h"
 #include "basin/algorithms/sam/sam_registry.h"
 
 namespace basin {
-namespace {
-
-SAMDefaults wsam_defaults() {
-  SAMDefaults defaults;
-  defaults.sync_ascent = true;
-  return defaults;
-}
-
-}  // namespace
-
-class WSAM : public SAM {
+class WSAM : public CleanGradientSAM {
  public:
-  explicit WSAM(Params& params) : SAM(params, wsam_defaults()) {
+  explicit WSAM(Params& params) : CleanGradientSAM(params) {
     const double gamma = params.number("gamma", 0.9, 0);
     if (!(gamma < 1)) params.fail("gamma", "a number in [0, 1)", gamma);
     weight_ = gamma / (1 - gamma);
@@ -39,17 +28,12 @@ class WSAM : public SAM {
   }
   std::string name() const override { return "wsam"; }
 
-  std::vector<Perturbation> perturbation(SAMOptimizer& step, std::vector<GroupView>& groups) override {
-    clean_.take(SAMOptimizer::parameters_of(step.groups_with_grads()));  // every parameter's, perturbed or not
-    return SAM::perturbation(step, groups);
-  }
-
   void adjust_descent(SAMOptimizer& step, std::vector<GroupView>& groups) override {
     at::NoGradGuard no_grad;
     std::vector<SAMOptimizer::StepAfterBase> sharpness_steps;
     for (auto& g : groups) {
       for (std::size_t j = 0; j < g.params.size(); ++j) {
-        const at::Tensor* clean = clean_.of(g.params[j]);
+        const at::Tensor* clean = clean_gradient(g.params[j]);
         if (clean == nullptr || !step.owns(g.params[j])) continue;
         at::Tensor& grad = g.grads[j];
         if (decouple_) {
@@ -71,7 +55,6 @@ class WSAM : public SAM {
  private:
   double weight_ = 9;  // gamma / (1 - gamma)
   bool decouple_ = true;
-  CleanGradients clean_;
 };
 
 BASIN_REGISTER_SAM("wsam", WSAM);
