@@ -17,6 +17,7 @@
 #include "basin/core/checkpoint_file.h"
 #include "basin/core/engine.h"
 #include "basin/core/optimizer_state.h"
+#include "basin/core/torch_compat.h"
 #include "distributed_util.h"
 #include "test_util.h"
 
@@ -171,7 +172,16 @@ TEST_P(WrittenBeforeTheRulesTest, ResumesAndEndsWhereTodaysUninterruptedRunEnds)
   auto losses = std::make_shared<test::LossRecorder>();
   Trainer whole(config, {losses});
   const Outcome uninterrupted = finish(whole, losses);
-  const std::string path = std::string(BASIN_SOURCE_DIR) + "/tests/fixtures/checkpoints-7cdec9a/" + name + ".basin";
+  // Floats differ between LibTorch versions: each build resumes the files its version wrote.
+  const std::string version = compat::torch_version();
+  std::string folder;
+  if (version.rfind("1.13", 0) == 0) folder = "libtorch-1.13";
+  if (version.rfind("2.11", 0) == 0) folder = "libtorch-2.11";
+  if (folder.empty()) {
+    GTEST_SKIP() << "no checkpoint of 7cdec9a written by LibTorch " << version << " (1.13 and 2.11 only)";
+  }
+  const std::string path =
+      std::string(BASIN_SOURCE_DIR) + "/tests/fixtures/checkpoints-7cdec9a/" + folder + "/" + name + ".basin";
   ASSERT_TRUE(fs::exists(path)) << path;
   expect_resumed_run_ends_as(config, path, uninterrupted);
 }

@@ -134,7 +134,8 @@ TEST(SAMVariantsTest, AeSamTakesASamStepExactlyWhenTheSquaredNormExceedsItsThres
   // Scripted gradient sizes: spikes should be SAM steps, quiet steps plain.
   const std::vector<double> scales = {1, 1, 1, 4, 1, 1, 0.3, 3, 1, 0.5};
   auto ae_sam = test::sam_variant("ae_sam", sgd_for(w),
-                                 test::sam_keys(options, {{"delta", 0.9}, {"lambda1", -1}, {"lambda2", 1}}), {0, 10});
+                                 test::sam_keys(options, {{"delta", 0.9}, {"lambda1", -1}, {"lambda2", 1}}),
+                                 test::run_facts(0, 10));
   SAMOptimizer& sam = *ae_sam;
   const int calls = run_counting(sam, w, 10, scales);
   double mean = 0, variance = 0;
@@ -310,7 +311,8 @@ TEST(SAMVariantsTest, EsamPerturbsTheTensorsItDrawsScaledByOneOverBeta) {
   Tensors expected = test::clone_all(w);
   SAMOptions options;
   options.rho = kRho;
-  auto esam = test::sam_variant("esam", sgd_for(w), test::sam_keys(options, {{"beta", 0.5}, {"gamma", 1.0}}), {3});
+  auto esam =
+      test::sam_variant("esam", sgd_for(w), test::sam_keys(options, {{"beta", 0.5}, {"gamma", 1.0}}), test::run_facts(3));
   SAMOptimizer& sam = *esam;
   test::SgdReference sgd{0.1, 0.9, 0.0, {}};
   int resting_steps = 0, full_steps = 0, plain_steps = 0;
@@ -356,14 +358,14 @@ TEST(SAMVariantsTest, EsamRestsEachTensorWithProbabilityOneMinusBeta) {
   const test::Problem problem;
   Tensors w = test::leaves(problem.initial());
   for (const double beta : {0.3, 0.8}) {
-    auto sam = test::sam_variant("esam", sgd_for(w), {{"beta", beta}, {"gamma", 1.0}}, {11});
+    auto sam = test::sam_variant("esam", sgd_for(w), {{"beta", beta}, {"gamma", 1.0}}, test::run_facts(11));
     int resting = 0;
     const int steps = 2000;
     for (int t = 0; t < steps; ++t) resting += static_cast<int>(sam->pass_plan()->ascent(*sam, t).resting.size());
     // 4000 draws: 1 - beta within 0.03 (more than 3 standard deviations).
     EXPECT_NEAR(resting / (2.0 * steps), 1 - beta, 0.03) << "beta " << beta;
     // Other seeds draw otherwise.
-    auto other = test::sam_variant("esam", sgd_for(w), {{"beta", beta}, {"gamma", 1.0}}, {12});
+    auto other = test::sam_variant("esam", sgd_for(w), {{"beta", beta}, {"gamma", 1.0}}, test::run_facts(12));
     int differ = 0;
     for (int t = 0; t < 50; ++t) {
       differ += sam->pass_plan()->ascent(*sam, t).resting != other->pass_plan()->ascent(*other, t).resting;

@@ -328,12 +328,16 @@ void expect_same_as_sam(const std::function<std::shared_ptr<SAMOptimizer>(std::s
 
 TEST(SAMVariantsTest, DegenerateSettingsAreSamBitForBit) {
   using Base = std::shared_ptr<torch::optim::Optimizer>;
-  expect_same_as_sam([](Base b, SAMOptions o) { return test::sam_variant("gsam", b, test::sam_keys(o, {{"alpha", 0.0}})); }, "gsam alpha 0");
+  expect_same_as_sam(
+      [](Base b, SAMOptions o) { return test::sam_variant("gsam", b, test::sam_keys(o, {{"alpha", 0.0}})); },
+      "gsam alpha 0");
   expect_same_as_sam([](Base b, SAMOptions o) {
         return test::sam_variant("friendly_sam", b, test::sam_keys(o, {{"sigma", 0.0}, {"lambda", 0.9}}));
       },
                      "friendly_sam sigma 0");
-  expect_same_as_sam([](Base b, SAMOptions o) { return test::sam_variant("vasso", b, test::sam_keys(o, {{"theta", 1.0}})); }, "vasso theta 1");
+  expect_same_as_sam(
+      [](Base b, SAMOptions o) { return test::sam_variant("vasso", b, test::sam_keys(o, {{"theta", 1.0}})); },
+      "vasso theta 1");
   expect_same_as_sam(
       [](Base b, SAMOptions o) {
         auto sam = test::sam_variant("fisher_sam", b, test::sam_keys(o));
@@ -349,7 +353,7 @@ TEST(SAMVariantsTest, DegenerateSettingsAreSamBitForBit) {
       "msam m 1");
   expect_same_as_sam(
       [](Base b, SAMOptions o) {
-        return test::sam_variant("esam", b, test::sam_keys(o, {{"beta", 1.0}, {"gamma", 1.0}}), {7});
+        return test::sam_variant("esam", b, test::sam_keys(o, {{"beta", 1.0}, {"gamma", 1.0}}), test::run_facts(7));
       },
                      "esam beta 1 gamma 1");
 }

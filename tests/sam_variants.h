@@ -32,6 +32,13 @@ struct RunFacts {
   std::shared_ptr<torch::nn::Module> model;
 };
 
+inline RunFacts run_facts(int64_t seed, int64_t run_steps = 0) {
+  RunFacts facts;
+  facts.seed = seed;
+  facts.run_steps = run_steps;
+  return facts;
+}
+
 inline std::shared_ptr<SAMOptimizer> sam_variant(const std::string& name, std::shared_ptr<torch::optim::Optimizer> base,
                                                  const Json& keys, const RunFacts& facts = {}) {
   State state;

@@ -33,7 +33,9 @@ SAMOptimizer::SAMOptimizer(std::shared_ptr<torch::optim::Optimizer> base, SAMOpt
   if (!(options_.epsilon >= 0)) throw std::invalid_argument("SAM: epsilon must be >= 0");
   if (options_.interval < 1) throw std::invalid_argument("SAM: interval must be >= 1");
   if (options_.parts < 1) throw std::invalid_argument("SAM: parts must be >= 1");
-  if (plan_ != nullptr && options_.parts != 1) throw std::invalid_argument("SAM: a planned pass is not split into parts");
+  if (plan_ != nullptr && options_.parts != 1) {
+    throw std::invalid_argument("SAM: a planned pass is not split into parts");
+  }
   if (dynamic_cast<SAMOptimizer*>(base_.get()) != nullptr) {
     throw std::invalid_argument("SAM: the base optimizer is already a SAMOptimizer");
   }
