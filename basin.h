@@ -26,6 +26,7 @@
 #include "basin/core/train/model.h"
 #include "basin/core/train/trainer.h"
 #include "basin/algorithms/sam/pass_plan.h"
+#include "basin/algorithms/sam/parameter_buffers.h"
 #include "basin/algorithms/sam/rule_state.h"
 #include "basin/algorithms/sam/sam.h"
 #include "basin/algorithms/sam/sam_family.h"

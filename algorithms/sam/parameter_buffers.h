@@ -1,0 +1,35 @@
+#pragma once
+
+#include <string>
+#include <unordered_map>
+#include <utility>
+
+#include <ATen/core/Tensor.h>
+
+#include "basin/core/optimizer_state.h"
+
+namespace basin {
+
+/// One tensor per parameter that a SAM rule keeps between steps (a moving
+/// average of gradients), saved by parameter index under `name` in the
+/// PyTorch-style layout of optimizer state: {index: {name: tensor}}.
+class ParameterBuffers {
+ public:
+  explicit ParameterBuffers(std::string name) : name_(std::move(name)) {}
+
+  /// The buffer of `param`: undefined until the rule sets it.
+  at::Tensor& of(const at::Tensor& param) { return buffers_[param.unsafeGetTensorImpl()]; }
+
+  /// Adds each defined buffer, on the CPU, to `states`.
+  void save(ParameterStates& states, const ParameterNumbering& numbering) const;
+  /// Takes the buffers `states` holds under this name, each on its
+  /// parameter's device and in its dtype; a parameter without one starts
+  /// afresh. Throws std::invalid_argument for a mis-shaped entry.
+  void load(const ParameterStates& states, const ParameterNumbering& numbering);
+
+ private:
+  std::string name_;
+  std::unordered_map<const c10::TensorImpl*, at::Tensor> buffers_;
+};
+
+}  // namespace basin
