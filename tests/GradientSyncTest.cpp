@@ -75,7 +75,10 @@ Json gated_config(const std::string& mode) {
   config["algorithms"] = Json::parse(R"({"sam": {"rho": 0.05, "sync_ascent": true}})");
   config["callbacks"] = Json::parse(R"({"grad_scaler": {"init_scale": 256, "growth_interval": 1}})");
   config["grad_clip_norm"] = 0.5;
-  if (mode != "none") config["parallel"] = Json::parse(R"({"mode": ")" + mode + R"(", "timeout_seconds": 60})");
+  // A bucket per tensor: a missing gradient holds back the buckets after its own.
+  if (mode != "none") {
+    config["parallel"] = Json::parse(R"({"mode": ")" + mode + R"(", "timeout_seconds": 60, "bucket_mb": 1e-7})");
+  }
   return config;
 }
 
@@ -159,19 +162,33 @@ INSTANTIATE_TEST_SUITE_P(Modes, UsedOnOneRankTest, ::testing::Values("ddp", "zer
 // Bytes per step as the communicator counts them (the ring model): ZeRO-1
 // with SAM's rank-local ascent reduces each shard to its owner and broadcasts
 // it back, which is what one all-reduce of every gradient costs.
+// Counted from the first step's end on: the first synced backward also
+// agrees once on the order of DDP's buckets.
+class BytesAtStepEnds : public Callback {
+ public:
+  explicit BytesAtStepEnds(const Communicator& communicator) : communicator_(communicator) {}
+  std::string name() const override { return "bytes_at_step_ends"; }
+  bool on_batch_end(const State&, Logger&) override { return bytes.push_back(communicator_.bytes_moved()), false; }
+  std::vector<double> bytes;
+
+ private:
+  const Communicator& communicator_;
+};
+
 TEST(GradientSyncTest, ZeroOneRankLocalSamMovesTheBytesOfDataParallelSgd) {
   auto bytes_per_step = [](const Json& config) {
     double per_step = 0;
     test::run_ranks(2, [&](int rank, std::shared_ptr<Communicator> communicator) {
-      Trainer trainer(config, {}, {}, communicator);
-      const double before = communicator->bytes_moved();
-      const FitSummary summary = trainer.fit();
-      if (rank == 0) per_step = (communicator->bytes_moved() - before) / static_cast<double>(summary.steps);
+      auto counter = std::make_shared<BytesAtStepEnds>(*communicator);
+      Trainer trainer(config, {counter}, {}, communicator);
+      trainer.fit();
+      const auto& b = counter->bytes;
+      if (rank == 0) per_step = (b.back() - b.front()) / static_cast<double>(b.size() - 1);
     });
     return per_step;
   };
   Json ddp_sgd = test::smoke_config();
-  ddp_sgd["max_steps"] = 3;
+  ddp_sgd["max_steps"] = 4;
   ddp_sgd["parallel"] = Json::parse(R"({"mode": "ddp", "timeout_seconds": 60})");
   // Gradient and parameter traffic alone: no per-pass agreement on the loss being finite.
   ddp_sgd["nonfinite_loss"] = Json::parse(R"({"skip": false})");
@@ -183,17 +200,20 @@ TEST(GradientSyncTest, ZeroOneRankLocalSamMovesTheBytesOfDataParallelSgd) {
   Json ddp_synced_sam = ddp_sgd;
   ddp_synced_sam["algorithms"] = Json::parse(R"({"sam": {"sync_ascent": true}})");
 
-  int64_t parameter_bytes = 0;
+  int64_t parameter_bytes = 0, tensors = 0;
   {
     Trainer probe(test::smoke_config());
-    for (const auto& p : probe.model().parameters()) parameter_bytes += p.numel() * 4;
+    for (const auto& p : probe.model().parameters()) parameter_bytes += p.numel() * 4, ++tensors;
   }
+  // Which gradients exist anywhere: DDP's flags ride in its last bucket (a
+  // float per tensor, all-reduced); ZeRO-1 all-reduces a byte per tensor.
+  const double ddp_flags = 4.0 * static_cast<double>(tensors), zero_mask = static_cast<double>(tensors);
   const double ddp = bytes_per_step(ddp_sgd);
-  // Two ranks: an all-reduce of S sends S per rank; the rest is the stop flags and the gradient mask.
-  EXPECT_GE(ddp, static_cast<double>(parameter_bytes));
-  EXPECT_LE(ddp, static_cast<double>(parameter_bytes) + 64);
-  EXPECT_NEAR(bytes_per_step(zero_sam) / ddp, 1.0, 1e-9);
-  EXPECT_NEAR(bytes_per_step(zero_sgd) / ddp, 1.0, 1e-9);
+  // Two ranks: an all-reduce of S sends S per rank; the rest is the stop flags and the gradient flags.
+  EXPECT_GE(ddp, static_cast<double>(parameter_bytes) + ddp_flags);
+  EXPECT_LE(ddp, static_cast<double>(parameter_bytes) + ddp_flags + 64);
+  EXPECT_NEAR((bytes_per_step(zero_sam) - zero_mask) / (ddp - ddp_flags), 1.0, 1e-9);
+  EXPECT_NEAR((bytes_per_step(zero_sgd) - zero_mask) / (ddp - ddp_flags), 1.0, 1e-9);
   EXPECT_NEAR(bytes_per_step(ddp_synced_sam) / ddp, 2.0, 0.01);
 }
 

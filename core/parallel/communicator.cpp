@@ -29,6 +29,30 @@ void Communicator::count(const std::vector<at::Tensor>& tensors, Pattern pattern
 
 namespace {
 
+class Finished : public PendingCollective {
+ public:
+  void wait() override {}
+};
+
+class PendingWork : public PendingCollective {
+ public:
+  explicit PendingWork(c10::intrusive_ptr<c10d::Work> work) : work_(std::move(work)) {}
+  void wait() override { work_->wait(); }
+
+ private:
+  c10::intrusive_ptr<c10d::Work> work_;
+};
+
+}  // namespace
+
+std::unique_ptr<PendingCollective> Communicator::start_all_reduce_sum(at::Tensor tensor) {
+  std::vector<at::Tensor> one{std::move(tensor)};
+  all_reduce_sum(one);  // a communicator without asynchronous collectives finishes here
+  return std::make_unique<Finished>();
+}
+
+namespace {
+
 /// How basin drives one kind of process group.
 struct BackendTraits {
   /// Run reduce-scatters as a ring of sends and receives (Gloo: its reduce
@@ -68,6 +92,15 @@ class ProcessGroupCommunicator : public Communicator {
 
   void all_reduce_sum(std::vector<at::Tensor>& tensors) override { all_reduce(tensors, c10d::ReduceOp::SUM); }
   void all_reduce_max(std::vector<at::Tensor>& tensors) override { all_reduce(tensors, c10d::ReduceOp::MAX); }
+
+  std::unique_ptr<PendingCollective> start_all_reduce_sum(at::Tensor tensor) override {
+    if (world_size() == 1) return std::make_unique<Finished>();
+    std::vector<at::Tensor> one{std::move(tensor)};
+    count(one, Pattern::kAllReduce);
+    c10d::AllreduceOptions options;
+    options.reduceOp = c10d::ReduceOp::SUM;
+    return std::make_unique<PendingWork>(issue([&] { return group_->allreduce(one, options); }));
+  }
 
   void broadcast(std::vector<at::Tensor>& tensors, int root) override {
     if (world_size() == 1) return;  // nothing to move

@@ -12,6 +12,14 @@
 
 namespace basin {
 
+/// A collective under way on this rank: `wait()` blocks until it is done
+/// here (its tensors hold the result then), rethrowing its error.
+class PendingCollective {
+ public:
+  virtual ~PendingCollective() = default;
+  virtual void wait() = 0;
+};
+
 /// The collectives training needs, over the ranks of one job. Everything
 /// distributed (gradient sync, sharded optimizers, the grad scaler's
 /// agreement on overflow) goes through it, so tests can run ranks as threads
@@ -25,6 +33,12 @@ class Communicator {
 
   /// In-place elementwise sum over ranks.
   virtual void all_reduce_sum(std::vector<at::Tensor>& tensors) = 0;
+  /// Starts an in-place elementwise sum over ranks of `tensor` and returns
+  /// at once where the backend runs collectives asynchronously (Gloo and
+  /// NCCL do): gradient buckets go out while backward still runs. `tensor`
+  /// must stay untouched until the returned collective is waited for. Ranks
+  /// must start their collectives in the same order.
+  virtual std::unique_ptr<PendingCollective> start_all_reduce_sum(at::Tensor tensor);
   /// In-place elementwise maximum over ranks.
   virtual void all_reduce_max(std::vector<at::Tensor>& tensors) = 0;
   /// In-place copy of `root`'s tensors to every rank.

@@ -1,7 +1,6 @@
 #pragma once
 
 #include <memory>
-#include <vector>
 
 #include <ATen/core/Tensor.h>
 
@@ -30,13 +29,12 @@ class NoGradientSync {
   GradientSync previous_;
 };
 
-/// Data-parallel training over a Communicator: replicas start equal and
-/// their gradients are averaged after backward, in buckets.
+/// The replicas of data-parallel training over a Communicator: they start
+/// equal, and BatchNorm's buffers can be made equal again. Their gradients
+/// are averaged by a BucketReducer.
 class DataParallel {
  public:
-  /// `bucket_bytes`: gradients are flattened into buckets of about this size,
-  /// so a model with many small tensors makes few collectives.
-  DataParallel(std::shared_ptr<Communicator> communicator, int64_t bucket_bytes);
+  explicit DataParallel(std::shared_ptr<Communicator> communicator);
 
   /// Copies rank 0's parameters and buffers to every rank.
   void broadcast_model(torch::nn::Module& model);
@@ -44,15 +42,8 @@ class DataParallel {
   /// the model has no buffers).
   void broadcast_buffers(torch::nn::Module& model);
 
-  /// Replaces the gradient of each of `params` by its mean over ranks (Gloo
-  /// has no AVG: a sum, then a division). A parameter without a gradient on
-  /// this rank counts as a zero gradient when another rank has one (see
-  /// agreed_gradients). `params`: the same tensors on every rank, each once.
-  void average_gradients(const std::vector<at::Tensor>& params);
-
  private:
   std::shared_ptr<Communicator> communicator_;
-  int64_t bucket_bytes_;
 };
 
 }  // namespace basin

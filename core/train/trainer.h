@@ -14,6 +14,7 @@
 
 namespace basin {
 
+class BucketReducer;
 class Callback;
 class Communicator;
 class DataParallel;
@@ -95,8 +96,11 @@ class Trainer {
   /// One optimizer step: the optimizer's own passes when it runs the closure
   /// itself (SAM), else one pass, the checks and the base step here.
   at::Tensor optimizer_step();
-  /// Averages gradients over ranks after a pass's last microbatch, as its request says.
-  void sync_gradients(GradientSync sync);
+  /// Before and after the backward of a pass's last microbatch: averages
+  /// its gradients over ranks as the pass's request says (not kNone), from
+  /// backward's hooks when the sync overlaps.
+  void prepare_gradient_sync(GradientSync sync);
+  void finish_gradient_sync(GradientSync sync);
   double current_lr() const;
   /// Ranks agree on stopping: a callback's request or a signal on any rank.
   void agree_on_stop();
@@ -111,7 +115,9 @@ class Trainer {
   bool shuffle_ = true;
   std::string parallel_mode_ = "none";
   int64_t bucket_bytes_ = 0;
+  bool overlap_ = true;  // gradient buckets start from backward's hooks
   std::unique_ptr<DataParallel> data_parallel_;
+  std::unique_ptr<BucketReducer> reducer_;  // data-parallel gradient sync, from AFTER_SHARDING on
   ShardedOptimizer* sharded_ = nullptr;  // the zero1 optimizer, when there is one
   Loss loss_;
   std::unique_ptr<StepChecks> checks_;

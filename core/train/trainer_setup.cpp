@@ -16,6 +16,7 @@
 
 #include "basin/core/algorithm.h"
 #include "basin/core/callback.h"
+#include "basin/core/parallel/bucket_reducer.h"
 #include "basin/core/parallel/communicator.h"
 #include "basin/core/parallel/data_parallel.h"
 #include "basin/core/parallel/rendezvous.h"
@@ -90,6 +91,7 @@ void Trainer::build(const Json& config, std::vector<std::shared_ptr<Callback>> c
   const auto timeout = std::chrono::milliseconds(
       static_cast<int64_t>(1000 * parallel.positive("timeout_seconds", 300)));
   bucket_bytes_ = static_cast<int64_t>(parallel.positive("bucket_mb", 25) * (1 << 20));
+  overlap_ = parallel.boolean("overlap", true);
   parallel.finish();
   if (!communicator && parallel_mode_ != "none" && in_multi_process_job()) {
     communicator = connect_job(read_job_environment(), timeout, state_.device.is_cuda());
@@ -155,8 +157,10 @@ void Trainer::build(const Json& config, std::vector<std::shared_ptr<Callback>> c
   state_.forward = [model = model_.get()](const at::Tensor& inputs) { return model->forward(inputs); };
   state_.optimizer = make_optimizer(optimizer, *model_);
   loss_ = loss;
-  closure_ = std::make_unique<TrainingClosure>(state_, *engine_, *model_, loss, microbatches_,
-                                               [this](GradientSync sync) { sync_gradients(sync); });
+  closure_ = std::make_unique<TrainingClosure>(
+      state_, *engine_, *model_, loss, microbatches_,
+      TrainingClosure::Sync{[this](GradientSync sync) { prepare_gradient_sync(sync); },
+                            [this](GradientSync sync) { finish_gradient_sync(sync); }});
 
   for (std::size_t i = 0; i < schedulers.size(); ++i) {
     Params entry(schedulers[i], "schedulers[" + std::to_string(i) + "]");
@@ -185,6 +189,13 @@ void Trainer::build(const Json& config, std::vector<std::shared_ptr<Callback>> c
   engine_->run(Event::INIT);
   wrap_for_distribution(optimizer);
   engine_->run(Event::AFTER_SHARDING);
+  if (data_parallel_) {
+    // Over the parameters the optimizer steps, as the algorithms left it.
+    BucketReducer::Options options;
+    options.bucket_bytes = bucket_bytes_;
+    options.overlap = overlap_;
+    reducer_ = std::make_unique<BucketReducer>(state_.communicator, unique_parameters(*state_.optimizer), options);
+  }
   // An optimizer that runs its own passes (SAM) calls the trainer's checks itself.
   if (auto* pass_aware = dynamic_cast<PassAwareOptimizer*>(state_.optimizer.get())) {
     pass_aware->add_pass_hooks(checks_->pass_hooks(state_, sharded_));
@@ -207,7 +218,7 @@ void Trainer::build(const Json& config, std::vector<std::shared_ptr<Callback>> c
 
 void Trainer::wrap_for_distribution(Params& optimizer_config) {
   if (!state_.communicator) return;
-  data_parallel_ = std::make_unique<DataParallel>(state_.communicator, bucket_bytes_);
+  data_parallel_ = std::make_unique<DataParallel>(state_.communicator);
   data_parallel_->broadcast_model(*model_);  // replicas start from rank 0's weights and buffers
   if (parallel_mode_ != "zero1") return;
   const std::string name = optimizer_config.string("name");
@@ -223,20 +234,20 @@ void Trainer::wrap_for_distribution(Params& optimizer_config) {
   state_.optimizer = sharded;
 }
 
-void Trainer::sync_gradients(GradientSync sync) {
-  if (!data_parallel_) return;  // one process: nothing to sync
-  switch (sync) {
-    case GradientSync::kNone:
-      return;
-    case GradientSync::kWhereStepped:
-      if (sharded_ != nullptr) {
-        sharded_->reduce_gradients_to_owners();
-        return;
-      }
-      [[fallthrough]];
-    case GradientSync::kEverywhere:
-      data_parallel_->average_gradients(unique_parameters(*state_.optimizer));
+// Under zero1 the gradients go where they are stepped: to their owners,
+// after backward; every other sync is the reducer's all-reduce.
+void Trainer::prepare_gradient_sync(GradientSync sync) {
+  if (!reducer_ || (sync == GradientSync::kWhereStepped && sharded_ != nullptr)) return;
+  reducer_->prepare_for_backward();
+}
+
+void Trainer::finish_gradient_sync(GradientSync sync) {
+  if (!reducer_) return;  // one process: nothing to sync
+  if (sync == GradientSync::kWhereStepped && sharded_ != nullptr) {
+    sharded_->reduce_gradients_to_owners();
+    return;
   }
+  reducer_->finish_backward();
 }
 
 }  // namespace basin

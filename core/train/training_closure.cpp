@@ -65,11 +65,13 @@ at::Tensor TrainingClosure::operator()() {
     total += state_.loss.detach();
     if (!request.backward) continue;
     engine_.run(Event::BEFORE_BACKWARD);
+    // Microbatches accumulate locally; ranks sync once, as the pass asks, in the last one's backward.
+    const bool syncs = i + 1 == inputs.size() && request.sync != GradientSync::kNone;
+    if (syncs && sync_.prepare) sync_.prepare(request.sync);
     (state_.scaler ? state_.scaler->scale(state_.loss) : state_.loss).backward();
+    if (syncs && sync_.finish) sync_.finish(request.sync);
     engine_.run(Event::AFTER_BACKWARD);
   }
-  // Microbatches accumulate locally; ranks sync once, as the pass asks.
-  if (request.backward && sync_) sync_(request.sync);
   pass_loss_ = total;
   return request.per_sample_losses ? at::cat(sample_losses) : total;
 }

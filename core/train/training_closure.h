@@ -19,11 +19,18 @@ class Model;
 /// per-microbatch events. Each microbatch carries its share of the pass's
 /// mean loss, so k microbatches give the gradient of one batch of all their
 /// samples. Under a grad scaler the backward runs on the scaled loss, in
-/// every pass. After the last backward the ranks' gradients are synced once,
-/// as the request says (GradientSync), through `sync`.
+/// every pass. The ranks' gradients are synced once, by the last
+/// microbatch's backward, as the request says (GradientSync), through
+/// `sync`: so AFTER_BACKWARD sees them synced then, as after PyTorch DDP's
+/// backward, and rank-local after the earlier microbatches.
 class TrainingClosure {
  public:
-  using Sync = std::function<void(GradientSync)>;
+  /// `prepare` runs before the backward that syncs (the sync may start
+  /// inside it), `finish` right after it; a kNone pass calls neither.
+  struct Sync {
+    std::function<void(GradientSync)> prepare;
+    std::function<void(GradientSync)> finish;
+  };
 
   TrainingClosure(State& state, Engine& engine, Model& model, Loss loss, int64_t microbatches, Sync sync);
 

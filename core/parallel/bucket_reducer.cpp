@@ -1,0 +1,202 @@
+#include "basin/core/parallel/bucket_reducer.h"
+
+#include <algorithm>
+#include <stdexcept>
+
+#include <ATen/ATen.h>
+#include <torch/csrc/autograd/function.h>
+#include <torch/csrc/autograd/function_hook.h>
+#include <torch/csrc/autograd/variable.h>
+
+#include "basin/core/parallel/communicator.h"
+
+namespace basin {
+
+/// Runs after a parameter's gradient accumulator: its gradient is final for this backward.
+class BucketReducer::ReadyHook : public torch::autograd::FunctionPostHook {
+ public:
+  ReadyHook(BucketReducer& reducer, std::size_t index) : reducer_(reducer), index_(index) {}
+  torch::autograd::variable_list operator()(const torch::autograd::variable_list& outputs,
+                                            const torch::autograd::variable_list& /*inputs*/) override {
+    reducer_.mark_ready(index_);
+    return outputs;
+  }
+
+ private:
+  BucketReducer& reducer_;
+  std::size_t index_;
+};
+
+BucketReducer::BucketReducer(std::shared_ptr<Communicator> communicator, std::vector<at::Tensor> params,
+                             Options options)
+    : communicator_(std::move(communicator)), params_(std::move(params)), options_(options) {
+  if (params_.empty() || communicator_->world_size() == 1) return;  // nothing to average
+  std::vector<std::size_t> reversed(params_.size());
+  for (std::size_t i = 0; i < reversed.size(); ++i) reversed[i] = reversed.size() - 1 - i;
+  lay_out(reversed);
+  if (!options_.overlap) return;
+  for (std::size_t i = 0; i < params_.size(); ++i) {
+    // A parameter frozen now has no accumulator: its bucket waits for finish_backward().
+    if (!params_[i].requires_grad()) continue;
+    auto accumulator = torch::autograd::impl::grad_accumulator(params_[i]);
+    hook_keys_.push_back(accumulator->add_post_hook(std::make_unique<ReadyHook>(*this, i)));
+    accumulators_.push_back(std::move(accumulator));
+  }
+}
+
+BucketReducer::~BucketReducer() {
+  for (std::size_t i = 0; i < accumulators_.size(); ++i) accumulators_[i]->del_post_hook(hook_keys_[i]);
+}
+
+void BucketReducer::lay_out(const std::vector<std::size_t>& order) {
+  // One open bucket per dtype and device; the first of each is the small one.
+  struct Kind {
+    at::ScalarType dtype;
+    c10::Device device;
+    std::size_t open_bucket = 0;
+    int64_t bytes = 0;
+    int64_t buckets = 0;
+    bool open = false;
+  };
+  std::vector<Kind> kinds;
+  std::vector<std::vector<std::size_t>> groups;
+  for (const std::size_t index : order) {
+    const at::Tensor& param = params_[index];
+    auto kind = std::find_if(kinds.begin(), kinds.end(), [&](const Kind& k) {
+      return k.dtype == param.scalar_type() && k.device == param.device();
+    });
+    if (kind == kinds.end()) kind = kinds.insert(kinds.end(), Kind{param.scalar_type(), param.device()});
+    if (!kind->open) {
+      *kind = Kind{kind->dtype, kind->device, groups.size(), 0, kind->buckets + 1, true};
+      groups.emplace_back();
+    }
+    groups[kind->open_bucket].push_back(index);
+    kind->bytes += param.numel() * static_cast<int64_t>(param.element_size());
+    const int64_t limit =
+        kind->buckets == 1 ? std::min(options_.first_bucket_bytes, options_.bucket_bytes) : options_.bucket_bytes;
+    if (kind->bytes >= limit) kind->open = false;
+  }
+
+  buckets_.clear();
+  buckets_.resize(groups.size());
+  bucket_of_.assign(params_.size(), 0);
+  for (std::size_t b = 0; b < groups.size(); ++b) {
+    Bucket& bucket = buckets_[b];
+    bucket.members = groups[b];
+    int64_t numel = 0;
+    for (const std::size_t index : bucket.members) {
+      bucket_of_[index] = b;
+      bucket.offsets.push_back(numel);
+      numel += params_[index].numel();
+    }
+    if (b + 1 == groups.size()) numel += static_cast<int64_t>(params_.size());  // the flags
+    bucket.flat = at::empty({numel}, params_[bucket.members.front()].options().requires_grad(false));
+    bucket.pending = static_cast<int64_t>(bucket.members.size());
+  }
+  ready_.assign(params_.size(), false);
+  next_bucket_ = 0;
+}
+
+void BucketReducer::prepare_for_backward() {
+  if (buckets_.empty()) return;
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (armed_) throw std::logic_error("BucketReducer: prepare_for_backward() twice without finish_backward()");
+  armed_ = true;
+  started_during_backward_ = 0;
+}
+
+void BucketReducer::mark_ready(std::size_t index) {
+  std::unique_lock<std::mutex> lock(mutex_);
+  if (!armed_ || ready_[index]) return;  // a backward that does not sync, or a second call
+  ready_[index] = true;
+  if (!rebuilt_) arrival_.push_back(index);
+  if (--buckets_[bucket_of_[index]].pending == 0) start_ready_buckets(lock);
+}
+
+void BucketReducer::start_ready_buckets(std::unique_lock<std::mutex>& /*held*/) {
+  while (next_bucket_ < buckets_.size() && buckets_[next_bucket_].pending == 0) {
+    start(buckets_[next_bucket_++]);
+    ++started_during_backward_;
+  }
+}
+
+void BucketReducer::start(Bucket& bucket) {
+  at::NoGradGuard no_grad;
+  for (std::size_t k = 0; k < bucket.members.size(); ++k) {
+    const at::Tensor& param = params_[bucket.members[k]];
+    at::Tensor slot = bucket.flat.narrow(0, bucket.offsets[k], param.numel());
+    // No gradient here: a zero, unless no rank has one (the flags say).
+    if (param.grad().defined()) {
+      slot.view(param.sizes()).copy_(param.grad());
+    } else {
+      slot.zero_();
+    }
+  }
+  if (&bucket == &buckets_.back()) {
+    // Every other bucket has started: which gradients exist here is known.
+    std::vector<float> defined(params_.size());
+    for (std::size_t i = 0; i < params_.size(); ++i) defined[i] = params_[i].grad().defined() ? 1.0f : 0.0f;
+    const int64_t n = static_cast<int64_t>(params_.size());
+    bucket.flat.narrow(0, bucket.flat.numel() - n, n).copy_(at::tensor(at::ArrayRef<float>(defined)));
+  }
+  bucket.in_flight = communicator_->start_all_reduce_sum(bucket.flat);
+}
+
+void BucketReducer::finish_backward() {
+  if (buckets_.empty()) return;
+  std::unique_lock<std::mutex> lock(mutex_);
+  const bool synced_from_hooks = armed_;
+  armed_ = false;
+  while (next_bucket_ < buckets_.size()) start(buckets_[next_bucket_++]);
+  lock.unlock();
+  for (auto& bucket : buckets_) {
+    bucket.in_flight->wait();
+    bucket.in_flight.reset();
+  }
+
+  const Bucket& last = buckets_.back();
+  const int64_t n = static_cast<int64_t>(params_.size());
+  const at::Tensor anywhere = last.flat.narrow(0, last.flat.numel() - n, n).to(at::kCPU, at::kFloat).contiguous();
+  const float* flags = anywhere.data_ptr<float>();
+  const double world = static_cast<double>(communicator_->world_size());
+  at::NoGradGuard no_grad;
+  for (auto& bucket : buckets_) {
+    bucket.flat.div_(world);  // Gloo has no AVG: a sum, then a division
+    for (std::size_t k = 0; k < bucket.members.size(); ++k) {
+      const std::size_t index = bucket.members[k];
+      if (flags[index] <= 0) continue;  // no rank has a gradient: it stays as it is
+      at::Tensor param = params_[index];
+      if (!param.grad().defined()) param.mutable_grad() = at::empty_like(param);
+      param.mutable_grad().copy_(bucket.flat.narrow(0, bucket.offsets[k], param.numel()).view(param.sizes()));
+    }
+    bucket.pending = static_cast<int64_t>(bucket.members.size());
+  }
+  std::fill(ready_.begin(), ready_.end(), false);
+  next_bucket_ = 0;
+  if (synced_from_hooks && !rebuilt_) rebuild_from_arrival_order();
+}
+
+void BucketReducer::rebuild_from_arrival_order() {
+  rebuilt_ = true;
+  std::vector<int64_t> order(arrival_.begin(), arrival_.end());
+  std::vector<bool> seen(params_.size(), false);
+  for (const std::size_t index : arrival_) seen[index] = true;
+  for (std::size_t i = params_.size(); i-- > 0;) {
+    if (!seen[i]) order.push_back(static_cast<int64_t>(i));
+  }
+  arrival_.clear();
+  // On the parameters' device: NCCL takes CUDA tensors only.
+  std::vector<at::Tensor> agreed{at::tensor(order, at::kLong).to(params_.front().device())};
+  communicator_->broadcast(agreed, 0);
+  const at::Tensor on_host = agreed.front().cpu();
+  const int64_t* values = on_host.data_ptr<int64_t>();
+  lay_out(std::vector<std::size_t>(values, values + on_host.numel()));
+}
+
+std::vector<std::vector<std::size_t>> BucketReducer::buckets() const {
+  std::vector<std::vector<std::size_t>> out;
+  for (const auto& bucket : buckets_) out.push_back(bucket.members);
+  return out;
+}
+
+}  // namespace basin

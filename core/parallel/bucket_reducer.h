@@ -1,0 +1,105 @@
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include <ATen/core/Tensor.h>
+
+namespace torch::autograd { struct Node; }
+
+namespace basin {
+
+class Communicator;
+class PendingCollective;
+
+/// Averages gradients over ranks in buckets, as PyTorch DDP's Reducer does:
+/// a hook on each parameter's gradient accumulator marks the gradient ready
+/// as backward produces it, and a bucket's all-reduce starts as soon as all
+/// of its gradients are ready, while backward goes on computing the rest.
+///
+/// Buckets follow the order gradients arrive in: at first the reverse of the
+/// parameters' order (a model's last layers finish backward first), the
+/// first bucket small so that communication starts early; after the first
+/// synced backward, the order rank 0 saw (broadcast, so that every rank
+/// starts the same buckets in the same order, as collectives must). A
+/// bucket holds one dtype on one device. Buckets start strictly in order.
+///
+/// A parameter with no gradient on this rank (unused in this backward, or
+/// used on other ranks only) counts as a zero gradient when another rank has
+/// one; one that no rank has a gradient for keeps none. Which is which rides
+/// in the last bucket (one flag per parameter), so that no extra collective
+/// runs.
+///
+/// Gradients are replaced by their means in finish_backward(), when every
+/// bucket has arrived: until then they hold this rank's own values.
+class BucketReducer {
+ public:
+  struct Options {
+    /// Bytes a bucket holds, about (a tensor is never split).
+    int64_t bucket_bytes = 25 << 20;
+    /// The first bucket of each dtype and device: small, so that the first
+    /// all-reduce starts early in backward (PyTorch DDP's 1 MiB).
+    int64_t first_bucket_bytes = 1 << 20;
+    /// Start buckets from backward's hooks. False: every bucket starts in
+    /// finish_backward() (the same buckets and sums, without overlap).
+    bool overlap = true;
+  };
+
+  /// `params`: the same tensors on every rank, each once.
+  BucketReducer(std::shared_ptr<Communicator> communicator, std::vector<at::Tensor> params, Options options);
+  ~BucketReducer();
+  BucketReducer(const BucketReducer&) = delete;
+  BucketReducer& operator=(const BucketReducer&) = delete;
+
+  /// The next backward is to be synced: its hooks start buckets (a backward
+  /// run without this call, such as an earlier microbatch's, is rank-local).
+  void prepare_for_backward();
+  /// After that backward: starts the buckets its hooks did not, waits for
+  /// all, and replaces each gradient by its mean over ranks. Also works
+  /// without prepare_for_backward() (everything starts here).
+  void finish_backward();
+
+  const std::vector<at::Tensor>& parameters() const { return params_; }
+  /// Each bucket's parameters (indices into parameters()), in start order.
+  std::vector<std::vector<std::size_t>> buckets() const;
+  /// Buckets the last synced backward started from its hooks, before it ended.
+  int64_t started_during_backward() const { return started_during_backward_; }
+
+ private:
+  struct Bucket {
+    std::vector<std::size_t> members;
+    std::vector<int64_t> offsets;  // of each member in `flat`
+    at::Tensor flat;               // the members' gradients; the last bucket adds one flag per parameter
+    int64_t pending = 0;           // members not ready yet in this backward
+    std::unique_ptr<PendingCollective> in_flight;
+  };
+
+  class ReadyHook;
+
+  void lay_out(const std::vector<std::size_t>& order);
+  void mark_ready(std::size_t index);
+  void start_ready_buckets(std::unique_lock<std::mutex>& lock);
+  void start(Bucket& bucket);
+  /// Every rank takes rank 0's arrival order of the first synced backward.
+  void rebuild_from_arrival_order();
+
+  std::shared_ptr<Communicator> communicator_;
+  std::vector<at::Tensor> params_;
+  Options options_;
+  std::vector<std::shared_ptr<torch::autograd::Node>> accumulators_;  // kept alive: autograd holds them weakly
+  std::vector<uintptr_t> hook_keys_;
+
+  std::mutex mutex_;  // hooks may run on autograd's device threads
+  std::vector<Bucket> buckets_;
+  std::vector<std::size_t> bucket_of_;  // parameter -> bucket
+  std::vector<bool> ready_;
+  std::vector<std::size_t> arrival_;  // parameters in the order the first synced backward produced them
+  std::size_t next_bucket_ = 0;
+  bool armed_ = false;
+  bool rebuilt_ = false;
+  int64_t started_during_backward_ = 0;
+};
+
+}  // namespace basin
