@@ -32,10 +32,11 @@ RATIOS = (
 PEER_ENV = dict(os.environ, GLIBC_TUNABLES="glibc.malloc.mmap_threshold=33554432:glibc.malloc.trim_threshold=1073741824")
 
 
-def run(command):
+def run(command, prefix="peer "):
+    """The median step time and LibTorch version of the first output line starting with `prefix`."""
     out = subprocess.run(command, check=True, capture_output=True, text=True, env=PEER_ENV).stdout
-    line = next(l for l in out.splitlines() if l.startswith("peer "))
-    fields = dict(f.split("=", 1) for f in line.split()[1:])
+    line = next(l for l in out.splitlines() if l.startswith(prefix))
+    fields = dict(f.split("=", 1) for f in line[len(prefix):].split())
     return float(fields["median_ms"]), fields["torch"]
 
 

@@ -9,22 +9,26 @@
 #     (basin-bench-distributed under basin-run);
 #   - with --peers, basin against the Python SAMs on the same LibTorch
 #     (bench/peers.sh: builds against PyPI's torch and installs
-#     pytorch-optimizer there, so it needs PyPI).
+#     pytorch-optimizer there, so it needs PyPI);
+#   - with --ddp-peers, basin's data-parallel step against PyTorch DDP's at
+#     2 and 4 ranks (bench/ddp_peers.sh; Debian's python3-torch; about half
+#     an hour on 2 cores).
 # Every ratio is measured side by side in one run (interleaved pairs).
 #
-#   bash bench/run_all.sh [--smoke] [--peers] [--out FILE]
+#   bash bench/run_all.sh [--smoke] [--peers] [--ddp-peers] [--out FILE]
 #
 # --smoke: a few pairs, two ranks at most, into build/benchmarks-smoke.md
 # unless --out says otherwise (the tests run it, so the runner cannot rot).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-smoke=0 peers=0 out=""
+smoke=0 peers=0 ddp_peers=0 out=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --smoke) smoke=1 ;;
     --peers) peers=1 ;;
+    --ddp-peers) ddp_peers=1 ;;
     --out) out=$2; shift ;;
-    *) echo "run_all.sh: unknown argument '$1' (expected --smoke, --peers or --out FILE)" >&2; exit 2 ;;
+    *) echo "run_all.sh: unknown argument '$1' (expected --smoke, --peers, --ddp-peers or --out FILE)" >&2; exit 2 ;;
   esac
   shift
 done
@@ -80,6 +84,9 @@ distributed() {
 section "Bytes and time per step by parallel mode (ranks: $ranks)" distributed
 if [ $peers = 1 ]; then
   section "basin against the Python SAMs (same LibTorch)" bash bench/peers.sh
+fi
+if [ $ddp_peers = 1 ]; then
+  section "basin's data parallel against PyTorch DDP (same LibTorch, Gloo)" bash bench/ddp_peers.sh "$build_dir"
 fi
 mv "$tmp" "$out"
 trap - EXIT

@@ -10,13 +10,21 @@
 //       optimizer_sgd, optimizer_sam  LibTorch SGD or SAMOptimizer over it,
 //                                 stepped with a closure on a fixed batch, as
 //                                 the Python peers do
-// model: mlp (784-256-10) or cnn (the examples' small CNN); SGD lr 0.01,
-// momentum 0.9; SAM rho 0.05. malloc keeps freed memory for reuse, as in
-// basin-train (examples/memory_reuse.h). Prints one line:
+// model: mlp (784-256-10), mlp1024 (784-1024-1024-10), mlp2048
+// (784-2048-2048-10), cnn (the examples' small CNN) or resnet (the
+// examples' resnet, width 16, blocks [1, 1, 1]); SGD lr 0.01, momentum 0.9;
+// SAM rho 0.05. malloc keeps freed memory for reuse, as in basin-train
+// (examples/memory_reuse.h). Prints one line:
 //   peer impl=... model=... batch=... threads=... median_ms=... min_ms=... steps=... torch=...
+//
+// Data parallel (bench/ddp_peers.sh): run under basin-run with --parallel
+// ddp, the trainer impls only; --batch is per rank, --sync-ascent picks
+// SAM's synced ascent (rank-local by default), --overlap 0 the gradient
+// sync after backward. Every rank prints its line.
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <iostream>
 
 #include <ATen/ATen.h>
@@ -40,9 +48,17 @@ double milliseconds(Clock::time_point a, Clock::time_point b) {
 }
 
 basin::Json model_config(const std::string& model) {
-  return model == "mlp" ? basin::Json::parse(R"({"name": "mlp", "hidden": [256]})")
-                        : basin::Json::parse(R"({"name": "cnn"})");
+  if (model == "mlp") return basin::Json::parse(R"({"name": "mlp", "hidden": [256]})");
+  if (model == "mlp1024") return basin::Json::parse(R"({"name": "mlp", "hidden": [1024, 1024]})");
+  if (model == "mlp2048") return basin::Json::parse(R"({"name": "mlp", "hidden": [2048, 2048]})");
+  return {{"name", model}};
 }
+
+struct Parallel {
+  std::string mode = "none";
+  bool sync_ascent = false;
+  bool overlap = true;
+};
 
 // Times every step from BATCH_START to BATCH_END.
 class StepTimer : public basin::Callback {
@@ -59,21 +75,24 @@ class StepTimer : public basin::Callback {
   Clock::time_point start_;
 };
 
-std::vector<double> time_trainer(bool sam, const std::string& model, int64_t batch, int64_t steps, int threads) {
+std::vector<double> time_trainer(bool sam, const std::string& model, int64_t batch, int64_t steps, int threads,
+                                 const Parallel& parallel) {
+  const int64_t world = std::getenv("WORLD_SIZE") != nullptr ? std::atoll(std::getenv("WORLD_SIZE")) : 1;
   basin::Json config = {{"seed", 0},
                         {"threads", threads},
                         {"max_steps", steps},
                         {"log_every", 1000000},
                         {"data",
                          {{"name", "synthetic"},
-                          {"train_size", batch * steps},
+                          {"train_size", batch * steps * world},
                           {"test_size", 1},
                           {"input_shape", {1, 28, 28}},
                           {"num_classes", 10},
                           {"batch_size", batch}}},
                         {"model", model_config(model)},
                         {"optimizer", {{"name", "sgd"}, {"lr", 0.01}, {"momentum", 0.9}}}};
-  if (sam) config["algorithms"] = {{"sam", {{"rho", 0.05}}}};
+  if (sam) config["algorithms"] = {{"sam", {{"rho", 0.05}, {"sync_ascent", parallel.sync_ascent}}}};
+  if (parallel.mode != "none") config["parallel"] = {{"mode", parallel.mode}, {"overlap", parallel.overlap}};
   auto timer = std::make_shared<StepTimer>();
   basin::Trainer trainer(config, {timer});
   trainer.fit();
@@ -117,16 +136,24 @@ int main(int argc, char** argv) {
   int64_t batch = 128, steps = 30, warmup = 3;
   int threads = 1;
   app.add_option("--impl", impl)->check(CLI::IsMember({"trainer_sgd", "trainer_sam", "optimizer_sgd", "optimizer_sam"}));
-  app.add_option("--model", model)->check(CLI::IsMember({"mlp", "cnn"}));
+  app.add_option("--model", model)->check(CLI::IsMember({"mlp", "mlp1024", "mlp2048", "cnn", "resnet"}));
   app.add_option("--batch", batch)->check(CLI::PositiveNumber);
   app.add_option("--steps", steps)->check(CLI::PositiveNumber);
   app.add_option("--warmup", warmup)->check(CLI::NonNegativeNumber);
   app.add_option("--threads", threads)->check(CLI::PositiveNumber);
+  Parallel parallel;
+  app.add_option("--parallel", parallel.mode)->check(CLI::IsMember({"none", "ddp"}));
+  app.add_option("--sync-ascent", parallel.sync_ascent);
+  app.add_option("--overlap", parallel.overlap);
   CLI11_PARSE(app, argc, argv);
+  if (parallel.mode != "none" && impl.rfind("trainer", 0) != 0) {
+    std::cerr << "--parallel needs a trainer impl (trainer_sgd, trainer_sam), not " << impl << std::endl;
+    return 2;
+  }
 
   at::set_num_threads(threads);
   const bool sam = impl.find("sam") != std::string::npos;
-  std::vector<double> ms = impl.rfind("trainer", 0) == 0 ? time_trainer(sam, model, batch, warmup + steps, threads)
+  std::vector<double> ms = impl.rfind("trainer", 0) == 0 ? time_trainer(sam, model, batch, warmup + steps, threads, parallel)
                                                           : time_optimizer(sam, model, batch, warmup + steps);
   ms.erase(ms.begin(), ms.begin() + warmup);  // first steps allocate state and buffers
   std::vector<double> sorted = ms;

@@ -1,0 +1,150 @@
+#!/usr/bin/env python3
+"""PyTorch DDP's training step, the peer of basin's data-parallel step
+(bench/ddp_peers.py runs both side by side). One rank of a job started by
+basin-run or torchrun (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT), over
+Gloo, on Debian's python3-torch: the LibTorch basin builds against.
+
+  basin-run --nproc 2 -- python3 bench/ddp_peer.py --model mlp1024 --algorithm sam_local --batch 128
+
+algorithm: sgd; sam_local (the ascent's backward under no_sync(): the
+           paper's m-sharpness, no communication); sam_synced (both passes
+           synced). SAM as most PyTorch users run it: e = rho g / ||g||,
+           w + e, descent, w - e, base step.
+model:     layer-for-layer copies of basin's registered models (mlp1024,
+           mlp2048, resnet); SGD lr 0.01, momentum 0.9; rho 0.05.
+DDP runs with its defaults (25 MiB buckets, a 1 MiB first one, buckets
+rebuilt after the first step) except broadcast_buffers=False: basin syncs
+BatchNorm's buffers before evaluation, not at every forward.
+
+Rank 0 prints one line, timed as basin's step timer times its steps:
+  peer impl=pytorch_ddp_<algorithm> model=... batch=... threads=... median_ms=... min_ms=... steps=... torch=...
+"""
+
+import argparse
+import contextlib
+import statistics
+import time
+import warnings
+
+warnings.filterwarnings("ignore", message=".*Failed to initialize NumPy.*")
+
+import torch  # noqa: E402
+import torch.distributed as dist  # noqa: E402
+import torch.nn as nn  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+from torch.nn.parallel import DistributedDataParallel  # noqa: E402
+
+LR, MOMENTUM, RHO = 0.01, 0.9, 0.05
+
+
+class BasicBlock(nn.Module):
+    """basin's resnet block: conv-BN-ReLU-conv-BN plus the shortcut."""
+
+    def __init__(self, cin, cout, stride):
+        super().__init__()
+        self.conv1 = nn.Conv2d(cin, cout, 3, stride, 1, bias=False)
+        self.bn1 = nn.BatchNorm2d(cout)
+        self.conv2 = nn.Conv2d(cout, cout, 3, 1, 1, bias=False)
+        self.bn2 = nn.BatchNorm2d(cout)
+        self.shortcut = None
+        if stride != 1 or cin != cout:
+            self.shortcut = nn.Sequential(nn.Conv2d(cin, cout, 1, stride, bias=False), nn.BatchNorm2d(cout))
+
+    def forward(self, x):
+        y = F.relu(self.bn1(self.conv1(x)))
+        y = self.bn2(self.conv2(y))
+        return F.relu(y + (self.shortcut(x) if self.shortcut is not None else x))
+
+
+class SmallResNet(nn.Module):
+    """basin's resnet: width 16, blocks [1, 1, 1], on 1x28x28 inputs."""
+
+    def __init__(self, width=16, blocks=(1, 1, 1), classes=10):
+        super().__init__()
+        self.stem = nn.Conv2d(1, width, 3, 1, 1, bias=False)
+        self.stem_bn = nn.BatchNorm2d(width)
+        layers, cin = [], width
+        for stage, count in enumerate(blocks):
+            cout = width << stage
+            for b in range(count):
+                layers.append(BasicBlock(cin, cout, 2 if stage > 0 and b == 0 else 1))
+                cin = cout
+        self.blocks = nn.Sequential(*layers)
+        self.fc = nn.Linear(cin, classes)
+
+    def forward(self, x):
+        x = self.blocks(F.relu(self.stem_bn(self.stem(x))))
+        return self.fc(F.adaptive_avg_pool2d(x, 1).flatten(1))
+
+
+def make_model(name):
+    if name in ("mlp1024", "mlp2048"):
+        width = int(name[3:])
+        return nn.Sequential(nn.Flatten(), nn.Linear(784, width), nn.ReLU(), nn.Linear(width, width), nn.ReLU(),
+                             nn.Linear(width, 10))
+    if name == "resnet":
+        return SmallResNet()
+    raise ValueError(f"unknown model {name!r}")
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model", default="mlp1024")
+    parser.add_argument("--algorithm", choices=("sgd", "sam_local", "sam_synced"), default="sgd")
+    parser.add_argument("--batch", type=int, default=128, help="per rank")
+    parser.add_argument("--steps", type=int, default=30)
+    parser.add_argument("--warmup", type=int, default=3)
+    parser.add_argument("--threads", type=int, default=1)
+    args = parser.parse_args()
+
+    torch.set_num_threads(args.threads)
+    dist.init_process_group("gloo")
+    rank = dist.get_rank()
+    torch.manual_seed(0)
+    model = DistributedDataParallel(make_model(args.model), broadcast_buffers=False)
+    params = [p for p in model.parameters() if p.requires_grad]
+    optimizer = torch.optim.SGD(params, lr=LR, momentum=MOMENTUM)
+    generator = torch.Generator().manual_seed(rank)
+    batches = [(torch.randn(args.batch, 1, 28, 28, generator=generator),
+                torch.randint(0, 10, (args.batch,), generator=generator)) for _ in range(4)]
+
+    def sgd_step(x, y):
+        optimizer.zero_grad()
+        F.cross_entropy(model(x), y).backward()
+        optimizer.step()
+
+    def sam_step(x, y, synced):
+        optimizer.zero_grad()
+        with contextlib.nullcontext() if synced else model.no_sync():
+            F.cross_entropy(model(x), y).backward()
+        with torch.no_grad():
+            norm = torch.norm(torch.stack([p.grad.norm(2) for p in params]), 2)
+            scale = RHO / (norm + 1e-12)
+            perturbation = [p.grad * scale for p in params]
+            for p, e in zip(params, perturbation):
+                p.add_(e)
+        optimizer.zero_grad()
+        F.cross_entropy(model(x), y).backward()
+        with torch.no_grad():
+            for p, e in zip(params, perturbation):
+                p.sub_(e)
+        optimizer.step()
+
+    step = {"sgd": sgd_step, "sam_local": lambda x, y: sam_step(x, y, False),
+            "sam_synced": lambda x, y: sam_step(x, y, True)}[args.algorithm]
+    times = []
+    for i in range(args.warmup + args.steps):
+        x, y = batches[i % len(batches)]
+        start = time.perf_counter()
+        step(x, y)
+        times.append((time.perf_counter() - start) * 1e3)
+    times = times[args.warmup:]
+    if rank == 0:
+        print(f"peer impl=pytorch_ddp_{args.algorithm} model={args.model} batch={args.batch} threads={args.threads} "
+              f"median_ms={statistics.median(times):.4f} min_ms={min(times):.4f} steps={len(times)} "
+              f"torch={torch.__version__}", flush=True)
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
