@@ -119,7 +119,8 @@ TEST(BucketReducerTest, MicrobatchesSyncOnceWithTheAccumulatedGradients) {
     }
     reducer.finish_backward();
     EXPECT_EQ(communicator->started.load(), static_cast<int64_t>(reducer.buckets().size()));
-    for (std::size_t i = 0; i < params.size(); ++i) EXPECT_TRUE(at::equal(params[i].grad(), (g0[i] + g1[i]) / 2.0)) << i;
+    for (std::size_t i = 0; i < params.size(); ++i)
+      EXPECT_TRUE(at::equal(params[i].grad(), (g0[i] + g1[i]) / 2.0)) << i;
   });
 }
 
@@ -158,73 +159,95 @@ TEST(BucketReducerTest, AParameterUsedOnOneRankCountsAsZeroAndOneUsedNowhereStay
 
 // Parameters listed in the reverse of their use arrive in their list order:
 // after the first synced backward, buckets follow that arrival, so each
-// starts as soon as backward has produced it.
+// starts as soon as backward has produced it; without overlap alike.
 TEST(BucketReducerTest, BucketsAreRebuiltInTheOrderGradientsArrive) {
-  test::run_ranks(2, [&](int rank, std::shared_ptr<Communicator> communicator) {
-    auto forward_order = mlp_parameters();
-    // Listed last layer first: [w3, b3, w2, b2, w1, b1].
-    std::vector<at::Tensor> params{forward_order[4], forward_order[5], forward_order[2],
-                                   forward_order[3], forward_order[0], forward_order[1]};
-    BucketReducer reducer(communicator, params, tiny_buckets(true));
-    EXPECT_EQ(reducer.buckets().front(), std::vector<std::size_t>{5});  // at first: the reverse of the list
-    for (int step = 0; step < 2; ++step) {
-      reducer.prepare_for_backward();
-      mlp_loss(forward_order, rank, step).backward();
-      reducer.finish_backward();
-      for (auto& p : params) p.mutable_grad().zero_();
-    }
-    const auto buckets = reducer.buckets();
-    ASSERT_EQ(buckets.size(), 6u);
-    // w3 and b3 arrive first, w1 and b1 last (in some order within a layer).
-    EXPECT_LE(std::max(buckets[0][0], buckets[1][0]), 1u);
-    EXPECT_GE(std::min(buckets[4][0], buckets[5][0]), 4u);
-  });
+  for (const bool overlap : {true, false}) {
+    test::run_ranks(2, [&](int rank, std::shared_ptr<Communicator> communicator) {
+      auto forward_order = mlp_parameters();
+      // Listed last layer first: [w3, b3, w2, b2, w1, b1].
+      std::vector<at::Tensor> params{forward_order[4], forward_order[5], forward_order[2],
+                                     forward_order[3], forward_order[0], forward_order[1]};
+      BucketReducer reducer(communicator, params, tiny_buckets(overlap));
+      EXPECT_EQ(reducer.buckets().front(), std::vector<std::size_t>{5});  // at first: the reverse of the list
+      for (int step = 0; step < 2; ++step) {
+        reducer.prepare_for_backward();
+        mlp_loss(forward_order, rank, step).backward();
+        reducer.finish_backward();
+        for (auto& p : params) p.mutable_grad().zero_();
+      }
+      const auto buckets = reducer.buckets();
+      ASSERT_EQ(buckets.size(), 6u);
+      // w3 and b3 arrive first, w1 and b1 last (in some order within a layer).
+      EXPECT_LE(std::max(buckets[0][0], buckets[1][0]), 1u) << "overlap " << overlap;
+      EXPECT_GE(std::min(buckets[4][0], buckets[5][0]), 4u) << "overlap " << overlap;
+    });
+  }
 }
 
 // Through the trainer: overlapped DDP trains exactly as the sync after
-// backward does (two ranks: bit for bit), for SGD with microbatches and
-// for SAM with a rank-local and a synced ascent, many buckets each.
+// backward does, bit for bit on 2 and 3 ranks (the same buckets, so the same
+// sums), for SGD with microbatches and for SAM with a rank-local and a
+// synced ascent, many buckets each.
 TEST(BucketReducerTest, OverlappedDataParallelTrainsAsTheSyncAfterBackward) {
-  for (const std::string algorithms : {"{}", R"({"sam": {"sync_ascent": false}})", R"({"sam": {"sync_ascent": true}})"}) {
+  const std::vector<std::pair<int, std::string>> cases{
+      {2, "{}"}, {2, R"({"sam": {"sync_ascent": false}})"}, {2, R"({"sam": {"sync_ascent": true}})"},
+      {3, "{}"}, {3, R"({"sam": {"sync_ascent": false}})"}, {3, R"({"sam": {"sync_ascent": true}})"}};
+  for (const auto& [world, algorithms] : cases) {
     auto train = [&](bool overlap) {
       Json config = test::smoke_config();
       config["max_steps"] = 4;
       config["data"]["microbatches"] = 2;
       config["algorithms"] = Json::parse(algorithms);
       config["parallel"] = {{"mode", "ddp"}, {"timeout_seconds", 60}, {"bucket_mb", 1e-7}, {"overlap", overlap}};
-      std::vector<std::vector<at::Tensor>> weights(2);
-      test::run_ranks(2, [&](int rank, std::shared_ptr<Communicator> communicator) {
+      std::vector<std::vector<at::Tensor>> weights(static_cast<std::size_t>(world));
+      test::run_ranks(world, [&](int rank, std::shared_ptr<Communicator> communicator) {
         Trainer trainer(config, {}, {}, communicator);
         trainer.fit();
-        for (const auto& p : trainer.model().parameters()) weights[static_cast<std::size_t>(rank)].push_back(p.detach().clone());
+        for (const auto& p : trainer.model().parameters())
+          weights[static_cast<std::size_t>(rank)].push_back(p.detach().clone());
       });
       return weights;
     };
     const auto overlapped = train(true), after = train(false);
     for (std::size_t i = 0; i < after[0].size(); ++i) {
-      EXPECT_TRUE(at::equal(overlapped[0][i], after[0][i])) << algorithms << ", tensor " << i;
-      EXPECT_TRUE(at::equal(overlapped[0][i], overlapped[1][i])) << algorithms << ", tensor " << i;
+      EXPECT_TRUE(at::equal(overlapped[0][i], after[0][i])) << world << " ranks, " << algorithms << ", tensor " << i;
+      for (int rank = 1; rank < world; ++rank) {
+        EXPECT_TRUE(at::equal(overlapped[0][i], overlapped[static_cast<std::size_t>(rank)][i]))
+            << world << " ranks, " << algorithms << ", tensor " << i;
+      }
     }
   }
 }
 
 // A rank-local ascent starts no all-reduce in its backward; a synced one
-// and every descent start each bucket once.
-TEST(BucketReducerTest, ARankLocalAscentCommunicatesNothing) {
+// and every descent start each bucket once, and through the trainer too
+// some start before backward has reached the first layer's weight (its
+// gradient comes last).
+TEST(BucketReducerTest, ARankLocalAscentCommunicatesNothingAndSyncedPassesOverlap) {
   class PassCounter : public Callback {
    public:
     explicit PassCounter(CountingCommunicator& c) : communicator_(c) {}
     std::string name() const override { return "pass_counter"; }
-    bool on_before_backward(const State&, Logger&) override { return before_ = communicator_.started.load(), false; }
-    bool on_after_backward(const State& state, Logger&) override {
-      (state.pass == Pass::kAscent ? ascent : descent).push_back(communicator_.started.load() - before_);
+    bool on_before_backward(const State& state, Logger&) override {
+      before_ = communicator_.started.load();
+      first_weight_ = state.model->parameters().front();
+      hook_ = first_weight_.register_hook([this](const at::Tensor&) { at_first_weight_ = communicator_.started.load(); });
       return false;
     }
-    std::vector<int64_t> ascent, descent;
+    bool on_after_backward(const State& state, Logger&) override {
+      first_weight_.remove_hook(hook_);
+      const bool ascent = state.pass == Pass::kAscent;
+      (ascent ? this->ascent : descent).push_back(communicator_.started.load() - before_);
+      (ascent ? ascent_in_backward : descent_in_backward).push_back(at_first_weight_ - before_);
+      return false;
+    }
+    std::vector<int64_t> ascent, descent, ascent_in_backward, descent_in_backward;
 
    private:
     CountingCommunicator& communicator_;
-    int64_t before_ = 0;
+    at::Tensor first_weight_;
+    unsigned hook_ = 0;
+    int64_t before_ = 0, at_first_weight_ = 0;
   };
   for (const bool synced : {false, true}) {
     Json config = test::smoke_config();
@@ -239,6 +262,10 @@ TEST(BucketReducerTest, ARankLocalAscentCommunicatesNothing) {
       const int64_t buckets = static_cast<int64_t>(trainer.model().parameters().size());  // one tensor each
       EXPECT_EQ(counter->ascent, std::vector<int64_t>(2, synced ? buckets : 0));
       EXPECT_EQ(counter->descent, std::vector<int64_t>(2, buckets));
+      for (std::size_t step = 0; step < 2; ++step) {
+        EXPECT_GE(counter->descent_in_backward[step], 1) << "step " << step;
+        EXPECT_EQ(counter->ascent_in_backward[step] >= 1, synced) << "step " << step;
+      }
     });
   }
 }

@@ -34,7 +34,7 @@ BucketReducer::BucketReducer(std::shared_ptr<Communicator> communicator, std::ve
   std::vector<std::size_t> reversed(params_.size());
   for (std::size_t i = 0; i < reversed.size(); ++i) reversed[i] = reversed.size() - 1 - i;
   lay_out(reversed);
-  if (!options_.overlap) return;
+  // Hooks also without overlap: they record the arrival order, so that both ways share their buckets.
   for (std::size_t i = 0; i < params_.size(); ++i) {
     // A parameter frozen now has no accumulator: its bucket waits for finish_backward().
     if (!params_[i].requires_grad()) continue;
@@ -90,7 +90,7 @@ void BucketReducer::lay_out(const std::vector<std::size_t>& order) {
       numel += params_[index].numel();
     }
     if (b + 1 == groups.size()) numel += static_cast<int64_t>(params_.size());  // the flags
-    bucket.flat = at::empty({numel}, params_[bucket.members.front()].options().requires_grad(false));
+    bucket.numel = numel;  // its buffer comes with its first start: a pass that never syncs holds none
     bucket.pending = static_cast<int64_t>(bucket.members.size());
   }
   ready_.assign(params_.size(), false);
@@ -110,18 +110,22 @@ void BucketReducer::mark_ready(std::size_t index) {
   if (!armed_ || ready_[index]) return;  // a backward that does not sync, or a second call
   ready_[index] = true;
   if (!rebuilt_) arrival_.push_back(index);
-  if (--buckets_[bucket_of_[index]].pending == 0) start_ready_buckets(lock);
+  if (--buckets_[bucket_of_[index]].pending == 0 && options_.overlap) start_ready_buckets(lock);
 }
 
 void BucketReducer::start_ready_buckets(std::unique_lock<std::mutex>& /*held*/) {
   while (next_bucket_ < buckets_.size() && buckets_[next_bucket_].pending == 0) {
-    start(buckets_[next_bucket_++]);
+    start(buckets_[next_bucket_]);
+    ++next_bucket_;
     ++started_during_backward_;
   }
 }
 
 void BucketReducer::start(Bucket& bucket) {
   at::NoGradGuard no_grad;
+  if (!bucket.flat.defined()) {
+    bucket.flat = at::empty({bucket.numel}, params_[bucket.members.front()].options().requires_grad(false));
+  }
   for (std::size_t k = 0; k < bucket.members.size(); ++k) {
     const at::Tensor& param = params_[bucket.members[k]];
     at::Tensor slot = bucket.flat.narrow(0, bucket.offsets[k], param.numel());
@@ -145,9 +149,12 @@ void BucketReducer::start(Bucket& bucket) {
 void BucketReducer::finish_backward() {
   if (buckets_.empty()) return;
   std::unique_lock<std::mutex> lock(mutex_);
-  const bool synced_from_hooks = armed_;
+  const bool prepared = armed_;
   armed_ = false;
-  while (next_bucket_ < buckets_.size()) start(buckets_[next_bucket_++]);
+  while (next_bucket_ < buckets_.size()) {
+    start(buckets_[next_bucket_]);
+    ++next_bucket_;
+  }
   lock.unlock();
   for (auto& bucket : buckets_) {
     bucket.in_flight->wait();
@@ -156,7 +163,8 @@ void BucketReducer::finish_backward() {
 
   const Bucket& last = buckets_.back();
   const int64_t n = static_cast<int64_t>(params_.size());
-  const at::Tensor anywhere = last.flat.narrow(0, last.flat.numel() - n, n).to(at::kCPU, at::kFloat).contiguous();
+  // A copy: the division below must not reach the flags.
+  const at::Tensor anywhere = last.flat.narrow(0, last.flat.numel() - n, n).to(at::kCPU, at::kFloat).clone();
   const float* flags = anywhere.data_ptr<float>();
   const double world = static_cast<double>(communicator_->world_size());
   at::NoGradGuard no_grad;
@@ -173,7 +181,7 @@ void BucketReducer::finish_backward() {
   }
   std::fill(ready_.begin(), ready_.end(), false);
   next_bucket_ = 0;
-  if (synced_from_hooks && !rebuilt_) rebuild_from_arrival_order();
+  if (prepared && !rebuilt_ && !hook_keys_.empty()) rebuild_from_arrival_order();
 }
 
 void BucketReducer::rebuild_from_arrival_order() {

@@ -43,7 +43,8 @@ class BucketReducer {
     /// all-reduce starts early in backward (PyTorch DDP's 1 MiB).
     int64_t first_bucket_bytes = 1 << 20;
     /// Start buckets from backward's hooks. False: every bucket starts in
-    /// finish_backward() (the same buckets and sums, without overlap).
+    /// finish_backward() (the same buckets, rebuilt alike, and the same
+    /// sums, without overlap).
     bool overlap = true;
   };
 
@@ -71,6 +72,7 @@ class BucketReducer {
   struct Bucket {
     std::vector<std::size_t> members;
     std::vector<int64_t> offsets;  // of each member in `flat`
+    int64_t numel = 0;
     at::Tensor flat;               // the members' gradients; the last bucket adds one flag per parameter
     int64_t pending = 0;           // members not ready yet in this backward
     std::unique_ptr<PendingCollective> in_flight;

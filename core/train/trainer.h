@@ -101,6 +101,8 @@ class Trainer {
   /// backward's hooks when the sync overlaps.
   void prepare_gradient_sync(GradientSync sync);
   void finish_gradient_sync(GradientSync sync);
+  /// The reducer over the parameters the optimizer holds now.
+  BucketReducer& reducer();
   double current_lr() const;
   /// Ranks agree on stopping: a callback's request or a signal on any rank.
   void agree_on_stop();
@@ -117,7 +119,7 @@ class Trainer {
   int64_t bucket_bytes_ = 0;
   bool overlap_ = true;  // gradient buckets start from backward's hooks
   std::unique_ptr<DataParallel> data_parallel_;
-  std::unique_ptr<BucketReducer> reducer_;  // data-parallel gradient sync, from AFTER_SHARDING on
+  std::unique_ptr<BucketReducer> reducer_;  // data-parallel gradient sync, built at the first all-reduce
   ShardedOptimizer* sharded_ = nullptr;  // the zero1 optimizer, when there is one
   Loss loss_;
   std::unique_ptr<StepChecks> checks_;

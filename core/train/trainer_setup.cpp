@@ -4,6 +4,7 @@
 // before any training.
 #include "basin/core/train/trainer.h"
 
+#include <algorithm>
 #include <chrono>
 #include <mutex>
 #include <optional>
@@ -189,13 +190,6 @@ void Trainer::build(const Json& config, std::vector<std::shared_ptr<Callback>> c
   engine_->run(Event::INIT);
   wrap_for_distribution(optimizer);
   engine_->run(Event::AFTER_SHARDING);
-  if (data_parallel_) {
-    // Over the parameters the optimizer steps, as the algorithms left it.
-    BucketReducer::Options options;
-    options.bucket_bytes = bucket_bytes_;
-    options.overlap = overlap_;
-    reducer_ = std::make_unique<BucketReducer>(state_.communicator, unique_parameters(*state_.optimizer), options);
-  }
   // An optimizer that runs its own passes (SAM) calls the trainer's checks itself.
   if (auto* pass_aware = dynamic_cast<PassAwareOptimizer*>(state_.optimizer.get())) {
     pass_aware->add_pass_hooks(checks_->pass_hooks(state_, sharded_));
@@ -234,20 +228,37 @@ void Trainer::wrap_for_distribution(Params& optimizer_config) {
   state_.optimizer = sharded;
 }
 
+BucketReducer& Trainer::reducer() {
+  // Over the parameters the optimizer steps now (the same on every rank):
+  // built at the first all-reduce, so a zero1 run that never needs one holds
+  // no buckets, and again when they change (a group added).
+  std::vector<at::Tensor> params = unique_parameters(*state_.optimizer);
+  const bool same = reducer_ && reducer_->parameters().size() == params.size() &&
+                    std::equal(params.begin(), params.end(), reducer_->parameters().begin(),
+                               [](const at::Tensor& a, const at::Tensor& b) { return a.is_same(b); });
+  if (!same) {
+    BucketReducer::Options options;
+    options.bucket_bytes = bucket_bytes_;
+    options.overlap = overlap_;
+    reducer_ = std::make_unique<BucketReducer>(state_.communicator, std::move(params), options);
+  }
+  return *reducer_;
+}
+
 // Under zero1 the gradients go where they are stepped: to their owners,
 // after backward; every other sync is the reducer's all-reduce.
 void Trainer::prepare_gradient_sync(GradientSync sync) {
-  if (!reducer_ || (sync == GradientSync::kWhereStepped && sharded_ != nullptr)) return;
-  reducer_->prepare_for_backward();
+  if (!data_parallel_ || (sync == GradientSync::kWhereStepped && sharded_ != nullptr)) return;
+  reducer().prepare_for_backward();
 }
 
 void Trainer::finish_gradient_sync(GradientSync sync) {
-  if (!reducer_) return;  // one process: nothing to sync
+  if (!data_parallel_) return;  // one process: nothing to sync
   if (sync == GradientSync::kWhereStepped && sharded_ != nullptr) {
     sharded_->reduce_gradients_to_owners();
     return;
   }
-  reducer_->finish_backward();
+  reducer_->finish_backward();  // prepare_gradient_sync built it
 }
 
 }  // namespace basin
