@@ -10,9 +10,12 @@
 //     (/proc/net/dev; all ranks share it, so it is their total over N): what
 //     Gloo's own algorithms really send, TCP headers included
 //   - peak bytes held during training above what was held before it
+//   - bytes each rank holds after training of gradients, of optimizer state
+//     and of SAM's backup (the most and the fewest over ranks)
 //   - median step time
 // Threads per rank: BASIN_BENCH_THREADS (default 1).
 
+#include <array>
 #include <cstdlib>
 #include <fstream>
 #include <sstream>
@@ -22,10 +25,14 @@
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 #include <fmt/format.h>
+#include <torch/optim/sgd.h>
 
+#include "basin/algorithms/sam/sam_optimizer.h"
 #include "basin/core/callback.h"
+#include "basin/core/parallel/sharded_optimizer.h"
 #include "basin/core/parallel/communicator.h"
 #include "basin/core/parallel/rendezvous.h"
+#include "basin/core/train/model.h"
 #include "basin/core/train/trainer.h"
 #include "tracking_allocator.h"
 
@@ -80,7 +87,31 @@ struct Result {
   double peak_max = 0;    // over ranks
   double peak_min = 0;
   double step_ms = 0;
+  // Held after training, by this rank, then the most and fewest over ranks.
+  std::array<double, 3> held{};      // gradients, optimizer state, SAM's backup
+  std::array<double, 3> held_max{};
+  std::array<double, 3> held_min{};
 };
+
+double bytes_of(const at::Tensor& t) { return t.defined() ? static_cast<double>(t.numel() * t.element_size()) : 0; }
+
+// Gradients, optimizer state and SAM's backup this rank holds now.
+std::array<double, 3> held_bytes(basin::Trainer& trainer) {
+  std::array<double, 3> held{};
+  for (const auto& p : trainer.model().parameters()) held[0] += bytes_of(p.grad());
+  torch::optim::Optimizer* stepping = trainer.state().optimizer.get();
+  if (auto* sam = dynamic_cast<basin::SAMOptimizer*>(stepping)) {
+    for (const auto& b : sam->perturbed_buffers()) held[2] += bytes_of(b);
+    stepping = &sam->base();
+  }
+  if (auto* sharded = dynamic_cast<basin::ShardedOptimizer*>(stepping)) stepping = &sharded->local();
+  for (const auto& [key, state] : stepping->state()) {  // SGD's momentum: the benchmark's optimizer
+    if (const auto* sgd = dynamic_cast<const torch::optim::SGDParamState*>(state.get())) {
+      held[1] += bytes_of(sgd->momentum_buffer());
+    }
+  }
+  return held;
+}
 
 Result measure(const Mode& mode, int threads, const std::shared_ptr<basin::Communicator>& job) {
   constexpr int64_t kSteps = 12;
@@ -114,14 +145,20 @@ Result measure(const Mode& mode, int threads, const std::shared_ptr<basin::Commu
   r.peak_bytes = static_cast<double>(tracker.peak() - held_before);
   timer->seconds.erase(timer->seconds.begin());  // the first step allocates state
   r.step_ms = timer->median() * 1e3;
-  r.peak_max = r.peak_min = r.peak_bytes;
-  if (communicator != nullptr) {
-    // Every rank's peak to every rank: one slot each in a summed vector.
-    std::vector<at::Tensor> peaks{at::zeros({communicator->world_size()}, at::kDouble)};
-    peaks.front()[communicator->rank()] = r.peak_bytes;
-    communicator->all_reduce_sum(peaks);
-    r.peak_max = peaks.front().max().item<double>();
-    r.peak_min = peaks.front().min().item<double>();
+  r.held = held_bytes(trainer);
+  // Every rank's figures to every rank: one slot each in a summed matrix.
+  const int ranks = communicator != nullptr ? communicator->world_size() : 1;
+  std::vector<at::Tensor> figures{at::zeros({4, ranks}, at::kDouble)};
+  const int me = communicator != nullptr ? communicator->rank() : 0;
+  figures.front()[0][me] = r.peak_bytes;
+  for (int k = 0; k < 3; ++k) figures.front()[k + 1][me] = r.held[static_cast<std::size_t>(k)];
+  if (communicator != nullptr) communicator->all_reduce_sum(figures);
+  const at::Tensor most = std::get<0>(figures.front().max(1)), fewest = std::get<0>(figures.front().min(1));
+  r.peak_max = most[0].item<double>();
+  r.peak_min = fewest[0].item<double>();
+  for (int k = 0; k < 3; ++k) {
+    r.held_max[static_cast<std::size_t>(k)] = most[k + 1].item<double>();
+    r.held_min[static_cast<std::size_t>(k)] = fewest[k + 1].item<double>();
   }
   return r;
 }
@@ -156,6 +193,16 @@ int main() {
                r.bytes_per_step, baseline > 0 ? r.bytes_per_step / baseline : 0.0, r.wire_bytes_per_step,
                wire_baseline > 0 ? r.wire_bytes_per_step / wire_baseline : 0.0, r.peak_max / (1 << 20),
                r.peak_min / (1 << 20), r.step_ms);
+  }
+  fmt::print("\nheld per rank after training, MiB (max / min over ranks)\n");
+  fmt::print("{:<30} {:>17} {:>17} {:>17}\n", "mode", "gradients", "optimizer state", "SAM's backup");
+  for (const auto& mode : modes) {
+    const Result& r = results[mode.name];
+    fmt::print("{:<30}", mode.name);
+    for (std::size_t k = 0; k < 3; ++k) {
+      fmt::print(" {:>8.3f} / {:>6.3f}", r.held_max[k] / (1 << 20), r.held_min[k] / (1 << 20));
+    }
+    fmt::print("\n");
   }
   return 0;
 }

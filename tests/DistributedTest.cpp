@@ -157,21 +157,37 @@ TEST(DistributedTest, RankLocalAscentPerturbsWithEachRanksOwnGradient) {
   }
 }
 
-// Writes inf into a gradient at one step's ascent; added to one rank only.
-class InjectOverflowAtStep : public Algorithm {
+/// Makes one backward (of `pass` at `step`) produce inf in the first element
+/// of one parameter's gradient (`last`: the model's last parameter, else its
+/// first), from a hook on that gradient: the inf is in the gradient before
+/// the ranks sync it, as an overflow in backward is. Added to one rank only.
+class InjectOverflowInBackward : public Algorithm {
  public:
-  explicit InjectOverflowAtStep(int64_t step) : step_(step) {}
+  InjectOverflowInBackward(int64_t step, Pass pass, bool last) : step_(step), pass_(pass), last_(last) {}
   std::string name() const override { return "inject_overflow"; }
   bool match(Event event, const State& state) const override {
-    return event == Event::AFTER_BACKWARD && state.timestamp.step == step_ && state.pass == Pass::kAscent;
+    return (event == Event::BEFORE_BACKWARD || event == Event::AFTER_BACKWARD) && state.timestamp.step == step_ &&
+           state.pass == pass_;
   }
-  void apply(Event, State& state, Logger&) override {
-    at::NoGradGuard no_grad;
-    state.model->parameters().front().grad().view(-1)[0] = INFINITY;
+  void apply(Event event, State& state, Logger&) override {
+    if (event == Event::AFTER_BACKWARD) {
+      param_.remove_hook(hook_);
+      return;
+    }
+    param_ = last_ ? state.model->parameters().back() : state.model->parameters().front();
+    hook_ = param_.register_hook([](const at::Tensor& grad) {
+      at::Tensor overflowed = grad.clone();
+      overflowed.view(-1)[0] = INFINITY;
+      return overflowed;
+    });
   }
 
  private:
   int64_t step_;
+  Pass pass_;
+  bool last_;
+  at::Tensor param_;
+  unsigned hook_ = 0;
 };
 
 TEST(DistributedTest, OverflowOnOneRankSkipsTheStepOnEveryRank) {
@@ -181,7 +197,7 @@ TEST(DistributedTest, OverflowOnOneRankSkipsTheStepOnEveryRank) {
   std::vector<Weights> weights(2);
   test::run_ranks(2, [&](int rank, std::shared_ptr<Communicator> communicator) {
     Trainer trainer(config, {}, {}, communicator);
-    if (rank == 1) trainer.engine().add_algorithm(std::make_shared<InjectOverflowAtStep>(2));
+    if (rank == 1) trainer.engine().add_algorithm(std::make_shared<InjectOverflowInBackward>(2, Pass::kAscent, false));
     skipped[static_cast<std::size_t>(rank)] = trainer.fit().skipped_steps;
     weights[static_cast<std::size_t>(rank)] = weights_of(trainer);
   });
@@ -244,14 +260,12 @@ INSTANTIATE_TEST_SUITE_P(
 
 // Every SAM-family algorithm under ZeRO-1 follows its unsharded trajectory:
 // descent reductions (GSAM's) over shards, WSAM's decoupled step on each
-// owner's shard, moving averages on the synced ascent.
+// owner's shard, moving averages on the synced ascent, LookSAM's g_v
+// all-gathered from its owners, Momentum-SAM's perturbation from the owners
+// of the momentum.
 class VariantZeroOneTest : public ::testing::TestWithParam<std::pair<std::string, std::string>> {};
 
 TEST_P(VariantZeroOneTest, ZeroOneEqualsDataParallel) {
-  if (GetParam().first == "looksam" || GetParam().first == "momentum_sam") {
-    GTEST_SKIP() << GetParam().first << " refuses zero1 (its state would be sharded); "
-                 << "VariantsWithWholeModelStateRefuseZeroOne checks that";
-  }
   Json config = sam_config("{}", "ddp");
   config["algorithms"] = Json::object();
   config["algorithms"][GetParam().first] = Json::parse(GetParam().second);
@@ -309,20 +323,6 @@ TEST(DistributedTest, ATiedWeightIsClippedUnderZeroOneAsUnderDataParallel) {
   const auto sharded = train_on_ranks(2, config);
   EXPECT_LE(max_difference(sharded[0], replicated[0]), 1e-6);
   EXPECT_EQ(max_difference(sharded[0], sharded[1]), 0.0);
-}
-
-TEST(DistributedTest, VariantsWithWholeModelStateRefuseZeroOne) {
-  for (const char* name : {"looksam", "momentum_sam"}) {
-    Json config = sam_config("{}", "zero1");
-    config["algorithms"] = Json::object();
-    config["algorithms"][name] = Json::object();
-    std::vector<std::string> messages(2);
-    test::run_ranks(2, [&](int rank, std::shared_ptr<Communicator> communicator) {
-      messages[static_cast<std::size_t>(rank)] = test::config_error_of([&] { Trainer(config, {}, {}, communicator); });
-    });
-    EXPECT_NE(messages[0].find(std::string(name) + " does not run under \"zero1\" yet"), std::string::npos)
-        << messages[0];
-  }
 }
 
 TEST(DistributedTest, VariantsThatNeedTheSyncedAscentRefuseARankLocalOne) {
@@ -479,26 +479,13 @@ TEST(DistributedTest, BatchNormBuffersFollowRankZero) {
   for (std::size_t i = 0; i < buffers[0].size(); ++i) EXPECT_TRUE(at::equal(buffers[0][i], buffers[1][i])) << i;
 }
 
-// Writes inf into a gradient at one step's descent; added to one rank only.
-class InjectDescentOverflow : public Algorithm {
- public:
-  std::string name() const override { return "inject_descent_overflow"; }
-  bool match(Event event, const State& state) const override {
-    return event == Event::AFTER_BACKWARD && state.timestamp.step == 2 && state.pass == Pass::kDescent;
-  }
-  void apply(Event, State& state, Logger&) override {
-    at::NoGradGuard no_grad;
-    state.model->parameters().back().grad().view(-1)[0] = INFINITY;
-  }
-};
-
 // Rank-local ascent under ZeRO-1 perturbs the parameters a rank does not own
 // in place; after a descent overflow only the owners' broadcast restores them.
 TEST(DistributedTest, ZeroOneRankLocalAscentAndDescentOverflowEqualDdp) {
   Json config = sam_config(R"({"rho": 0.05, "sync_ascent": false})", "ddp");
   config["callbacks"] = Json::parse(R"({"grad_scaler": {"init_scale": 256}})");
   auto inject_on_rank_one = [](int rank, Trainer& trainer) {
-    if (rank == 1) trainer.engine().add_algorithm(std::make_shared<InjectDescentOverflow>());
+    if (rank == 1) trainer.engine().add_algorithm(std::make_shared<InjectOverflowInBackward>(2, Pass::kDescent, true));
   };
   const auto replicated = train_on_ranks(2, config, inject_on_rank_one);
   config["parallel"]["mode"] = "zero1";

@@ -154,6 +154,7 @@ class OneRankShards : public ShardedParameters {
  public:
   bool owns(const at::Tensor&) const override { return true; }
   void broadcast_parameters() override {}
+  void broadcast_from_owners(const std::vector<at::Tensor>&, const std::vector<at::Tensor>&) override {}
   Communicator& communicator() override { return *communicator_; }
 
  private:

@@ -10,8 +10,10 @@
 // g_v and its norm are saved in checkpoints; a refresh whose descent
 // overflows (the step is skipped) is retried at the next step. Under
 // data-parallel training the ascent is synced ("sync_ascent" stays true): a
-// reuse step steps with it. ZeRO-1 is refused for now: each rank's descent
-// gradients are averaged for its own shard only. Cost: 1 + 1/k passes a
+// reuse step steps with it. Under ZeRO-1 a rank's descent gradients are
+// averaged for its own shard only: each owner computes g_v for its shard
+// (the sums over shards) and the owners all-gather it after a refresh, so
+// every rank (and rank 0's checkpoint) holds the whole g_v. Cost: 1 + 1/k passes a
 // step; one copy of the parameters and two of the gradients (g_v, and the
 // clean g kept for the refresh).
 #include <cmath>
@@ -22,6 +24,7 @@
 #include "basin/algorithms/sam/sam.h"
 #include "basin/algorithms/sam/sam_registry.h"
 #include "basin/core/parallel/grad_norm.h"
+#include "basin/core/parallel/sharded_optimizer.h"
 
 namespace basin {
 class LookSAM : public SAM {
@@ -60,8 +63,9 @@ class LookSAM : public SAM {
     return false;
   }
 
-  void adjust_descent(SAMOptimizer& /*step*/, std::vector<GroupView>& groups) override {
-    // g_v = g_s - (<g_s, g> / ||g||^2) g, over the whole model (never sharded: see prepare).
+  void adjust_descent(SAMOptimizer& step, std::vector<GroupView>& groups) override {
+    // g_v = g_s - (<g_s, g> / ||g||^2) g, over the whole model: each rank sums
+    // over what it owns (all of it unsharded), where its g_s is averaged.
     at::NoGradGuard no_grad;
     at::Device device = at::kCPU;  // the gradients', so that the sums can cross ranks (NCCL too)
     for (const auto& g : groups) {
@@ -71,37 +75,38 @@ class LookSAM : public SAM {
     for (const auto& g : groups) {
       for (std::size_t j = 0; j < g.params.size(); ++j) {
         const at::Tensor* clean = clean_.of(g.params[j]);
-        if (clean == nullptr) continue;
+        if (clean == nullptr || !step.owns(g.params[j])) continue;
         sums += at::stack(
             {(g.grads[j].to(at::kDouble) * clean->to(at::kDouble)).sum(), clean->to(at::kDouble).pow(2).sum()});
       }
     }
-    sums = sums.cpu();
+    sums = step.sum_over_shards(sums).cpu();
     const double dot = sums[0].item<double>(), clean_squares = sums[1].item<double>();
     const double along = clean_squares > 0 ? dot / clean_squares : 0;
-    at::Tensor orthogonal_squares = at::zeros({1}, at::TensorOptions(at::kDouble).device(device));
+    std::vector<at::Tensor> params, orthogonals;
     for (const auto& g : groups) {
       for (std::size_t j = 0; j < g.params.size(); ++j) {
         const at::Tensor* clean = clean_.of(g.params[j]);
         at::Tensor& orthogonal = orthogonal_.of(g.params[j]);
-        orthogonal = clean == nullptr ? at::Tensor() : g.grads[j] - *clean * along;
-        if (orthogonal.defined()) orthogonal_squares += orthogonal.to(at::kDouble).pow(2).sum();
+        if (clean == nullptr) {
+          orthogonal = at::Tensor();
+          continue;
+        }
+        // Another rank's shard: its owner's g_v arrives below.
+        orthogonal = step.owns(g.params[j]) ? g.grads[j] - *clean * along : at::empty_like(*clean);
+        params.push_back(g.params[j]);
+        orthogonals.push_back(orthogonal);
       }
     }
+    if (step.sharded() != nullptr) step.sharded()->broadcast_from_owners(params, orthogonals);
+    // The whole g_v is on every rank now, the same: its norm is too.
+    at::Tensor orthogonal_squares = at::zeros({1}, at::TensorOptions(at::kDouble).device(device));
+    for (const auto& orthogonal : orthogonals) orthogonal_squares += orthogonal.to(at::kDouble).pow(2).sum();
     orthogonal_norm_ = std::sqrt(orthogonal_squares.item<double>());
     refresh_pending_ = false;
   }
 
  protected:
-  void prepare(SAMOptimizer& step, const State& /*state*/) override {
-    if (step.sharded() != nullptr) {
-      // Under ZeRO-1 a rank's descent gradients are averaged for its own
-      // shard only, so g_v would be right on each owner alone, and a
-      // checkpoint (rank 0's) would hold wrong values for the other shards.
-      throw ConfigError("config key 'parallel.mode': looksam does not run under \"zero1\" yet (its stored g_v "
-                        "would be sharded); use \"ddp\"");
-    }
-  }
   std::string why_synced_ascent() const override {
     return "steps with the ascent gradient between refreshes, which must be the same on every rank";
   }

@@ -17,17 +17,30 @@
 // beyond the base's state is kept. The authors' fused SGD adds weight decay
 // to the gradient at the perturbed point; here the base optimizer adds it at
 // w, as for every SAM variant (a difference of rho * wd at most). Under
-// data-parallel training v is the same on every rank. ZeRO-1 is refused for
-// now: each rank holds its shard's momentum only, while every rank's pass
-// needs the whole perturbation. The paper calls the method MSAM; basin's
+// data-parallel training v is the same on every rank. Under ZeRO-1 each
+// rank holds its own shard's momentum: owners perturb their shards (the
+// norm over shards) and the others take w + e from them (one all-gather a
+// step). The paper calls the method MSAM; basin's
 // `msam` is m-sharpness SAM, another method.
 #include <ATen/ATen.h>
 
 #include "basin/algorithms/sam/sam.h"
 #include "basin/algorithms/sam/sam_registry.h"
 #include "basin/core/optimizer_state.h"
+#include "basin/core/parallel/sharded_optimizer.h"
 
 namespace basin {
+namespace {
+
+/// The optimizer that keeps the momentum: under ZeRO-1 the sharded one's
+/// local optimizer, which holds this rank's shard.
+torch::optim::Optimizer& momentum_keeper(SAMOptimizer& step) {
+  if (auto* sharded = dynamic_cast<ShardedOptimizer*>(&step.base())) return sharded->local();
+  return step.base();
+}
+
+}  // namespace
+
 class MomentumSAM : public SAM {
  public:
   explicit MomentumSAM(Params& params) : SAM(params, SAMDefaults().with_rho(0.3)) {
@@ -36,14 +49,15 @@ class MomentumSAM : public SAM {
   std::string name() const override { return "momentum_sam"; }
 
   bool ascent_pass() const override { return false; }
+  bool perturbs_on_owners() const override { return true; }
 
   std::vector<Perturbation> perturbation(SAMOptimizer& step, std::vector<GroupView>& groups) override {
     std::vector<Perturbation> result(groups.size());
     std::vector<at::Tensor> normed;
     for (std::size_t k = 0; k < groups.size(); ++k) {
       for (const auto& p : groups[k].params) {
-        at::Tensor v = first_moment(step.base(), p);
-        // A parameter not stepped yet has no momentum: it stays at w.
+        at::Tensor v = first_moment(momentum_keeper(step), p);
+        // A parameter not stepped yet, or another rank's under ZeRO-1, has no momentum here.
         if (!v.defined()) v = at::zeros_like(p);
         normed.push_back(v);
         result[k].directions.push_back(std::move(v));  // the live buffer: read before the base steps
@@ -58,11 +72,7 @@ class MomentumSAM : public SAM {
 
  protected:
   void prepare(SAMOptimizer& step, const State& /*state*/) override {
-    if (step.sharded() != nullptr) {
-      throw ConfigError("config key 'parallel.mode': momentum_sam does not run under \"zero1\" yet (each rank keeps "
-                        "its own shard's momentum, and every rank's pass needs the whole perturbation); use \"ddp\"");
-    }
-    const std::string why_not = why_no_first_moment(step.base());
+    const std::string why_not = why_no_first_moment(momentum_keeper(step));
     if (!why_not.empty()) {
       throw ConfigError("config key 'optimizer': momentum_sam perturbs along the optimizer's momentum, but " +
                         why_not + "; use SGD with momentum > 0, Adam or AdamW");

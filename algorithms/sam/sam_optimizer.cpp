@@ -90,13 +90,19 @@ void SAMOptimizer::scale_to_rho(std::vector<Perturbation>& perturbation, const s
                                 const std::vector<at::Tensor>& normed, const std::vector<at::Tensor>& params) {
   // Averaged gradients are the same on every rank: under ZeRO-1 each rank
   // norms its own shard and one all-reduce adds them up.
-  last_grad_norm_ = shards_ != nullptr && options_.sync_ascent ? global_norm_over_shards(normed, params, *shards_)
-                                                               : global_norm(normed);
+  const bool over_shards = shards_ != nullptr && (options_.sync_ascent || rule_->perturbs_on_owners());
+  last_grad_norm_ = over_shards ? global_norm_over_shards(normed, params, *shards_) : global_norm(normed);
   const double norm = last_grad_norm_.item<double>();
   if (norm == 0) return;
   for (std::size_t k = 0; k < groups.size(); ++k) {
     if (!groups[k].params.empty()) perturbation[k].scale = groups[k].get("rho") / (norm + options_.epsilon);
   }
+}
+
+void SAMOptimizer::move_to_perturbed(const std::vector<GroupView>& groups, const std::vector<Perturbation>& perturbation) {
+  swap_.move(groups, perturbation, [this](const at::Tensor& p) { return owns(p); });
+  // Each owner perturbed its own shard: the others take w + e from it.
+  if (shards_ != nullptr && rule_->perturbs_on_owners()) shards_->broadcast_parameters();
 }
 
 void SAMOptimizer::step_after_base(std::vector<StepAfterBase> steps) {
@@ -235,7 +241,7 @@ at::Tensor SAMOptimizer::one_pass_step(const LossClosure& closure) {
     {
       at::NoGradGuard no_grad;
       const auto perturbation = rule_->perturbation(*this, groups);
-      swap_.move(groups, perturbation, [this](const at::Tensor& p) { return owns(p); });
+      move_to_perturbed(groups, perturbation);
       for (const auto& p : perturbation) {
         if (p.scale != 0) {
           ++sam_steps_;  // at a perturbed point (Momentum-SAM's first step has no momentum yet)
@@ -336,7 +342,7 @@ bool SAMOptimizer::sam_part(const LossClosure& closure, at::Tensor& loss, bool& 
   try {
     {
       at::NoGradGuard no_grad;
-      swap_.move(groups, rule_->perturbation(*this, groups), [this](const at::Tensor& p) { return owns(p); });
+      move_to_perturbed(groups, rule_->perturbation(*this, groups));
     }
     PassRequest descent;
     if (plan_ != nullptr) descent.samples = plan_->descent_samples(*this, ascent_losses, closure);

@@ -142,8 +142,9 @@ class SAMOptimizer : public torch::optim::Optimizer, public PassAwareOptimizer, 
   /// under ZeRO-1; `partial` itself otherwise. Collective under ZeRO-1.
   at::Tensor sum_over_shards(const at::Tensor& partial);
   /// Sets each group's scale to rho / (||normed|| + epsilon), the norm taken
-  /// over every group (over shards when the ascent is synced under ZeRO-1:
-  /// one all-reduce); `params` are the parameters of `normed`, in order.
+  /// over every group (over shards under ZeRO-1 when the ascent is synced or
+  /// the rule perturbs on owners: one all-reduce); `params` are the
+  /// parameters of `normed`, in order.
   /// A zero norm leaves every scale 0: no direction to climb, no NaN.
   void scale_to_rho(std::vector<Perturbation>& perturbation, const std::vector<GroupView>& groups,
                     const std::vector<at::Tensor>& normed, const std::vector<at::Tensor>& params);
@@ -165,6 +166,9 @@ class SAMOptimizer : public torch::optim::Optimizer, public PassAwareOptimizer, 
  private:
   at::Tensor run_pass(Pass pass, const LossClosure& closure, PassRequest request = {});
   bool gradients_finite(Pass pass);
+  /// w <- w + e: owned parameters by storage swap, the others in place (or
+  /// from their owners, for a rule that perturbs on owners).
+  void move_to_perturbed(const std::vector<GroupView>& groups, const std::vector<Perturbation>& perturbation);
   void base_step();
   void skip_step();
   at::Tensor plain_step(const LossClosure& closure);

@@ -59,6 +59,11 @@ class SAMRule {
   /// (gradients synced, BatchNorm statistics updated), restores w and steps
   /// the base with those gradients.
   virtual bool ascent_pass() const { return true; }
+  /// True for a rule whose e is known on the owners alone under sharding
+  /// (Momentum-SAM reads each shard's momentum on its owner): its
+  /// perturbation's norm is taken over shards, and the owners' perturbed
+  /// parameters are gathered to every rank before the pass runs.
+  virtual bool perturbs_on_owners() const { return false; }
 };
 
 }  // namespace basin

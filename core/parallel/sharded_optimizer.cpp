@@ -93,18 +93,26 @@ int64_t ShardedOptimizer::owned_numel() const {
 }
 
 void ShardedOptimizer::broadcast_parameters() {
+  std::vector<at::Tensor> values;
+  for (const auto& p : params_) values.push_back(p.detach());
+  broadcast_from_owners(params_, values);
+}
+
+void ShardedOptimizer::broadcast_from_owners(const std::vector<at::Tensor>& params,
+                                             const std::vector<at::Tensor>& values) {
   if (communicator_->world_size() == 1) return;
   at::NoGradGuard no_grad;
   for (int rank = 0; rank < communicator_->world_size(); ++rank) {
-    std::vector<at::Tensor> shard;
-    for (const auto& p : params_) {
-      if (owner(p) == rank) shard.push_back(p.detach());
+    // Per dtype (a flat buffer has one), each owner's values: one collective each.
+    std::map<at::ScalarType, std::vector<at::Tensor>> shard;
+    for (std::size_t i = 0; i < params.size(); ++i) {
+      if (owner(params[i]) == rank) shard[values[i].scalar_type()].push_back(values[i]);
     }
-    if (shard.empty()) continue;
-    // One flat buffer per owner: one collective, whatever the number of tensors.
-    std::vector<at::Tensor> flat{at::flatten_dense_tensors(shard)};
-    communicator_->broadcast(flat, rank);
-    copy_from_flat(flat.front(), shard);
+    for (auto& [dtype, tensors] : shard) {
+      std::vector<at::Tensor> flat{at::flatten_dense_tensors(tensors)};
+      communicator_->broadcast(flat, rank);
+      copy_from_flat(flat.front(), tensors);
+    }
   }
 }
 

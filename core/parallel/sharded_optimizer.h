@@ -22,6 +22,11 @@ class ShardedParameters {
   virtual bool owns(const at::Tensor& param) const = 0;
   /// Copies every parameter from its owner to all ranks.
   virtual void broadcast_parameters() = 0;
+  /// Copies each of `values` (one per tensor of `params`, any shape, the
+  /// same on every rank) from the rank that owns its parameter to all
+  /// ranks: what an owner computed for its shard (LookSAM's g_v), whole on
+  /// every rank. Collective.
+  virtual void broadcast_from_owners(const std::vector<at::Tensor>& params, const std::vector<at::Tensor>& values) = 0;
   virtual Communicator& communicator() = 0;
 };
 
@@ -63,6 +68,7 @@ class ShardedOptimizer : public torch::optim::Optimizer, public ShardedParameter
   bool owns(const at::Tensor& param) const override;
   int owner(const at::Tensor& param) const;
   void broadcast_parameters() override;
+  void broadcast_from_owners(const std::vector<at::Tensor>& params, const std::vector<at::Tensor>& values) override;
   Communicator& communicator() override { return *communicator_; }
 
   torch::optim::Optimizer& local() { return *local_; }
