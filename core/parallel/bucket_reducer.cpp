@@ -1,3 +1,5 @@
+// Data-parallel gradient sync as backward runs: hooks mark gradients ready,
+// ready buckets go out in order, finish_backward() brings the means back.
 #include "basin/core/parallel/bucket_reducer.h"
 
 #include <algorithm>
