@@ -90,14 +90,22 @@ TEST(BucketReducerTest, GradientsBecomeTheMeanOfTheRanksBitForBit) {
     test::run_ranks(2, [&](int rank, std::shared_ptr<Communicator> communicator) {
       auto params = mlp_parameters();
       BucketReducer reducer(communicator, params, tiny_buckets(overlap));
-      reducer.prepare_for_backward();
-      mlp_loss(params, rank, 0).backward();
-      reducer.finish_backward();
-      for (std::size_t i = 0; i < params.size(); ++i) {
-        EXPECT_TRUE(at::equal(params[i].grad(), (g0[i] + g1[i]) / 2.0)) << "overlap " << overlap << ", tensor " << i;
+      for (int step = 0; step < 2; ++step) {  // the second after the buckets' rebuild
+        for (auto& p : params) p.mutable_grad() = at::Tensor();
+        reducer.prepare_for_backward();
+        mlp_loss(params, rank, 0).backward();
+        reducer.finish_backward();
+        for (std::size_t i = 0; i < params.size(); ++i) {
+          EXPECT_TRUE(at::equal(params[i].grad(), (g0[i] + g1[i]) / 2.0))
+              << "overlap " << overlap << ", step " << step << ", tensor " << i;
+        }
+        // From hooks, every bucket went out before backward returned; without, none did.
+        EXPECT_EQ(reducer.started_during_backward(), overlap ? 6 : 0);
       }
-      // From hooks, every bucket went out before backward returned; without, none did.
-      EXPECT_EQ(reducer.started_during_backward(), overlap ? 6 : 0);
+      // DDP keeps its buffers: every gradient once more, and a flag per tensor.
+      int64_t bytes = 4 * static_cast<int64_t>(params.size());
+      for (const auto& p : params) bytes += p.numel() * 4;
+      EXPECT_EQ(reducer.buffer_bytes(), bytes);
     });
   }
 }
@@ -153,6 +161,76 @@ TEST(BucketReducerTest, AParameterUsedOnOneRankCountsAsZeroAndOneUsedNowhereStay
         ASSERT_TRUE(params[i].grad().defined()) << "step " << step << ", tensor " << i;
         EXPECT_TRUE(at::equal(params[i].grad(), (g0[i] + g1[i]) / 2.0)) << "step " << step << ", tensor " << i;
       }
+    }
+  });
+}
+
+// ZeRO-2: with owners, each rank ends with the means of the gradients it
+// owns (bit for bit at two ranks), none of the others', and no bucket
+// buffer; b1 (rank 0 uses it) counts as zero on rank 1 and b2 (no rank
+// uses it) keeps no gradient on its owner, before and after the rebuild.
+TEST(BucketReducerTest, ToOwnersEachRankKeepsTheMeansItOwnsAndNothingElse) {
+  auto gradients_of = [](int rank, const std::vector<bool>& uses) {
+    auto params = mlp_parameters();
+    mlp_loss(params, rank, 0, uses).backward();
+    std::vector<at::Tensor> grads;
+    for (const auto& p : params) grads.push_back(p.grad().defined() ? p.grad().clone() : at::zeros_like(p));
+    return grads;
+  };
+  const std::vector<std::vector<bool>> uses{{true, false, true}, {false, false, true}};
+  const auto g0 = gradients_of(0, uses[0]), g1 = gradients_of(1, uses[1]);
+  const std::vector<int> owners{0, 1, 1, 0, 0, 1};
+  for (const bool tiny : {true, false}) {
+    test::run_ranks(2, [&](int rank, std::shared_ptr<Communicator> communicator) {
+      auto params = mlp_parameters();
+      BucketReducer::Options options = tiny_buckets(true);
+      if (!tiny) options = BucketReducer::Options{};  // every tensor in the first bucket
+      options.owners = owners;
+      BucketReducer reducer(communicator, params, options);
+      for (int step = 0; step < 2; ++step) {
+        for (auto& p : params) p.mutable_grad() = at::Tensor();
+        reducer.prepare_for_backward();
+        mlp_loss(params, rank, 0, uses[static_cast<std::size_t>(rank)]).backward();
+        reducer.finish_backward();
+        EXPECT_EQ(reducer.buffer_bytes(), 0);
+        for (std::size_t i = 0; i < params.size(); ++i) {
+          const std::string where = "tiny " + std::to_string(tiny) + ", step " + std::to_string(step) +
+                                    ", rank " + std::to_string(rank) + ", tensor " + std::to_string(i);
+          if (owners[i] != rank || i == 3) {
+            EXPECT_FALSE(params[i].grad().defined()) << where;
+            continue;
+          }
+          ASSERT_TRUE(params[i].grad().defined()) << where;
+          EXPECT_TRUE(at::equal(params[i].grad(), (g0[i] + g1[i]) / 2.0)) << where;
+        }
+      }
+    });
+  }
+}
+
+// Three ranks, the ring's reduce-scatter: each owner's means match the
+// plain sum over ranks (to rounding: the ring adds in its own order).
+TEST(BucketReducerTest, ToOwnersOnThreeRanksMatchesTheSumOfEveryRanksGradients) {
+  const std::vector<std::vector<at::Tensor>> local{local_gradients(0), local_gradients(1), local_gradients(2)};
+  const std::vector<int> owners{2, 0, 1, 1, 0, 2};
+  test::run_ranks(3, [&](int rank, std::shared_ptr<Communicator> communicator) {
+    auto params = mlp_parameters();
+    BucketReducer::Options options = tiny_buckets(true);
+    options.bucket_bytes = 200;  // a few tensors a bucket, of several owners
+    options.owners = owners;
+    BucketReducer reducer(communicator, params, options);
+    reducer.prepare_for_backward();
+    mlp_loss(params, rank, 0).backward();
+    reducer.finish_backward();
+    EXPECT_EQ(reducer.started_during_backward(), static_cast<int64_t>(reducer.buckets().size()));
+    EXPECT_GT(reducer.buckets().size(), 1u);
+    for (std::size_t i = 0; i < params.size(); ++i) {
+      if (owners[i] != rank) {
+        EXPECT_FALSE(params[i].grad().defined()) << i;
+        continue;
+      }
+      const at::Tensor mean = (local[0][i] + local[1][i] + local[2][i]) / 3.0;
+      EXPECT_TRUE(at::allclose(params[i].grad(), mean, 1e-6, 1e-7)) << "rank " << rank << ", tensor " << i;
     }
   });
 }

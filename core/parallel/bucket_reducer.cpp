@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <stdexcept>
+#include <string>
 
 #include <ATen/ATen.h>
 #include <torch/csrc/autograd/function.h>
@@ -32,6 +33,10 @@ class BucketReducer::ReadyHook : public torch::autograd::FunctionPostHook {
 BucketReducer::BucketReducer(std::shared_ptr<Communicator> communicator, std::vector<at::Tensor> params,
                              Options options)
     : communicator_(std::move(communicator)), params_(std::move(params)), options_(options) {
+  if (!options_.owners.empty() && options_.owners.size() != params_.size()) {
+    throw std::invalid_argument("BucketReducer: " + std::to_string(options_.owners.size()) + " owners for " +
+                                std::to_string(params_.size()) + " parameters");
+  }
   if (params_.empty() || communicator_->world_size() == 1) return;  // nothing to average
   std::vector<std::size_t> reversed(params_.size());
   for (std::size_t i = 0; i < reversed.size(); ++i) reversed[i] = reversed.size() - 1 - i;
@@ -82,21 +87,41 @@ void BucketReducer::lay_out(const std::vector<std::size_t>& order) {
   buckets_.clear();
   buckets_.resize(groups.size());
   bucket_of_.assign(params_.size(), 0);
+  const std::size_t parts = to_owners() ? static_cast<std::size_t>(communicator_->world_size()) : 1;
   for (std::size_t b = 0; b < groups.size(); ++b) {
     Bucket& bucket = buckets_[b];
+    const bool last = b + 1 == groups.size();
+    // Each part's members together, so that a part is one slice of the buffer.
     bucket.members = groups[b];
+    std::stable_sort(bucket.members.begin(), bucket.members.end(),
+                     [this](std::size_t x, std::size_t y) { return part_of(x) < part_of(y); });
+    bucket.flagged.assign(last ? parts : 0, {});
+    for (std::size_t i = 0; last && i < params_.size(); ++i) bucket.flagged[part_of(i)].push_back(i);
     int64_t numel = 0;
-    for (const std::size_t index : bucket.members) {
-      bucket_of_[index] = b;
-      bucket.offsets.push_back(numel);
-      numel += params_[index].numel();
+    std::size_t k = 0;
+    for (std::size_t part = 0; part < parts; ++part) {
+      bucket.parts.push_back(numel);
+      for (; k < bucket.members.size() && part_of(bucket.members[k]) == part; ++k) {
+        bucket_of_[bucket.members[k]] = b;
+        bucket.offsets.push_back(numel);
+        numel += params_[bucket.members[k]].numel();
+      }
+      if (last) {
+        bucket.flag_offsets.push_back(numel);
+        numel += static_cast<int64_t>(bucket.flagged[part].size());
+      }
     }
-    if (b + 1 == groups.size()) numel += static_cast<int64_t>(params_.size());  // the flags
+    bucket.parts.push_back(numel);
     bucket.numel = numel;  // its buffer comes with its first start: a pass that never syncs holds none
     bucket.pending = static_cast<int64_t>(bucket.members.size());
   }
   ready_.assign(params_.size(), false);
+  had_gradient_.assign(params_.size(), false);
   next_bucket_ = 0;
+}
+
+std::size_t BucketReducer::part_of(std::size_t index) const {
+  return to_owners() ? static_cast<std::size_t>(options_.owners[index]) : 0;
 }
 
 void BucketReducer::prepare_for_backward() {
@@ -128,24 +153,36 @@ void BucketReducer::start(Bucket& bucket) {
   if (!bucket.flat.defined()) {
     bucket.flat = at::empty({bucket.numel}, params_[bucket.members.front()].options().requires_grad(false));
   }
+  const auto me = static_cast<std::size_t>(communicator_->rank());
   for (std::size_t k = 0; k < bucket.members.size(); ++k) {
-    const at::Tensor& param = params_[bucket.members[k]];
+    at::Tensor param = params_[bucket.members[k]];
     at::Tensor slot = bucket.flat.narrow(0, bucket.offsets[k], param.numel());
     // No gradient here: a zero, unless no rank has one (the flags say).
+    had_gradient_[bucket.members[k]] = param.grad().defined();
     if (param.grad().defined()) {
       slot.view(param.sizes()).copy_(param.grad());
     } else {
       slot.zero_();
     }
+    if (to_owners() && part_of(bucket.members[k]) != me) param.mutable_grad().reset();  // its owner's now
   }
-  if (&bucket == &buckets_.back()) {
-    // Every other bucket has started: which gradients exist here is known.
-    std::vector<float> defined(params_.size());
-    for (std::size_t i = 0; i < params_.size(); ++i) defined[i] = params_[i].grad().defined() ? 1.0f : 0.0f;
-    const int64_t n = static_cast<int64_t>(params_.size());
-    bucket.flat.narrow(0, bucket.flat.numel() - n, n).copy_(at::tensor(at::ArrayRef<float>(defined)));
+  // The last bucket starts after every other: which gradients exist here is known.
+  for (std::size_t part = 0; part < bucket.flagged.size(); ++part) {
+    std::vector<float> defined;
+    for (const std::size_t i : bucket.flagged[part]) defined.push_back(had_gradient_[i] ? 1.0f : 0.0f);
+    if (defined.empty()) continue;
+    bucket.flat.narrow(0, bucket.flag_offsets[part], static_cast<int64_t>(defined.size()))
+        .copy_(at::tensor(at::ArrayRef<float>(defined)));
   }
-  bucket.in_flight = communicator_->start_all_reduce_sum(bucket.flat);
+  if (!to_owners()) {
+    bucket.in_flight = communicator_->start_all_reduce_sum(bucket.flat);
+    return;
+  }
+  std::vector<at::Tensor> parts;
+  for (std::size_t part = 0; part + 1 < bucket.parts.size(); ++part) {
+    parts.push_back(bucket.flat.narrow(0, bucket.parts[part], bucket.parts[part + 1] - bucket.parts[part]));
+  }
+  bucket.in_flight = communicator_->start_reduce_scatter_sum(std::move(parts));
 }
 
 void BucketReducer::finish_backward() {
@@ -163,23 +200,32 @@ void BucketReducer::finish_backward() {
     bucket.in_flight.reset();
   }
 
+  // Whether any rank has each gradient, read before the division below; a
+  // rank learns it for the parts summed onto it.
+  const auto me = static_cast<std::size_t>(communicator_->rank());
+  std::vector<bool> anywhere(params_.size(), false);
   const Bucket& last = buckets_.back();
-  const int64_t n = static_cast<int64_t>(params_.size());
-  // A copy: the division below must not reach the flags.
-  const at::Tensor anywhere = last.flat.narrow(0, last.flat.numel() - n, n).to(at::kCPU, at::kFloat).clone();
-  const float* flags = anywhere.data_ptr<float>();
+  for (std::size_t part = 0; part < last.flagged.size(); ++part) {
+    if (to_owners() && part != me) continue;
+    const auto n = static_cast<int64_t>(last.flagged[part].size());
+    const at::Tensor flags = last.flat.narrow(0, last.flag_offsets[part], n).to(at::kCPU, at::kFloat).contiguous();
+    for (int64_t j = 0; j < n; ++j) anywhere[last.flagged[part][static_cast<std::size_t>(j)]] = flags.data_ptr<float>()[j] > 0;
+  }
   const double world = static_cast<double>(communicator_->world_size());
   at::NoGradGuard no_grad;
   for (auto& bucket : buckets_) {
-    bucket.flat.div_(world);  // Gloo has no AVG: a sum, then a division
+    // Gloo has no AVG: a sum, then a division (of the part this rank received).
+    const std::size_t part = to_owners() ? me : 0;
+    bucket.flat.narrow(0, bucket.parts[part], bucket.parts[part + 1] - bucket.parts[part]).div_(world);
     for (std::size_t k = 0; k < bucket.members.size(); ++k) {
       const std::size_t index = bucket.members[k];
-      if (flags[index] <= 0) continue;  // no rank has a gradient: it stays as it is
+      if (part_of(index) != part || !anywhere[index]) continue;  // another's, or no rank has one: as it is
       at::Tensor param = params_[index];
       if (!param.grad().defined()) param.mutable_grad() = at::empty_like(param);
       param.mutable_grad().copy_(bucket.flat.narrow(0, bucket.offsets[k], param.numel()).view(param.sizes()));
     }
     bucket.pending = static_cast<int64_t>(bucket.members.size());
+    if (to_owners()) bucket.flat = at::Tensor();  // ZeRO-2 keeps no copy of what it does not own
   }
   std::fill(ready_.begin(), ready_.end(), false);
   next_bucket_ = 0;
@@ -201,6 +247,14 @@ void BucketReducer::rebuild_from_arrival_order() {
   const at::Tensor on_host = agreed.front().cpu();
   const int64_t* values = on_host.data_ptr<int64_t>();
   lay_out(std::vector<std::size_t>(values, values + on_host.numel()));
+}
+
+int64_t BucketReducer::buffer_bytes() const {
+  int64_t bytes = 0;
+  for (const auto& bucket : buckets_) {
+    if (bucket.flat.defined()) bytes += bucket.flat.numel() * static_cast<int64_t>(bucket.flat.element_size());
+  }
+  return bytes;
 }
 
 std::vector<std::vector<std::size_t>> BucketReducer::buckets() const {

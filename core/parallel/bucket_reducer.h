@@ -34,6 +34,13 @@ class PendingCollective;
 ///
 /// Gradients are replaced by their means in finish_backward(), when every
 /// bucket has arrived: until then they hold this rank's own values.
+///
+/// With owners (ZeRO-2), each bucket is reduce-scattered instead: its
+/// members are laid out by owner, each owner's part is summed onto it
+/// alone, and a rank drops the gradients it does not own as soon as their
+/// bucket starts. After finish_backward() a rank holds the means of the
+/// gradients it owns and nothing else (bucket buffers included); the flags
+/// ride at the tail of each owner's part of the last bucket.
 class BucketReducer {
  public:
   struct Options {
@@ -46,6 +53,9 @@ class BucketReducer {
     /// finish_backward() (the same buckets, rebuilt alike, and the same
     /// sums, without overlap).
     bool overlap = true;
+    /// ZeRO-2: the rank that owns each parameter (one per parameter, the
+    /// same on every rank). Empty: every rank gets every mean.
+    std::vector<int> owners;
   };
 
   /// `params`: the same tensors on every rank, each once.
@@ -65,6 +75,9 @@ class BucketReducer {
   const std::vector<at::Tensor>& parameters() const { return params_; }
   /// Each bucket's parameters (indices into parameters()), in start order.
   std::vector<std::vector<std::size_t>> buckets() const;
+  /// Bytes the buckets' buffers hold now: DDP keeps them between backward
+  /// passes (one flat copy of the gradients); ZeRO-2 frees them at the end.
+  int64_t buffer_bytes() const;
   /// Buckets the last synced backward started from its hooks, before it ended.
   int64_t started_during_backward() const { return started_during_backward_; }
 
@@ -72,8 +85,11 @@ class BucketReducer {
   struct Bucket {
     std::vector<std::size_t> members;
     std::vector<int64_t> offsets;  // of each member in `flat`
+    std::vector<int64_t> parts;    // part r is flat[parts[r], parts[r + 1]): one part, or one per owner
+    std::vector<std::vector<std::size_t>> flagged;  // last bucket: each part's flags, one per parameter it owns
+    std::vector<int64_t> flag_offsets;              // where each part's flags begin
     int64_t numel = 0;
-    at::Tensor flat;               // the members' gradients; the last bucket adds one flag per parameter
+    at::Tensor flat;               // the members' gradients, and in the last bucket the flags
     int64_t pending = 0;           // members not ready yet in this backward
     std::unique_ptr<PendingCollective> in_flight;
   };
@@ -84,6 +100,9 @@ class BucketReducer {
   void mark_ready(std::size_t index);
   void start_ready_buckets(std::unique_lock<std::mutex>& lock);
   void start(Bucket& bucket);
+  /// The part a parameter's gradient is summed onto: its owner, or the one part.
+  std::size_t part_of(std::size_t index) const;
+  bool to_owners() const { return !options_.owners.empty(); }
   /// Every rank takes rank 0's arrival order of the first synced backward.
   void rebuild_from_arrival_order();
 
@@ -97,6 +116,7 @@ class BucketReducer {
   std::vector<Bucket> buckets_;
   std::vector<std::size_t> bucket_of_;  // parameter -> bucket
   std::vector<bool> ready_;
+  std::vector<bool> had_gradient_;  // as each bucket started (ZeRO-2 drops what it does not own then)
   std::vector<std::size_t> arrival_;  // parameters in the order the first synced backward produced them
   std::size_t next_bucket_ = 0;
   bool armed_ = false;

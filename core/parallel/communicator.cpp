@@ -8,6 +8,7 @@
 #endif
 
 #include "basin/core/parallel/communicator.h"
+#include "basin/core/parallel/serial_worker.h"
 #include "basin/core/torch_compat.h"
 
 #include <algorithm>
@@ -36,11 +37,23 @@ class Finished : public PendingCollective {
 
 class PendingWork : public PendingCollective {
  public:
-  explicit PendingWork(c10::intrusive_ptr<c10d::Work> work) : work_(std::move(work)) {}
-  void wait() override { work_->wait(); }
+  explicit PendingWork(std::vector<c10::intrusive_ptr<c10d::Work>> works) : works_(std::move(works)) {}
+  explicit PendingWork(c10::intrusive_ptr<c10d::Work> work) { works_.push_back(std::move(work)); }
+  void wait() override {
+    for (auto& work : works_) work->wait();
+  }
 
  private:
-  c10::intrusive_ptr<c10d::Work> work_;
+  std::vector<c10::intrusive_ptr<c10d::Work>> works_;
+};
+
+class PendingJob : public PendingCollective {
+ public:
+  explicit PendingJob(std::future<void> done) : done_(std::move(done)) {}
+  void wait() override { done_.get(); }
+
+ private:
+  std::future<void> done_;
 };
 
 }  // namespace
@@ -48,6 +61,11 @@ class PendingWork : public PendingCollective {
 std::unique_ptr<PendingCollective> Communicator::start_all_reduce_sum(at::Tensor tensor) {
   std::vector<at::Tensor> one{std::move(tensor)};
   all_reduce_sum(one);  // a communicator without asynchronous collectives finishes here
+  return std::make_unique<Finished>();
+}
+
+std::unique_ptr<PendingCollective> Communicator::start_reduce_scatter_sum(std::vector<at::Tensor> parts) {
+  reduce_scatter_sum(parts);  // a communicator without asynchronous collectives finishes here
   return std::make_unique<Finished>();
 }
 
@@ -113,23 +131,27 @@ class ProcessGroupCommunicator : public Communicator {
     }
   }
 
-  void reduce_scatter_sum(std::vector<at::Tensor>& parts) override {
-    if (world_size() == 1) return;  // the sum of one rank is itself
+  void reduce_scatter_sum(std::vector<at::Tensor>& parts) override { start_reduce_scatter_sum(parts)->wait(); }
+
+  std::unique_ptr<PendingCollective> start_reduce_scatter_sum(std::vector<at::Tensor> parts) override {
+    if (world_size() == 1) return std::make_unique<Finished>();  // the sum of one rank is itself
     count(parts, Pattern::kOneToAllOrAllToOne);
     // Gloo's sends take host memory only (its collectives stage CUDA tensors themselves).
     const bool on_host = std::all_of(parts.begin(), parts.end(), [](const at::Tensor& t) { return t.is_cpu(); });
     if (traits_.ring_reduce_scatter && on_host) {
-      ring_reduce_scatter(parts);
-      return;
+      // The ring waits on every round: it runs on the worker, one reduce-scatter after another.
+      return std::make_unique<PendingJob>(ring_.post([this, parts]() mutable { ring_reduce_scatter(parts); }));
     }
+    std::vector<c10::intrusive_ptr<c10d::Work>> works;
     for (int root = 0; root < world_size(); ++root) {  // NCCL's reduce is a pipelined ring already
       if (parts[static_cast<std::size_t>(root)].numel() == 0) continue;
       std::vector<at::Tensor> one{parts[static_cast<std::size_t>(root)]};
       c10d::ReduceOptions options;
       options.reduceOp = c10d::ReduceOp::SUM;
       options.rootRank = root;
-      issue([&] { return group_->reduce(one, options); })->wait();
+      works.push_back(issue([&] { return group_->reduce(one, options); }));
     }
+    return std::make_unique<PendingWork>(std::move(works));
   }
 
   void barrier() override {
@@ -179,6 +201,7 @@ class ProcessGroupCommunicator : public Communicator {
 
   c10::intrusive_ptr<compat::CollectiveBackend> group_;
   BackendTraits traits_;
+  SerialWorker ring_;  // destroyed first: its last job still uses the group
 };
 
 }  // namespace

@@ -48,6 +48,12 @@ class Communicator {
   /// parts are allowed). Afterwards `parts[rank()]` holds the elementwise sum
   /// over ranks; the other parts are left unspecified.
   virtual void reduce_scatter_sum(std::vector<at::Tensor>& parts) = 0;
+  /// Starts reduce_scatter_sum(parts) and returns at once where the backend
+  /// can run it in the background (ZeRO-2's buckets go out while backward
+  /// runs). The parts (views into one buffer are fine) must stay untouched
+  /// until the returned collective is waited for; `parts[rank()]` holds the
+  /// sum then. Reduce-scatters run in the order they are started.
+  virtual std::unique_ptr<PendingCollective> start_reduce_scatter_sum(std::vector<at::Tensor> parts);
   virtual void barrier() = 0;
 
   /// Bytes this rank has sent in collectives so far, as a bandwidth-optimal
