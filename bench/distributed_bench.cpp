@@ -175,6 +175,9 @@ int main() {
       {"ddp sam, synced ascent", "ddp", R"({"sam": {"sync_ascent": true}})"},
       {"zero1 sam, rank-local ascent", "zero1", R"({"sam": {"sync_ascent": false}})"},
       {"zero1 sam, synced ascent", "zero1", R"({"sam": {"sync_ascent": true}})"},
+      {"zero2 sgd", "zero2", "{}"},
+      {"zero2 sam, rank-local ascent", "zero2", R"({"sam": {"sync_ascent": false}})"},
+      {"zero2 sam, synced ascent", "zero2", R"({"sam": {"sync_ascent": true}})"},
   };
   // One rendezvous for all modes: each trainer gets the same communicator.
   const auto communicator = job.world_size > 1 ? basin::connect_job(job, std::chrono::seconds(120)) : nullptr;

@@ -267,6 +267,14 @@ TEST(CheckpointTest, ResumedZeroOneRunEqualsTheUninterruptedRun) {
   expect_distributed_resume_matches(config, 3);
 }
 
+TEST(CheckpointTest, ResumedZeroTwoRunEqualsTheUninterruptedRun) {
+  Json config = test::smoke_config();
+  config["parallel"] = Json::parse(R"({"mode": "zero2", "timeout_seconds": 60})");
+  config["optimizer"] = Json::parse(R"({"name": "adam", "lr": 0.01})");
+  config["algorithms"] = Json::parse(R"({"looksam": {"rho": 0.05, "k": 2}})");  // g_v, kept whole, resumes too
+  expect_distributed_resume_matches(config, 3);
+}
+
 TEST(CheckpointTest, ZeroOneCheckpointHoldsEveryShardsOptimizerState) {
   Json config = test::smoke_config();
   config["max_steps"] = 2;

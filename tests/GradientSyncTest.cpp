@@ -47,24 +47,14 @@ class GatedMLP : public Model {
 
 BASIN_REGISTER(model_registry(), "test_gated_mlp", GatedMLP);
 
-using Weights = std::vector<at::Tensor>;
-
-Weights weights_of(Trainer& trainer) {
-  Weights out;
-  for (const auto& p : trainer.model().parameters()) out.push_back(p.detach().clone());
-  return out;
-}
+using test::max_difference;
+using test::Weights;
+using test::weights_of;
 
 Weights extra_of(Trainer& trainer) {
   Weights out;
   for (const auto& p : dynamic_cast<GatedMLP&>(trainer.model()).extra_parameters()) out.push_back(p.detach().clone());
   return out;
-}
-
-double max_difference(const Weights& a, const Weights& b) {
-  double worst = 0;
-  for (std::size_t i = 0; i < a.size(); ++i) worst = std::max(worst, (a[i] - b[i]).abs().max().item<double>());
-  return worst;
 }
 
 // SAM with a synced ascent, the grad scaler and clipping: every reader of gradients at once.
@@ -113,7 +103,7 @@ TEST_P(UnusedParameterTest, HeadNoRankUsesStaysUntouchedAndTrainingMatchesOnePro
   EXPECT_LE(max_difference(weights[0], weights_of(one)), 1e-5);
 }
 
-INSTANTIATE_TEST_SUITE_P(Modes, UnusedParameterTest, ::testing::Values("none", "ddp", "zero1"),
+INSTANTIATE_TEST_SUITE_P(Modes, UnusedParameterTest, ::testing::Values("none", "ddp", "zero1", "zero2"),
                          [](const auto& info) { return info.param; });
 
 class UsedOnOneRankTest : public ::testing::TestWithParam<std::string> {};
@@ -156,7 +146,7 @@ TEST_P(UsedOnOneRankTest, CountsAsZeroOnTheOtherRank) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Modes, UsedOnOneRankTest, ::testing::Values("ddp", "zero1"),
+INSTANTIATE_TEST_SUITE_P(Modes, UsedOnOneRankTest, ::testing::Values("ddp", "zero1", "zero2"),
                          [](const auto& info) { return info.param; });
 
 // Bytes per step as the communicator counts them (the ring model): ZeRO-1
@@ -215,6 +205,14 @@ TEST(GradientSyncTest, ZeroOneRankLocalSamMovesTheBytesOfDataParallelSgd) {
   EXPECT_NEAR((bytes_per_step(zero_sam) - zero_mask) / (ddp - ddp_flags), 1.0, 1e-9);
   EXPECT_NEAR((bytes_per_step(zero_sgd) - zero_mask) / (ddp - ddp_flags), 1.0, 1e-9);
   EXPECT_NEAR(bytes_per_step(ddp_synced_sam) / ddp, 2.0, 0.01);
+  // ZeRO-2: each pass's reduce-scatter (the flags riding in the last
+  // bucket's parts, half of DDP's flag bytes at two ranks) and the owners'
+  // all-gather, what one all-reduce costs; the synced ascent moves twice that.
+  Json zero2_sgd = zero_sgd, zero2_synced_sam = ddp_synced_sam;
+  zero2_sgd["parallel"]["mode"] = "zero2";
+  zero2_synced_sam["parallel"]["mode"] = "zero2";
+  EXPECT_NEAR((bytes_per_step(zero2_sgd) - ddp_flags / 2) / (ddp - ddp_flags), 1.0, 1e-9);
+  EXPECT_NEAR((bytes_per_step(zero2_synced_sam) - ddp_flags) / (ddp - ddp_flags), 2.0, 0.01);
 }
 
 // Three ranks, parts of 5, 0 and 3 elements: each rank ends with the sum of

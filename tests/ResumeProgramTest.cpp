@@ -86,6 +86,20 @@ std::vector<char> final_state(const std::string& run_dir) {
   return torch::jit::pickle_save(read_checkpoint_file(final_checkpoint(run_dir)));
 }
 
+// metrics.jsonl's records, timings aside: equal records, one run.
+std::vector<Json> records_of(const std::string& run_dir) {
+  std::vector<Json> kept;
+  std::istringstream lines(test::read_text(run_dir + "/metrics.jsonl"));
+  for (std::string line; std::getline(lines, line);) {
+    Json record = Json::parse(line);
+    record.erase("step_seconds");
+    record.erase("samples_per_second");
+    record.erase("train_seconds");
+    kept.push_back(record);
+  }
+  return kept;
+}
+
 void expect_stopped_run_resumes_to_the_same_end(int signal_number) {
   test::TempDir dir;
   const std::string config = dir.file("config.json");
@@ -114,19 +128,7 @@ void expect_stopped_run_resumes_to_the_same_end(int signal_number) {
   EXPECT_NE(resumed.output.find("resumed from"), std::string::npos) << resumed.output;
   EXPECT_TRUE(final_state(stopped) == final_state(whole)) << "the resumed run ended elsewhere";
   // The metrics file reads as one run: the same records (timings aside).
-  auto records = [](const std::string& run_dir) {
-    std::vector<Json> kept;
-    std::istringstream lines(test::read_text(run_dir + "/metrics.jsonl"));
-    for (std::string line; std::getline(lines, line);) {
-      Json record = Json::parse(line);
-      record.erase("step_seconds");
-      record.erase("samples_per_second");
-      record.erase("train_seconds");
-      kept.push_back(record);
-    }
-    return kept;
-  };
-  EXPECT_EQ(records(stopped), records(whole));
+  EXPECT_EQ(records_of(stopped), records_of(whole));
 }
 
 TEST(ResumeProgramTest, SigtermMidEpochCheckpointsAndTheResumedRunEqualsTheUninterruptedOne) {
@@ -135,6 +137,39 @@ TEST(ResumeProgramTest, SigtermMidEpochCheckpointsAndTheResumedRunEqualsTheUnint
 
 TEST(ResumeProgramTest, SigkillMidEpochThenResumeLatestEqualsTheUninterruptedRun) {
   expect_stopped_run_resumes_to_the_same_end(SIGKILL);
+}
+
+// Two ranks under zero2 (basin-run): rank 1 is SIGKILLed mid-epoch once the
+// first checkpoint exists, the job fails, and `--resume latest` under
+// basin-run ends where the uninterrupted job ends.
+TEST(ResumeProgramTest, ZeroTwoJobWithARankSigkilledMidEpochResumesToTheUninterruptedEnd) {
+  test::TempDir dir;
+  Json config = long_config();
+  config["data"]["train_size"] = 8000;  // 250 steps an epoch on two ranks
+  config["algorithms"] = Json::parse(R"({"sam": {"rho": 0.05, "sync_ascent": true}})");
+  config["parallel"] = Json::parse(R"({"mode": "zero2", "timeout_seconds": 60})");
+  const std::string config_file = dir.file("config.json");
+  test::write_text(config_file, config.dump());
+  const std::string run = BASIN_RUN_EXE;
+  const std::string whole = dir.file("whole"), stopped = dir.file("stopped");
+  const auto plain = test::run_command(run + " --nproc 2 -- " + kTrain + " --config " + config_file + " --run-dir " + whole, 300);
+  ASSERT_EQ(plain.exit_code, 0) << plain.output;
+
+  const std::string first = stopped + "/checkpoints/" + checkpoint_file_name(50) + ".sum";
+  const std::string rank_command = kTrain + " --config " + config_file + " --run-dir " + stopped +
+                                   " & pid=$!; if [ \"$RANK\" = 1 ]; then while [ ! -e " + first +
+                                   " ]; do sleep 0.01; done; kill -9 $pid; fi; wait $pid";
+  const auto killed = test::run_command(run + " --nproc 2 --grace 2 -- sh -c '" + rank_command + "'", 300);
+  EXPECT_NE(killed.exit_code, 0) << killed.output;
+  EXPECT_NE(killed.output.find("basin-run: failed: rank 1"), std::string::npos) << killed.output;
+  ASSERT_FALSE(fs::exists(stopped + "/summary.json")) << "the job finished before the kill; nothing was tested";
+
+  const auto resumed =
+      test::run_command(run + " --nproc 2 -- " + kTrain + " --run-dir " + stopped + " --resume latest", 300);
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
+  EXPECT_NE(resumed.output.find("resumed from"), std::string::npos) << resumed.output;
+  EXPECT_TRUE(final_state(stopped) == final_state(whole)) << "the resumed job ended elsewhere";
+  EXPECT_EQ(records_of(stopped), records_of(whole));
 }
 
 TEST(ResumeProgramTest, ResumeLatestFallsBackPastADamagedCheckpointAndSaysSo) {

@@ -6,9 +6,13 @@
 #include <thread>
 #include <vector>
 
+#include <ATen/ATen.h>
 #include <torch/csrc/distributed/c10d/HashStore.hpp>
 
+#include "basin/core/algorithm.h"
 #include "basin/core/parallel/communicator.h"
+#include "basin/core/train/trainer.h"
+#include "test_util.h"
 
 namespace basin::test {
 
@@ -34,5 +38,74 @@ inline void run_ranks(int world, const std::function<void(int, std::shared_ptr<C
     if (e) std::rethrow_exception(e);
   }
 }
+
+using Weights = std::vector<at::Tensor>;
+
+inline Weights weights_of(Trainer& trainer) {
+  Weights out;
+  for (const auto& p : trainer.model().parameters()) out.push_back(p.detach().clone());
+  return out;
+}
+
+inline double max_difference(const Weights& a, const Weights& b) {
+  double worst = 0;
+  for (std::size_t i = 0; i < a.size(); ++i) worst = std::max(worst, (a[i] - b[i]).abs().max().item<double>());
+  return worst;
+}
+
+/// The smoke config for 5 steps with `sam` (a JSON object) as SAM's keys, under `mode`.
+inline Json sam_config(const std::string& sam, const std::string& mode) {
+  Json config = smoke_config();
+  config["max_steps"] = 5;
+  config["algorithms"] = Json::parse(R"({"sam": )" + sam + "}");
+  config["parallel"] = Json::parse(R"({"mode": ")" + mode + R"(", "timeout_seconds": 60})");
+  return config;
+}
+
+/// Trains `config` on `world` ranks; returns each rank's final weights.
+inline std::vector<Weights> train_on_ranks(int world, const Json& config,
+                                           const std::function<void(int, Trainer&)>& setup = nullptr) {
+  std::vector<Weights> result(static_cast<std::size_t>(world));
+  run_ranks(world, [&](int rank, std::shared_ptr<Communicator> communicator) {
+    Trainer trainer(config, {}, {}, communicator);
+    if (setup) setup(rank, trainer);
+    trainer.fit();
+    result[static_cast<std::size_t>(rank)] = weights_of(trainer);
+  });
+  return result;
+}
+
+/// Makes one backward (of `pass` at `step`) produce inf in the first element
+/// of one parameter's gradient (`last`: the model's last parameter, else its
+/// first), from a hook on that gradient: the inf is in the gradient before
+/// the ranks sync it, as an overflow in backward is. Added to one rank only.
+class InjectOverflowInBackward : public Algorithm {
+ public:
+  InjectOverflowInBackward(int64_t step, Pass pass, bool last) : step_(step), pass_(pass), last_(last) {}
+  std::string name() const override { return "inject_overflow"; }
+  bool match(Event event, const State& state) const override {
+    return (event == Event::BEFORE_BACKWARD || event == Event::AFTER_BACKWARD) && state.timestamp.step == step_ &&
+           state.pass == pass_;
+  }
+  void apply(Event event, State& state, Logger&) override {
+    if (event == Event::AFTER_BACKWARD) {
+      param_.remove_hook(hook_);
+      return;
+    }
+    param_ = last_ ? state.model->parameters().back() : state.model->parameters().front();
+    hook_ = param_.register_hook([](const at::Tensor& grad) {
+      at::Tensor overflowed = grad.clone();
+      overflowed.view(-1)[0] = INFINITY;
+      return overflowed;
+    });
+  }
+
+ private:
+  int64_t step_;
+  Pass pass_;
+  bool last_;
+  at::Tensor param_;
+  unsigned hook_ = 0;
+};
 
 }  // namespace basin::test

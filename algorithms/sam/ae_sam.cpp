@@ -20,7 +20,6 @@
 
 #include "basin/algorithms/sam/sam.h"
 #include "basin/algorithms/sam/sam_registry.h"
-#include "basin/core/parallel/grad_norm.h"
 
 namespace basin {
 class AESAM : public SAM {
@@ -36,9 +35,7 @@ class AESAM : public SAM {
   std::string name() const override { return "ae_sam"; }
 
   bool descend(SAMOptimizer& step, std::vector<GroupView>& groups) override {
-    std::vector<at::Tensor> grads;
-    for (const auto& g : groups) grads.insert(grads.end(), g.grads.begin(), g.grads.end());
-    const double squared_norm = sum_of_squares(grads).item<double>();
+    const double squared_norm = step.gradient_squares(groups).item<double>();
     mean_ = delta_ * mean_ + (1 - delta_) * squared_norm;
     variance_ = delta_ * variance_ + (1 - delta_) * (squared_norm - mean_) * (squared_norm - mean_);
     // This step's index over the run's length; steps() already counts this one.

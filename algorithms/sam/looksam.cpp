@@ -23,7 +23,6 @@
 #include "basin/algorithms/sam/clean_gradients.h"
 #include "basin/algorithms/sam/sam.h"
 #include "basin/algorithms/sam/sam_registry.h"
-#include "basin/core/parallel/grad_norm.h"
 #include "basin/core/parallel/sharded_optimizer.h"
 
 namespace basin {
@@ -38,7 +37,7 @@ class LookSAM : public SAM {
   }
   std::string name() const override { return "looksam"; }
 
-  bool descend(SAMOptimizer& /*step*/, std::vector<GroupView>& groups) override {
+  bool descend(SAMOptimizer& step, std::vector<GroupView>& groups) override {
     // A refresh whose descent overflowed (the step was skipped) is retried at the next step.
     const bool refresh = looks_ % k_ == 0 || orthogonal_norm_ < 0 || refresh_pending_;
     ++looks_;
@@ -49,9 +48,7 @@ class LookSAM : public SAM {
     }
     // Reuse: g + alpha * ||g|| / ||g_v|| * g_v. The synced g is the same on every rank.
     at::NoGradGuard no_grad;
-    std::vector<at::Tensor> grads;
-    for (const auto& g : groups) grads.insert(grads.end(), g.grads.begin(), g.grads.end());
-    const double norm = global_norm(grads).item<double>();
+    const double norm = std::sqrt(step.gradient_squares(groups).item<double>());
     if (!(orthogonal_norm_ > 1e-12)) return false;  // g_s was parallel to g: nothing to add
     const double scale = alpha_ * norm / orthogonal_norm_;
     for (auto& g : groups) {
@@ -84,7 +81,28 @@ class LookSAM : public SAM {
     const double dot = sums[0].item<double>(), clean_squares = sums[1].item<double>();
     const double along = clean_squares > 0 ? dot / clean_squares : 0;
     std::vector<at::Tensor> params, orthogonals;
+    if (step.ascent_sharded()) {
+      // ZeRO-2: a rank holds its own gradients only, but g_v stays whole on
+      // every rank (as under ZeRO-1, and as checkpoints save it): every
+      // parameter's from its owner, zero where the owner had no g_s.
+      for (const auto& g : step.parameter_groups()) {
+        for (const auto& p : g.params) {
+          const at::Tensor* clean = clean_.of(p);
+          at::Tensor& orthogonal = orthogonal_.of(p);
+          if (!step.owns(p)) {
+            orthogonal = at::empty_like(p);
+          } else if (clean == nullptr || !p.grad().defined()) {
+            orthogonal = at::zeros_like(p);
+          } else {
+            orthogonal = p.grad() - *clean * along;
+          }
+          params.push_back(p);
+          orthogonals.push_back(orthogonal);
+        }
+      }
+    }
     for (const auto& g : groups) {
+      if (step.ascent_sharded()) break;  // listed above
       for (std::size_t j = 0; j < g.params.size(); ++j) {
         const at::Tensor* clean = clean_.of(g.params[j]);
         at::Tensor& orthogonal = orthogonal_.of(g.params[j]);

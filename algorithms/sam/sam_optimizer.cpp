@@ -86,6 +86,17 @@ at::Tensor SAMOptimizer::sum_over_shards(const at::Tensor& partial) {
   return sums.front();
 }
 
+bool SAMOptimizer::ascent_sharded() const {
+  return shards_ != nullptr && shards_->gradients_sharded() && options_.sync_ascent && rule_->ascent_pass();
+}
+
+at::Tensor SAMOptimizer::gradient_squares(const std::vector<GroupView>& groups) {
+  std::vector<at::Tensor> grads;
+  for (const auto& g : groups) grads.insert(grads.end(), g.grads.begin(), g.grads.end());
+  if (!ascent_sharded()) return sum_of_squares(grads);
+  return sum_of_squares_over_shards(grads, parameters_of(groups), *shards_);
+}
+
 void SAMOptimizer::scale_to_rho(std::vector<Perturbation>& perturbation, const std::vector<GroupView>& groups,
                                 const std::vector<at::Tensor>& normed, const std::vector<at::Tensor>& params) {
   // Averaged gradients are the same on every rank: under ZeRO-1 each rank
@@ -102,7 +113,7 @@ void SAMOptimizer::scale_to_rho(std::vector<Perturbation>& perturbation, const s
 void SAMOptimizer::move_to_perturbed(const std::vector<GroupView>& groups, const std::vector<Perturbation>& perturbation) {
   swap_.move(groups, perturbation, [this](const at::Tensor& p) { return owns(p); });
   // Each owner perturbed its own shard: the others take w + e from it.
-  if (shards_ != nullptr && rule_->perturbs_on_owners()) shards_->broadcast_parameters();
+  if (shards_ != nullptr && (rule_->perturbs_on_owners() || ascent_sharded())) shards_->broadcast_parameters();
 }
 
 void SAMOptimizer::step_after_base(std::vector<StepAfterBase> steps) {
@@ -290,6 +301,16 @@ at::Tensor SAMOptimizer::ascent(const LossClosure& closure, at::Tensor& sample_l
         any_graded = true;
         chosen_graded = chosen_graded || plan.resting.count(p.unsafeGetTensorImpl()) == 0;
       }
+    }
+    if (shards_ != nullptr && shards_->gradients_sharded()) {
+      // ZeRO-2: a rank holds the gradients it owns only; the ranks together hold them all.
+      const at::Device device = groups.empty() || groups.front().params.empty() ? at::Device(at::kCPU)
+                                                                                : groups.front().params.front().device();
+      std::vector<at::Tensor> flags{at::tensor({any_graded ? 1.0f : 0.0f, chosen_graded ? 1.0f : 0.0f}).to(device)};
+      shards_->communicator().all_reduce_max(flags);
+      const at::Tensor agreed = flags.front().cpu();
+      any_graded = agreed[0].item<float>() > 0;
+      chosen_graded = agreed[1].item<float>() > 0;
     }
     all_resting = any_graded ? !chosen_graded : plan.resting.size() == perturbable;
     if (!all_resting) {

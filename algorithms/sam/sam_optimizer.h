@@ -141,6 +141,13 @@ class SAMOptimizer : public torch::optim::Optimizer, public PassAwareOptimizer, 
   /// `partial` (sums over the parameters this rank owns) added up over ranks
   /// under ZeRO-1; `partial` itself otherwise. Collective under ZeRO-1.
   at::Tensor sum_over_shards(const at::Tensor& partial);
+  /// Whether this step's ascent gradients sit on their owners only (a
+  /// synced ascent under ZeRO-2): a rule then reads them on owners, and
+  /// the owners' perturbed parameters are gathered to every rank.
+  bool ascent_sharded() const;
+  /// ||g||^2 of the gradients `groups` hold now, in fp32: over shards where
+  /// the ascent is sharded (collective then), else of what this rank holds.
+  at::Tensor gradient_squares(const std::vector<GroupView>& groups);
   /// Sets each group's scale to rho / (||normed|| + epsilon), the norm taken
   /// over every group (over shards under ZeRO-1 when the ascent is synced or
   /// the rule perturbs on owners: one all-reduce); `params` are the

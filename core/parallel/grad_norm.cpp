@@ -39,8 +39,8 @@ at::Tensor global_norm(const std::vector<at::Tensor>& tensors) {
   return at::linalg_vector_norm(at::stack(norms_of(tensors)), 2);
 }
 
-at::Tensor global_norm_over_shards(const std::vector<at::Tensor>& values, const std::vector<at::Tensor>& params,
-                                   ShardedParameters& shards) {
+at::Tensor sum_of_squares_over_shards(const std::vector<at::Tensor>& values, const std::vector<at::Tensor>& params,
+                                      ShardedParameters& shards) {
   std::vector<at::Tensor> owned;
   for (std::size_t i = 0; i < values.size(); ++i) {
     if (shards.owns(params[i])) owned.push_back(values[i]);
@@ -48,7 +48,12 @@ at::Tensor global_norm_over_shards(const std::vector<at::Tensor>& values, const 
   const at::Device device = values.empty() ? at::Device(at::kCPU) : values.front().device();
   std::vector<at::Tensor> sum{sum_of_squares(owned).to(device).reshape({1})};
   shards.communicator().all_reduce_sum(sum);
-  return sum.front().reshape({}).sqrt();
+  return sum.front().reshape({});
+}
+
+at::Tensor global_norm_over_shards(const std::vector<at::Tensor>& values, const std::vector<at::Tensor>& params,
+                                   ShardedParameters& shards) {
+  return sum_of_squares_over_shards(values, params, shards).sqrt();
 }
 
 at::Tensor clip_grad_norm(const std::vector<at::Tensor>& grads, double max_norm, const std::vector<at::Tensor>& params,

@@ -16,6 +16,12 @@ at::Tensor global_norm(const std::vector<at::Tensor>& tensors);
 
 class ShardedParameters;
 
+/// The sum of squares of `values` (one per tensor of `params`) over every
+/// rank, each counting those of the parameters it owns (under ZeRO-2 it may
+/// hold no others): one all-reduce. The same fp32 sum on every rank.
+at::Tensor sum_of_squares_over_shards(const std::vector<at::Tensor>& values, const std::vector<at::Tensor>& params,
+                                      ShardedParameters& shards);
+
 /// The L2 norm of `values` (one per tensor of `params`) when each rank holds
 /// all of them but owns a disjoint part: each rank sums the squares of what it
 /// owns, one all-reduce adds the parts. Every rank gets the same fp32 norm

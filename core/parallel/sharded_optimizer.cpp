@@ -50,9 +50,10 @@ GroupSync::BaseParams owned_by(const ShardedOptimizer* sharded) {
 }  // namespace
 
 ShardedOptimizer::ShardedOptimizer(const torch::optim::Optimizer& full, const LocalFactory& make_local,
-                                   std::shared_ptr<Communicator> communicator)
+                                   std::shared_ptr<Communicator> communicator, bool shard_gradients)
     : Optimizer(GroupSync({}).mirror_groups(full), GroupSync({}).mirror_defaults(full)),
       communicator_(std::move(communicator)),
+      shard_gradients_(shard_gradients),
       sync_({}, owned_by(this)) {
   std::vector<int64_t> sizes;
   for (const auto& group : full.param_groups()) {

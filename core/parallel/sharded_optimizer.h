@@ -28,9 +28,13 @@ class ShardedParameters {
   /// every rank. Collective.
   virtual void broadcast_from_owners(const std::vector<at::Tensor>& params, const std::vector<at::Tensor>& values) = 0;
   virtual Communicator& communicator() = 0;
+  /// ZeRO-2: after a synced backward a rank holds the gradients it owns
+  /// only, so whatever reads gradients does so on owners (SAM's ascent
+  /// among them) and gathers the result.
+  virtual bool gradients_sharded() const { return false; }
 };
 
-/// ZeRO-1: optimizer state sharded across ranks.
+/// ZeRO-1: optimizer state sharded across ranks (ZeRO-2: gradients too).
 ///
 /// Parameters are partitioned greedily by size (largest first, to the rank
 /// holding least so far; a tensor is never split). Each rank's local base
@@ -53,8 +57,10 @@ class ShardedOptimizer : public torch::optim::Optimizer, public ShardedParameter
 
   /// `full` is the optimizer the config built over all parameters; only its
   /// groups and options are used.
+  /// `shard_gradients`: ZeRO-2, whose gradients the trainer reduce-scatters
+  /// to their owners as backward produces them (BucketReducer with owners).
   ShardedOptimizer(const torch::optim::Optimizer& full, const LocalFactory& make_local,
-                   std::shared_ptr<Communicator> communicator);
+                   std::shared_ptr<Communicator> communicator, bool shard_gradients = false);
 
   /// Runs the closure (if any), steps this rank's shard, broadcasts shards.
   at::Tensor step(LossClosure closure = nullptr) override;
@@ -70,6 +76,7 @@ class ShardedOptimizer : public torch::optim::Optimizer, public ShardedParameter
   void broadcast_parameters() override;
   void broadcast_from_owners(const std::vector<at::Tensor>& params, const std::vector<at::Tensor>& values) override;
   Communicator& communicator() override { return *communicator_; }
+  bool gradients_sharded() const override { return shard_gradients_; }
 
   torch::optim::Optimizer& local() { return *local_; }
   /// Copies hyper-parameters changed on the wrapper or the local optimizer to the other.
@@ -97,6 +104,7 @@ class ShardedOptimizer : public torch::optim::Optimizer, public ShardedParameter
   c10::Device device() const;
 
   std::shared_ptr<Communicator> communicator_;
+  bool shard_gradients_;
   std::vector<at::Tensor> params_;  // every parameter once, in group order
   std::unordered_map<const c10::TensorImpl*, int> owners_;
   std::shared_ptr<torch::optim::Optimizer> local_;

@@ -50,7 +50,7 @@ struct FitSummary {
 class Trainer {
  public:
   /// `communicator`: the job's ranks, for tests that run ranks as threads;
-  /// when null and "parallel.mode" is ddp or zero1, the trainer joins the job
+  /// when null and "parallel.mode" is ddp, zero1 or zero2, the trainer joins the job
   /// its environment describes (RANK, WORLD_SIZE, MASTER_ADDR, ...).
   explicit Trainer(const Json& config, std::vector<std::shared_ptr<Callback>> callbacks = {},
                    std::vector<std::shared_ptr<LoggerDestination>> loggers = {},
@@ -81,7 +81,7 @@ class Trainer {
   void build(const Json& config, std::vector<std::shared_ptr<Callback>> callbacks,
              std::vector<std::shared_ptr<LoggerDestination>> loggers, std::shared_ptr<Communicator> communicator);
   /// The "wrap for distribution" point of the loop: replicas made equal,
-  /// gradient sync set up, the optimizer sharded under zero1.
+  /// gradient sync set up, the optimizer sharded under zero1 and zero2.
   void wrap_for_distribution(Params& optimizer_config);
   void train_batch(const Batch& batch);
   /// Evaluates on the test split and logs the epoch's record.
@@ -101,6 +101,9 @@ class Trainer {
   /// backward's hooks when the sync overlaps.
   void prepare_gradient_sync(GradientSync sync);
   void finish_gradient_sync(GradientSync sync);
+  /// ZeRO-1's descent: reduced to the owners once backward has ended.
+  bool reduced_to_owners_after_backward(GradientSync sync) const;
+  bool sharded_mode() const;
   /// The reducer over the parameters the optimizer holds now.
   BucketReducer& reducer();
   double current_lr() const;
@@ -120,7 +123,7 @@ class Trainer {
   bool overlap_ = true;  // gradient buckets start from backward's hooks
   std::unique_ptr<DataParallel> data_parallel_;
   std::unique_ptr<BucketReducer> reducer_;  // data-parallel gradient sync, built at the first all-reduce
-  ShardedOptimizer* sharded_ = nullptr;  // the zero1 optimizer, when there is one
+  ShardedOptimizer* sharded_ = nullptr;  // the zero1 or zero2 optimizer, when there is one
   Loss loss_;
   std::unique_ptr<StepChecks> checks_;
   std::unique_ptr<TrainingClosure> closure_;

@@ -88,7 +88,7 @@ void Trainer::build(const Json& config, std::vector<std::shared_ptr<Callback>> c
   Params parallel = root.object("parallel");
   root.finish();
 
-  parallel_mode_ = parallel.choice("mode", "none", {"none", "ddp", "zero1"});
+  parallel_mode_ = parallel.choice("mode", "none", {"none", "ddp", "zero1", "zero2"});
   const auto timeout = std::chrono::milliseconds(
       static_cast<int64_t>(1000 * parallel.positive("timeout_seconds", 300)));
   bucket_bytes_ = static_cast<int64_t>(parallel.positive("bucket_mb", 25) * (1 << 20));
@@ -101,8 +101,8 @@ void Trainer::build(const Json& config, std::vector<std::shared_ptr<Callback>> c
                       std::string(std::getenv("WORLD_SIZE")) + "-process job (WORLD_SIZE), so it must be \"ddp\" or "
                       "\"zero1\", not \"none\"");
   }
-  if (!communicator && parallel_mode_ == "zero1") {
-    // A one-rank group keeps single-process zero1 on the same code path.
+  if (!communicator && sharded_mode()) {
+    // A one-rank group keeps single-process zero1 and zero2 on the same code path.
     communicator = make_gloo_communicator(c10::make_intrusive<c10d::HashStore>(), 0, 1, timeout);
   }
   state_.communicator = communicator;
@@ -214,7 +214,7 @@ void Trainer::wrap_for_distribution(Params& optimizer_config) {
   if (!state_.communicator) return;
   data_parallel_ = std::make_unique<DataParallel>(state_.communicator);
   data_parallel_->broadcast_model(*model_);  // replicas start from rank 0's weights and buffers
-  if (parallel_mode_ != "zero1") return;
+  if (!sharded_mode()) return;
   const std::string name = optimizer_config.string("name");
   const Json settings = optimizer_config.raw_object();
   auto make_local = [name, settings](std::vector<torch::optim::OptimizerParamGroup> groups) {
@@ -223,7 +223,8 @@ void Trainer::wrap_for_distribution(Params& optimizer_config) {
     params.claim("param_groups");  // the groups come with their options already
     return optimizer_registry().create(name, params, std::move(groups));
   };
-  auto sharded = std::make_shared<ShardedOptimizer>(*state_.optimizer, make_local, state_.communicator);
+  auto sharded = std::make_shared<ShardedOptimizer>(*state_.optimizer, make_local, state_.communicator,
+                                                    /*shard_gradients=*/parallel_mode_ == "zero2");
   sharded_ = sharded.get();
   state_.optimizer = sharded;
 }
@@ -240,25 +241,35 @@ BucketReducer& Trainer::reducer() {
     BucketReducer::Options options;
     options.bucket_bytes = bucket_bytes_;
     options.overlap = overlap_;
+    if (sharded_ != nullptr && sharded_->gradients_sharded()) {
+      for (const auto& p : params) options.owners.push_back(sharded_->owner(p));
+    }
     reducer_ = std::make_unique<BucketReducer>(state_.communicator, std::move(params), options);
   }
   return *reducer_;
 }
 
 // Under zero1 the gradients go where they are stepped: to their owners,
-// after backward; every other sync is the reducer's all-reduce.
+// after backward; every other sync is the reducer's all-reduce. Under
+// zero2 every sync is the reducer's, to the owners, during backward.
 void Trainer::prepare_gradient_sync(GradientSync sync) {
-  if (!data_parallel_ || (sync == GradientSync::kWhereStepped && sharded_ != nullptr)) return;
+  if (!data_parallel_ || reduced_to_owners_after_backward(sync)) return;
   reducer().prepare_for_backward();
 }
 
 void Trainer::finish_gradient_sync(GradientSync sync) {
   if (!data_parallel_) return;  // one process: nothing to sync
-  if (sync == GradientSync::kWhereStepped && sharded_ != nullptr) {
+  if (reduced_to_owners_after_backward(sync)) {
     sharded_->reduce_gradients_to_owners();
     return;
   }
   reducer_->finish_backward();  // prepare_gradient_sync built it
 }
+
+bool Trainer::reduced_to_owners_after_backward(GradientSync sync) const {
+  return sync == GradientSync::kWhereStepped && sharded_ != nullptr && !sharded_->gradients_sharded();
+}
+
+bool Trainer::sharded_mode() const { return parallel_mode_ == "zero1" || parallel_mode_ == "zero2"; }
 
 }  // namespace basin
