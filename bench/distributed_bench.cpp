@@ -1,11 +1,12 @@
 // Cost model of data-parallel SAM, one process per rank (run it under
-// basin-run; bench/distributed.sh does, at 1, 2 and 4 ranks). For each mode it
-// trains the small CNN (Fashion-MNIST shapes, synthetic data, batch 32 per
-// rank) and reports, from rank 0:
+// basin-run; bench/distributed.sh does, at 2 and 4 ranks). For each mode it
+// trains a model (BASIN_BENCH_MODEL, one of bench_models.h's, default the
+// small CNN; Fashion-MNIST shapes, synthetic data, batch 32 per rank) and
+// reports, from rank 0:
 //   - bytes per rank per step, as the communicator counts them (what a
 //     bandwidth-optimal ring implementation sends, see Communicator), and
-//     the ratio to data-parallel SGD (rank-local SAM and ZeRO-1: 1.0 plus a
-//     few scalars; synced ascent: 2.0)
+//     the ratio to data-parallel SGD (rank-local SAM, ZeRO-1 and ZeRO-2:
+//     1.0 plus a few scalars; synced ascent: 2.0)
 //   - bytes per rank per step as measured on the loopback interface
 //     (/proc/net/dev; all ranks share it, so it is their total over N): what
 //     Gloo's own algorithms really send, TCP headers included
@@ -15,6 +16,7 @@
 //   - median step time
 // Threads per rank: BASIN_BENCH_THREADS (default 1).
 
+#include <algorithm>
 #include <array>
 #include <cstdlib>
 #include <fstream>
@@ -34,6 +36,7 @@
 #include "basin/core/parallel/rendezvous.h"
 #include "basin/core/train/model.h"
 #include "basin/core/train/trainer.h"
+#include "bench_models.h"
 #include "tracking_allocator.h"
 
 namespace {
@@ -113,9 +116,10 @@ std::array<double, 3> held_bytes(basin::Trainer& trainer) {
   return held;
 }
 
-Result measure(const Mode& mode, int threads, const std::shared_ptr<basin::Communicator>& job) {
+Result measure(const Mode& mode, const std::string& model, int threads,
+               const std::shared_ptr<basin::Communicator>& job) {
   constexpr int64_t kSteps = 12;
-  const basin::Json config = basin::Json::parse(fmt::format(R"({{
+  basin::Json config = basin::Json::parse(fmt::format(R"({{
     "seed": 0, "threads": {}, "max_steps": {}, "log_every": 1000,
     "data": {{"name": "synthetic", "train_size": 4096, "test_size": 32, "input_shape": [1, 28, 28],
              "num_classes": 10, "batch_size": 32}},
@@ -123,7 +127,8 @@ Result measure(const Mode& mode, int threads, const std::shared_ptr<basin::Commu
     "optimizer": {{"name": "sgd", "lr": 0.01, "momentum": 0.9}},
     "algorithms": {},
     "parallel": {{"mode": "{}", "timeout_seconds": 120}}}})",
-                                                            threads, kSteps, mode.algorithms, mode.parallel));
+                                                      threads, kSteps, mode.algorithms, mode.parallel));
+  config["model"] = basin::bench::model_config(model);
   auto& tracker = basin::bench::TrackingAllocator::install();
   auto timer = std::make_shared<StepTimer>();
   basin::Trainer trainer(config, {timer}, {}, job);
@@ -168,6 +173,13 @@ Result measure(const Mode& mode, int threads, const std::shared_ptr<basin::Commu
 int main() {
   const char* threads_env = std::getenv("BASIN_BENCH_THREADS");
   const int threads = threads_env != nullptr ? std::atoi(threads_env) : 1;
+  const char* model_env = std::getenv("BASIN_BENCH_MODEL");
+  const std::string model = model_env != nullptr ? model_env : "cnn";
+  const auto& known = basin::bench::model_names();
+  if (std::find(known.begin(), known.end(), model) == known.end()) {
+    std::cerr << "BASIN_BENCH_MODEL='" << model << "': expected one of mlp, mlp1024, mlp2048, cnn, resnet" << std::endl;
+    return 2;
+  }
   const basin::JobEnvironment job = basin::read_job_environment();
   const std::vector<Mode> modes = {
       {"ddp sgd", "ddp", "{}"},
@@ -182,12 +194,12 @@ int main() {
   // One rendezvous for all modes: each trainer gets the same communicator.
   const auto communicator = job.world_size > 1 ? basin::connect_job(job, std::chrono::seconds(120)) : nullptr;
   std::map<std::string, Result> results;
-  for (const auto& mode : modes) results[mode.name] = measure(mode, threads, communicator);
+  for (const auto& mode : modes) results[mode.name] = measure(mode, model, threads, communicator);
   if (job.rank != 0) return 0;
   const double baseline = results["ddp sgd"].bytes_per_step;
   const double wire_baseline = results["ddp sgd"].wire_bytes_per_step;
-  fmt::print("ranks {}, torch threads per rank {}, small CNN, batch 32 per rank; bytes per rank per step\n",
-             job.world_size, threads);
+  fmt::print("ranks {}, torch threads per rank {}, model {}, batch 32 per rank; bytes per rank per step\n",
+             job.world_size, threads, model);
   fmt::print("{:<30} {:>12} {:>7} {:>12} {:>7} {:>22} {:>9}\n", "mode", "ring model", "vs ddp", "loopback",
              "vs ddp", "peak MiB (max / min)", "step ms");
   for (const auto& mode : modes) {

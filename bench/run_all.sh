@@ -5,8 +5,9 @@
 #     (basin-bench-sam);
 #   - each algorithm of the SAM family against SGD, time and memory
 #     (basin-bench-sam-family);
-#   - bytes and time per step by parallel mode at 1, 2 and 4 ranks
-#     (basin-bench-distributed under basin-run);
+#   - bytes, memory and time per step by parallel mode (ddp, zero1, zero2)
+#     at 1, 2 and 4 ranks, on the small CNN, the MLP 784-1024-1024-10 and the
+#     resnet (basin-bench-distributed under basin-run);
 #   - with --peers, basin against the Python SAMs on the same LibTorch
 #     (bench/peers.sh: builds against PyPI's torch and installs
 #     pytorch-optimizer there, so it needs PyPI);
@@ -40,9 +41,9 @@ fi
 [ -n "$out" ] || out=$([ $smoke = 1 ] && echo "$build_dir/benchmarks-smoke.md" || echo docs/benchmarks.md)
 mkdir -p "$(dirname "$out")"
 
-pairs=15 ranks="1 2 4" gbench=()
+pairs=15 ranks="1 2 4" models="cnn mlp1024 resnet" gbench=()
 if [ $smoke = 1 ]; then
-  pairs=1 ranks="1 2"
+  pairs=1 ranks="1 2" models="cnn"
   gbench=(--benchmark_filter=OptimizerSide)  # the train-step pairs take half a minute
 fi
 # Torch_DIR is <torch>/share/cmake/Torch; a PyPI torch says its version in <torch>/version.py.
@@ -76,12 +77,15 @@ section "SAM against SGD: train step, optimizer-side work, peak memory" \
 section "The SAM family against SGD ($pairs interleaved pairs each)" \
   env BASIN_BENCH_THREADS=1 BASIN_BENCH_PAIRS=$pairs "$build_dir/bench/basin-bench-sam-family"
 distributed() {
-  for n in $ranks; do
-    "$build_dir/examples/basin-run" --nproc "$n" -- "$build_dir/bench/basin-bench-distributed" | grep '^\[rank 0\]' | sed 's/^\[rank 0\] //'
-    echo
+  for model in $models; do
+    for n in $ranks; do
+      BASIN_BENCH_MODEL=$model "$build_dir/examples/basin-run" --nproc "$n" -- "$build_dir/bench/basin-bench-distributed" |
+        grep '^\[rank 0\]' | sed 's/^\[rank 0\] //'
+      echo
+    done
   done
 }
-section "Bytes and time per step by parallel mode (ranks: $ranks)" distributed
+section "Bytes, memory and time per step by parallel mode (ranks: $ranks; models: $models)" distributed
 if [ $peers = 1 ]; then
   section "basin against the Python SAMs (same LibTorch)" bash bench/peers.sh
 fi

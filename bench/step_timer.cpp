@@ -38,6 +38,7 @@
 #include "basin/core/train/model.h"
 #include "basin/core/train/trainer.h"
 #include "basin/examples/memory_reuse.h"
+#include "bench_models.h"
 
 namespace {
 
@@ -45,13 +46,6 @@ using Clock = std::chrono::steady_clock;
 
 double milliseconds(Clock::time_point a, Clock::time_point b) {
   return std::chrono::duration<double, std::milli>(b - a).count();
-}
-
-basin::Json model_config(const std::string& model) {
-  if (model == "mlp") return basin::Json::parse(R"({"name": "mlp", "hidden": [256]})");
-  if (model == "mlp1024") return basin::Json::parse(R"({"name": "mlp", "hidden": [1024, 1024]})");
-  if (model == "mlp2048") return basin::Json::parse(R"({"name": "mlp", "hidden": [2048, 2048]})");
-  return {{"name", model}};
 }
 
 struct Parallel {
@@ -89,7 +83,7 @@ std::vector<double> time_trainer(bool sam, const std::string& model, int64_t bat
                           {"input_shape", {1, 28, 28}},
                           {"num_classes", 10},
                           {"batch_size", batch}}},
-                        {"model", model_config(model)},
+                        {"model", basin::bench::model_config(model)},
                         {"optimizer", {{"name", "sgd"}, {"lr", 0.01}, {"momentum", 0.9}}}};
   if (sam) config["algorithms"] = {{"sam", {{"rho", 0.05}, {"sync_ascent", parallel.sync_ascent}}}};
   if (parallel.mode != "none") config["parallel"] = {{"mode", parallel.mode}, {"overlap", parallel.overlap}};
@@ -101,7 +95,7 @@ std::vector<double> time_trainer(bool sam, const std::string& model, int64_t bat
 
 std::vector<double> time_optimizer(bool sam, const std::string& model_name, int64_t batch, int64_t steps) {
   at::manual_seed(0);
-  basin::Params params(model_config(model_name), "model");
+  basin::Params params(basin::bench::model_config(model_name), "model");
   auto model = basin::model_registry().create(params.string("name"), params, basin::DatasetInfo{{1, 28, 28}, 10});
   const at::Tensor inputs = at::randn({batch, 1, 28, 28});
   const at::Tensor targets = at::randint(0, 10, {batch}, at::kLong);
@@ -136,7 +130,7 @@ int main(int argc, char** argv) {
   int64_t batch = 128, steps = 30, warmup = 3;
   int threads = 1;
   app.add_option("--impl", impl)->check(CLI::IsMember({"trainer_sgd", "trainer_sam", "optimizer_sgd", "optimizer_sam"}));
-  app.add_option("--model", model)->check(CLI::IsMember({"mlp", "mlp1024", "mlp2048", "cnn", "resnet"}));
+  app.add_option("--model", model)->check(CLI::IsMember(basin::bench::model_names()));
   app.add_option("--batch", batch)->check(CLI::PositiveNumber);
   app.add_option("--steps", steps)->check(CLI::PositiveNumber);
   app.add_option("--warmup", warmup)->check(CLI::NonNegativeNumber);

@@ -91,16 +91,15 @@ void BucketReducer::lay_out(const std::vector<std::size_t>& order) {
   for (std::size_t b = 0; b < groups.size(); ++b) {
     Bucket& bucket = buckets_[b];
     const bool last = b + 1 == groups.size();
-    // Each part's members together, so that a part is one slice of the buffer.
+    // Each part's members together: one buffer per part.
     bucket.members = groups[b];
     std::stable_sort(bucket.members.begin(), bucket.members.end(),
                      [this](std::size_t x, std::size_t y) { return part_of(x) < part_of(y); });
     bucket.flagged.assign(last ? parts : 0, {});
     for (std::size_t i = 0; last && i < params_.size(); ++i) bucket.flagged[part_of(i)].push_back(i);
-    int64_t numel = 0;
     std::size_t k = 0;
     for (std::size_t part = 0; part < parts; ++part) {
-      bucket.parts.push_back(numel);
+      int64_t numel = 0;
       for (; k < bucket.members.size() && part_of(bucket.members[k]) == part; ++k) {
         bucket_of_[bucket.members[k]] = b;
         bucket.offsets.push_back(numel);
@@ -110,14 +109,18 @@ void BucketReducer::lay_out(const std::vector<std::size_t>& order) {
         bucket.flag_offsets.push_back(numel);
         numel += static_cast<int64_t>(bucket.flagged[part].size());
       }
+      bucket.part_numel.push_back(numel);
     }
-    bucket.parts.push_back(numel);
-    bucket.numel = numel;  // its buffer comes with its first start: a pass that never syncs holds none
+    bucket.buffers.resize(parts);  // allocated at the first start: a pass that never syncs holds none
     bucket.pending = static_cast<int64_t>(bucket.members.size());
   }
   ready_.assign(params_.size(), false);
   had_gradient_.assign(params_.size(), false);
   next_bucket_ = 0;
+}
+
+bool BucketReducer::is_view_of(const at::Tensor& grad, const at::Tensor& slot) {
+  return grad.defined() && slot.defined() && grad.data_ptr() == slot.data_ptr() && grad.is_contiguous();
 }
 
 std::size_t BucketReducer::part_of(std::size_t index) const {
@@ -150,39 +153,37 @@ void BucketReducer::start_ready_buckets(std::unique_lock<std::mutex>& /*held*/) 
 
 void BucketReducer::start(Bucket& bucket) {
   at::NoGradGuard no_grad;
-  if (!bucket.flat.defined()) {
-    bucket.flat = at::empty({bucket.numel}, params_[bucket.members.front()].options().requires_grad(false));
+  const at::TensorOptions options = params_[bucket.members.front()].options().requires_grad(false);
+  for (std::size_t part = 0; part < bucket.buffers.size(); ++part) {
+    if (!bucket.buffers[part].defined()) bucket.buffers[part] = at::empty({bucket.part_numel[part]}, options);
   }
   const auto me = static_cast<std::size_t>(communicator_->rank());
   for (std::size_t k = 0; k < bucket.members.size(); ++k) {
-    at::Tensor param = params_[bucket.members[k]];
-    at::Tensor slot = bucket.flat.narrow(0, bucket.offsets[k], param.numel());
+    const std::size_t index = bucket.members[k];
+    at::Tensor param = params_[index];
+    const at::Tensor slot = bucket.buffers[part_of(index)].narrow(0, bucket.offsets[k], param.numel());
     // No gradient here: a zero, unless no rank has one (the flags say).
-    had_gradient_[bucket.members[k]] = param.grad().defined();
-    if (param.grad().defined()) {
+    had_gradient_[index] = param.grad().defined();
+    const bool in_place = is_view_of(param.grad(), slot);  // backward accumulated into the bucket itself
+    if (!in_place && param.grad().defined()) {
       slot.view(param.sizes()).copy_(param.grad());
-    } else {
+    } else if (!in_place) {
       slot.zero_();
     }
-    if (to_owners() && part_of(bucket.members[k]) != me) param.mutable_grad().reset();  // its owner's now
+    // ZeRO-2: the bucket holds it now; this rank gets its own back from its part.
+    if (to_owners() && !(in_place && part_of(index) == me)) param.mutable_grad().reset();
   }
   // The last bucket starts after every other: which gradients exist here is known.
   for (std::size_t part = 0; part < bucket.flagged.size(); ++part) {
     std::vector<float> defined;
     for (const std::size_t i : bucket.flagged[part]) defined.push_back(had_gradient_[i] ? 1.0f : 0.0f);
     if (defined.empty()) continue;
-    bucket.flat.narrow(0, bucket.flag_offsets[part], static_cast<int64_t>(defined.size()))
+    bucket.buffers[part]
+        .narrow(0, bucket.flag_offsets[part], static_cast<int64_t>(defined.size()))
         .copy_(at::tensor(at::ArrayRef<float>(defined)));
   }
-  if (!to_owners()) {
-    bucket.in_flight = communicator_->start_all_reduce_sum(bucket.flat);
-    return;
-  }
-  std::vector<at::Tensor> parts;
-  for (std::size_t part = 0; part + 1 < bucket.parts.size(); ++part) {
-    parts.push_back(bucket.flat.narrow(0, bucket.parts[part], bucket.parts[part + 1] - bucket.parts[part]));
-  }
-  bucket.in_flight = communicator_->start_reduce_scatter_sum(std::move(parts));
+  bucket.in_flight = to_owners() ? communicator_->start_reduce_scatter_sum(bucket.buffers)
+                                 : communicator_->start_all_reduce_sum(bucket.buffers.front());
 }
 
 void BucketReducer::finish_backward() {
@@ -200,32 +201,37 @@ void BucketReducer::finish_backward() {
     bucket.in_flight.reset();
   }
 
-  // Whether any rank has each gradient, read before the division below; a
-  // rank learns it for the parts summed onto it.
+  // The part this rank received: its own (ZeRO-2), or the one part (DDP).
   const auto me = static_cast<std::size_t>(communicator_->rank());
+  const std::size_t mine = to_owners() ? me : 0;
+  // Whether any rank has each gradient of that part, read before the division below.
   std::vector<bool> anywhere(params_.size(), false);
   const Bucket& last = buckets_.back();
-  for (std::size_t part = 0; part < last.flagged.size(); ++part) {
-    if (to_owners() && part != me) continue;
-    const auto n = static_cast<int64_t>(last.flagged[part].size());
-    const at::Tensor flags = last.flat.narrow(0, last.flag_offsets[part], n).to(at::kCPU, at::kFloat).contiguous();
-    for (int64_t j = 0; j < n; ++j) anywhere[last.flagged[part][static_cast<std::size_t>(j)]] = flags.data_ptr<float>()[j] > 0;
-  }
+  const auto n = static_cast<int64_t>(last.flagged[mine].size());
+  const at::Tensor flags = last.buffers[mine].narrow(0, last.flag_offsets[mine], n).to(at::kCPU, at::kFloat).contiguous();
+  for (int64_t j = 0; j < n; ++j) anywhere[last.flagged[mine][static_cast<std::size_t>(j)]] = flags.data_ptr<float>()[j] > 0;
+
   const double world = static_cast<double>(communicator_->world_size());
   at::NoGradGuard no_grad;
   for (auto& bucket : buckets_) {
-    // Gloo has no AVG: a sum, then a division (of the part this rank received).
-    const std::size_t part = to_owners() ? me : 0;
-    bucket.flat.narrow(0, bucket.parts[part], bucket.parts[part + 1] - bucket.parts[part]).div_(world);
+    bucket.buffers[mine].div_(world);  // Gloo has no AVG: a sum, then a division
     for (std::size_t k = 0; k < bucket.members.size(); ++k) {
       const std::size_t index = bucket.members[k];
-      if (part_of(index) != part || !anywhere[index]) continue;  // another's, or no rank has one: as it is
+      if (part_of(index) != mine || !anywhere[index]) continue;  // another's, or no rank has one: as it is
       at::Tensor param = params_[index];
-      if (!param.grad().defined()) param.mutable_grad() = at::empty_like(param);
-      param.mutable_grad().copy_(bucket.flat.narrow(0, bucket.offsets[k], param.numel()).view(param.sizes()));
+      const at::Tensor slot = bucket.buffers[mine].narrow(0, bucket.offsets[k], param.numel());
+      if (is_view_of(param.grad(), slot)) continue;
+      // The gradient shares the bucket's memory from now on. Not an
+      // autograd view of it: LibTorch's zero_grad() detaches gradients in
+      // place, which a view refuses.
+      at::Tensor alias = at::empty({0}, slot.options());
+      alias.set_(slot.storage(), slot.storage_offset(), param.sizes(), slot.view(param.sizes()).strides());
+      param.mutable_grad() = alias;
     }
     bucket.pending = static_cast<int64_t>(bucket.members.size());
-    if (to_owners()) bucket.flat = at::Tensor();  // ZeRO-2 keeps no copy of what it does not own
+    for (std::size_t part = 0; part < bucket.buffers.size(); ++part) {
+      if (part != mine) bucket.buffers[part] = at::Tensor();  // ZeRO-2 keeps nothing it does not own
+    }
   }
   std::fill(ready_.begin(), ready_.end(), false);
   next_bucket_ = 0;
@@ -252,7 +258,9 @@ void BucketReducer::rebuild_from_arrival_order() {
 int64_t BucketReducer::buffer_bytes() const {
   int64_t bytes = 0;
   for (const auto& bucket : buckets_) {
-    if (bucket.flat.defined()) bytes += bucket.flat.numel() * static_cast<int64_t>(bucket.flat.element_size());
+    for (const auto& buffer : bucket.buffers) {
+      if (buffer.defined()) bytes += buffer.numel() * static_cast<int64_t>(buffer.element_size());
+    }
   }
   return bytes;
 }

@@ -33,14 +33,20 @@ class PendingCollective;
 /// runs.
 ///
 /// Gradients are replaced by their means in finish_backward(), when every
-/// bucket has arrived: until then they hold this rank's own values.
+/// bucket has arrived: until then they hold this rank's own values. From
+/// then on each gradient shares its bucket's memory (as PyTorch DDP's
+/// gradient_as_bucket_view), so that later backward passes accumulate into
+/// the buckets (no copy in or out, no second copy held), until something
+/// replaces the gradient (a zero_grad that sets it to none, LibTorch 2.x's
+/// default), when that pass copies it in again.
 ///
 /// With owners (ZeRO-2), each bucket is reduce-scattered instead: its
-/// members are laid out by owner, each owner's part is summed onto it
-/// alone, and a rank drops the gradients it does not own as soon as their
-/// bucket starts. After finish_backward() a rank holds the means of the
-/// gradients it owns and nothing else (bucket buffers included); the flags
-/// ride at the tail of each owner's part of the last bucket.
+/// members are laid out by owner, one buffer per owner's part, each part
+/// summed onto its owner alone, and a rank drops every gradient as soon as
+/// it is in its bucket (gradient memory never doubles). After
+/// finish_backward() a rank holds the means of the gradients it owns, in its
+/// own parts, and nothing else; the flags ride at the tail of each owner's
+/// part of the last bucket.
 class BucketReducer {
  public:
   struct Options {
@@ -75,22 +81,22 @@ class BucketReducer {
   const std::vector<at::Tensor>& parameters() const { return params_; }
   /// Each bucket's parameters (indices into parameters()), in start order.
   std::vector<std::vector<std::size_t>> buckets() const;
-  /// Bytes the buckets' buffers hold now: DDP keeps them between backward
-  /// passes (one flat copy of the gradients); ZeRO-2 frees them at the end.
+  /// Bytes the buckets' buffers hold now. The gradients live in them once
+  /// synced (DDP: every gradient; ZeRO-2: only this rank's part of each
+  /// bucket, the others freed), so these bytes are no second copy.
   int64_t buffer_bytes() const;
   /// Buckets the last synced backward started from its hooks, before it ended.
   int64_t started_during_backward() const { return started_during_backward_; }
 
  private:
   struct Bucket {
-    std::vector<std::size_t> members;
-    std::vector<int64_t> offsets;  // of each member in `flat`
-    std::vector<int64_t> parts;    // part r is flat[parts[r], parts[r + 1]): one part, or one per owner
+    std::vector<std::size_t> members;  // laid out part by part
+    std::vector<int64_t> offsets;      // of each member in its part's buffer
+    std::vector<int64_t> part_numel;   // one part (all-reduce), or one per owner (reduce-scatter)
     std::vector<std::vector<std::size_t>> flagged;  // last bucket: each part's flags, one per parameter it owns
-    std::vector<int64_t> flag_offsets;              // where each part's flags begin
-    int64_t numel = 0;
-    at::Tensor flat;               // the members' gradients, and in the last bucket the flags
-    int64_t pending = 0;           // members not ready yet in this backward
+    std::vector<int64_t> flag_offsets;              // where each part's flags begin in its buffer
+    std::vector<at::Tensor> buffers;   // one per part: the members' gradients, then the flags
+    int64_t pending = 0;               // members not ready yet in this backward
     std::unique_ptr<PendingCollective> in_flight;
   };
 
@@ -103,6 +109,8 @@ class BucketReducer {
   /// The part a parameter's gradient is summed onto: its owner, or the one part.
   std::size_t part_of(std::size_t index) const;
   bool to_owners() const { return !options_.owners.empty(); }
+  /// Whether `grad` already lives in `slot` of a bucket (same start; the sizes agree by construction).
+  static bool is_view_of(const at::Tensor& grad, const at::Tensor& slot);
   /// Every rank takes rank 0's arrival order of the first synced backward.
   void rebuild_from_arrival_order();
 
