@@ -75,6 +75,18 @@ std::vector<at::Tensor> local_gradients(int rank, int microbatches = 1) {
   return grads;
 }
 
+/// b1 used on rank 0 only, b2 on no rank: which layers' biases each rank's forward uses.
+const std::vector<std::vector<bool>> kPartlyUsed{{true, false, true}, {false, false, true}};
+
+/// Each rank's own gradients with kPartlyUsed, a zero where it has none.
+std::vector<at::Tensor> partly_used_gradients(int rank) {
+  auto params = mlp_parameters();
+  mlp_loss(params, rank, 0, kPartlyUsed[static_cast<std::size_t>(rank)]).backward();
+  std::vector<at::Tensor> grads;
+  for (const auto& p : params) grads.push_back(p.grad().defined() ? p.grad().clone() : at::zeros_like(p));
+  return grads;
+}
+
 BucketReducer::Options tiny_buckets(bool overlap) {
   BucketReducer::Options options;
   options.bucket_bytes = 1;  // every tensor its own bucket
@@ -159,22 +171,14 @@ TEST(BucketReducerTest, MicrobatchesSyncOnceWithTheAccumulatedGradients) {
 // b1 counts as zero on rank 1, b2 keeps no gradient, and the buckets after
 // b1's wait for it without mixing the order up across ranks.
 TEST(BucketReducerTest, AParameterUsedOnOneRankCountsAsZeroAndOneUsedNowhereStaysWithout) {
-  auto gradients_of = [](int rank, const std::vector<bool>& uses) {
-    auto params = mlp_parameters();
-    mlp_loss(params, rank, 0, uses).backward();
-    std::vector<at::Tensor> grads;
-    for (const auto& p : params) grads.push_back(p.grad().defined() ? p.grad().clone() : at::zeros_like(p));
-    return grads;
-  };
-  const std::vector<std::vector<bool>> uses{{true, false, true}, {false, false, true}};
-  const auto g0 = gradients_of(0, uses[0]), g1 = gradients_of(1, uses[1]);
+  const auto g0 = partly_used_gradients(0), g1 = partly_used_gradients(1);
   test::run_ranks(2, [&](int rank, std::shared_ptr<Communicator> communicator) {
     auto params = mlp_parameters();
     BucketReducer reducer(communicator, params, tiny_buckets(true));
     for (int step = 0; step < 2; ++step) {  // the second after the buckets' rebuild
       for (auto& p : params) p.mutable_grad() = at::Tensor();
       reducer.prepare_for_backward();
-      mlp_loss(params, rank, 0, uses[static_cast<std::size_t>(rank)]).backward();
+      mlp_loss(params, rank, 0, kPartlyUsed[static_cast<std::size_t>(rank)]).backward();
       reducer.finish_backward();
       for (std::size_t i = 0; i < params.size(); ++i) {
         if (i == 3) {
@@ -193,15 +197,7 @@ TEST(BucketReducerTest, AParameterUsedOnOneRankCountsAsZeroAndOneUsedNowhereStay
 // only its own parts; b1 (rank 0 uses it) counts as zero on rank 1 and b2 (no rank
 // uses it) keeps no gradient on its owner, before and after the rebuild.
 TEST(BucketReducerTest, ToOwnersEachRankKeepsTheMeansItOwnsAndNothingElse) {
-  auto gradients_of = [](int rank, const std::vector<bool>& uses) {
-    auto params = mlp_parameters();
-    mlp_loss(params, rank, 0, uses).backward();
-    std::vector<at::Tensor> grads;
-    for (const auto& p : params) grads.push_back(p.grad().defined() ? p.grad().clone() : at::zeros_like(p));
-    return grads;
-  };
-  const std::vector<std::vector<bool>> uses{{true, false, true}, {false, false, true}};
-  const auto g0 = gradients_of(0, uses[0]), g1 = gradients_of(1, uses[1]);
+  const auto g0 = partly_used_gradients(0), g1 = partly_used_gradients(1);
   const std::vector<int> owners{0, 1, 1, 0, 0, 1};
   for (const bool tiny : {true, false}) {
     test::run_ranks(2, [&](int rank, std::shared_ptr<Communicator> communicator) {
@@ -213,12 +209,14 @@ TEST(BucketReducerTest, ToOwnersEachRankKeepsTheMeansItOwnsAndNothingElse) {
       for (int step = 0; step < 2; ++step) {
         for (auto& p : params) p.mutable_grad() = at::Tensor();
         reducer.prepare_for_backward();
-        mlp_loss(params, rank, 0, uses[static_cast<std::size_t>(rank)]).backward();
+        mlp_loss(params, rank, 0, kPartlyUsed[static_cast<std::size_t>(rank)]).backward();
         reducer.finish_backward();
         // What this rank keeps of the buckets is its own parts, where its gradients live: its tensors and flags.
         int64_t own_bytes = 0;
         for (std::size_t i = 0; i < params.size(); ++i) own_bytes += owners[i] == rank ? params[i].numel() * 4 + 4 : 0;
-        if (step == 1) EXPECT_EQ(reducer.buffer_bytes(), own_bytes);  // the first step's rebuild laid out anew
+        if (step == 1) {  // the first step's rebuild laid the buckets out anew
+          EXPECT_EQ(reducer.buffer_bytes(), own_bytes);
+        }
         for (std::size_t i = 0; i < params.size(); ++i) {
           const std::string where = "tiny " + std::to_string(tiny) + ", step " + std::to_string(step) +
                                     ", rank " + std::to_string(rank) + ", tensor " + std::to_string(i);

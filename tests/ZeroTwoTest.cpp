@@ -20,7 +20,6 @@ using test::InjectOverflowInBackward;
 using test::max_difference;
 using test::sam_config;
 using test::train_on_ranks;
-using test::Weights;
 
 /// Trains `config` under ddp and under zero2 on two ranks: zero2 follows
 /// ddp to 1e-5 and its ranks stay bit-identical.
