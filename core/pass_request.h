@@ -15,8 +15,9 @@ enum class GradientSync {
   /// Where the optimizer steps them: every gradient on every rank (DDP),
   /// each on the rank that owns it (ZeRO-1).
   kWhereStepped,
-  /// Every gradient on every rank, also under ZeRO-1 (SAM's synced ascent
-  /// perturbs every parameter with the averaged gradient).
+  /// Averaged over ranks for every parameter (SAM's synced ascent): whole
+  /// on every rank under ddp and ZeRO-1; under ZeRO-2 on each owner only,
+  /// as everything under ZeRO-2 (ShardedParameters::gradients_sharded()).
   kEverywhere,
   /// Rank-local (SAM's rank-local ascent, a NoGradientSync scope).
   kNone,

@@ -131,12 +131,16 @@ TEST(BucketReducerTest, GradientsBecomeViewsOfTheirBucketAndStayExact) {
     auto params = mlp_parameters();
     BucketReducer reducer(communicator, params, BucketReducer::Options{});
     for (int step = 0; step < 3; ++step) {
+      std::vector<const void*> before;
       for (auto& p : params) {
         if (p.grad().defined()) p.mutable_grad().zero_();  // as zero_grad() without set_to_none
+        before.push_back(p.grad().defined() ? p.grad().data_ptr() : nullptr);
       }
       reducer.prepare_for_backward();
       mlp_loss(params, rank, 0).backward();
       reducer.finish_backward();
+      // From the step after the rebuild on, backward wrote into the bucket itself: no gradient moved.
+      for (std::size_t i = 0; step == 2 && i < params.size(); ++i) EXPECT_EQ(params[i].grad().data_ptr(), before[i]) << i;
       for (std::size_t i = 0; i < params.size(); ++i) {
         EXPECT_TRUE(at::equal(params[i].grad(), (g0[i] + g1[i]) / 2.0)) << "step " << step << ", tensor " << i;
         EXPECT_TRUE(params[i].grad().storage().is_alias_of(params[0].grad().storage())) << "step " << step << ", " << i;
@@ -199,36 +203,47 @@ TEST(BucketReducerTest, AParameterUsedOnOneRankCountsAsZeroAndOneUsedNowhereStay
 TEST(BucketReducerTest, ToOwnersEachRankKeepsTheMeansItOwnsAndNothingElse) {
   const auto g0 = partly_used_gradients(0), g1 = partly_used_gradients(1);
   const std::vector<int> owners{0, 1, 1, 0, 0, 1};
+  // Gradients set to none before each backward (LibTorch 2.x's zero_grad),
+  // or zeroed in place (1.13's), so that a rank's own ones accumulate in its part.
   for (const bool tiny : {true, false}) {
-    test::run_ranks(2, [&](int rank, std::shared_ptr<Communicator> communicator) {
-      auto params = mlp_parameters();
-      BucketReducer::Options options = tiny_buckets(true);
-      if (!tiny) options = BucketReducer::Options{};  // every tensor in the first bucket
-      options.owners = owners;
-      BucketReducer reducer(communicator, params, options);
-      for (int step = 0; step < 2; ++step) {
-        for (auto& p : params) p.mutable_grad() = at::Tensor();
-        reducer.prepare_for_backward();
-        mlp_loss(params, rank, 0, kPartlyUsed[static_cast<std::size_t>(rank)]).backward();
-        reducer.finish_backward();
-        // What this rank keeps of the buckets is its own parts, where its gradients live: its tensors and flags.
-        int64_t own_bytes = 0;
-        for (std::size_t i = 0; i < params.size(); ++i) own_bytes += owners[i] == rank ? params[i].numel() * 4 + 4 : 0;
-        if (step == 1) {  // the first step's rebuild laid the buckets out anew
-          EXPECT_EQ(reducer.buffer_bytes(), own_bytes);
-        }
-        for (std::size_t i = 0; i < params.size(); ++i) {
-          const std::string where = "tiny " + std::to_string(tiny) + ", step " + std::to_string(step) +
-                                    ", rank " + std::to_string(rank) + ", tensor " + std::to_string(i);
-          if (owners[i] != rank || i == 3) {
-            EXPECT_FALSE(params[i].grad().defined()) << where;
-            continue;
+    for (const bool zeroed : {false, true}) {
+      test::run_ranks(2, [&](int rank, std::shared_ptr<Communicator> communicator) {
+        auto params = mlp_parameters();
+        BucketReducer::Options options = tiny_buckets(true);
+        if (!tiny) options = BucketReducer::Options{};  // every tensor in the first bucket
+        options.owners = owners;
+        BucketReducer reducer(communicator, params, options);
+        for (int step = 0; step < 3; ++step) {
+          std::vector<const void*> before;
+          for (auto& p : params) {
+            if (!zeroed) p.mutable_grad() = at::Tensor();
+            if (zeroed && p.grad().defined()) p.mutable_grad().zero_();
+            before.push_back(p.grad().defined() ? p.grad().data_ptr() : nullptr);
           }
-          ASSERT_TRUE(params[i].grad().defined()) << where;
-          EXPECT_TRUE(at::equal(params[i].grad(), (g0[i] + g1[i]) / 2.0)) << where;
+          reducer.prepare_for_backward();
+          mlp_loss(params, rank, 0, kPartlyUsed[static_cast<std::size_t>(rank)]).backward();
+          reducer.finish_backward();
+          // What this rank keeps of the buckets is its own parts, where its gradients live: its tensors and flags.
+          int64_t own_bytes = 0;
+          for (std::size_t i = 0; i < params.size(); ++i) own_bytes += owners[i] == rank ? params[i].numel() * 4 + 4 : 0;
+          if (step >= 1) {  // the first step's rebuild laid the buckets out anew
+            EXPECT_EQ(reducer.buffer_bytes(), own_bytes);
+          }
+          for (std::size_t i = 0; i < params.size(); ++i) {
+            const std::string where = "tiny " + std::to_string(tiny) + ", zeroed " + std::to_string(zeroed) + ", step " + std::to_string(step) +
+                                      ", rank " + std::to_string(rank) + ", tensor " + std::to_string(i);
+            if (owners[i] != rank || i == 3) {
+              EXPECT_FALSE(params[i].grad().defined()) << where;
+              continue;
+            }
+            ASSERT_TRUE(params[i].grad().defined()) << where;
+            EXPECT_TRUE(at::equal(params[i].grad(), (g0[i] + g1[i]) / 2.0)) << where;
+            // Zeroed in place after the rebuild, a rank's own gradient stays where it was, in its part.
+            if (zeroed && step == 2) EXPECT_EQ(params[i].grad().data_ptr(), before[i]) << where;
+          }
         }
-      }
-    });
+      });
+    }
   }
 }
 

@@ -267,12 +267,19 @@ TEST(CheckpointTest, ResumedZeroOneRunEqualsTheUninterruptedRun) {
   expect_distributed_resume_matches(config, 3);
 }
 
+// The rules that keep per-parameter state resume under zero2 too: LookSAM's
+// g_v (whole on every rank), Friendly SAM's and VaSSO's gradient averages
+// (on their owners, gathered into the checkpoint).
 TEST(CheckpointTest, ResumedZeroTwoRunEqualsTheUninterruptedRun) {
-  Json config = test::smoke_config();
-  config["parallel"] = Json::parse(R"({"mode": "zero2", "timeout_seconds": 60})");
-  config["optimizer"] = Json::parse(R"({"name": "adam", "lr": 0.01})");
-  config["algorithms"] = Json::parse(R"({"looksam": {"rho": 0.05, "k": 2}})");  // g_v, kept whole, resumes too
-  expect_distributed_resume_matches(config, 3);
+  for (const char* algorithm : {R"({"looksam": {"rho": 0.05, "k": 2}})", R"({"friendly_sam": {"rho": 0.05}})",
+                                R"({"vasso": {"rho": 0.05}})"}) {
+    Json config = test::smoke_config();
+    config["parallel"] = Json::parse(R"({"mode": "zero2", "timeout_seconds": 60})");
+    config["optimizer"] = Json::parse(R"({"name": "adam", "lr": 0.01})");
+    config["algorithms"] = Json::parse(algorithm);
+    SCOPED_TRACE(algorithm);
+    expect_distributed_resume_matches(config, 3);
+  }
 }
 
 TEST(CheckpointTest, ZeroOneCheckpointHoldsEveryShardsOptimizerState) {

@@ -83,7 +83,7 @@ INSTANTIATE_TEST_SUITE_P(Variants, VariantZeroTwoTest, ::testing::ValuesIn(test:
                          [](const auto& info) { return info.param.first; });
 
 // The grad scaler's verdict covers every shard: an inf in one rank's
-// gradient, in a tensor another rank owns, skips the step on both ranks.
+// gradient (its last tensor, whichever rank owns it) skips the step on both ranks.
 TEST(ZeroTwoTest, AnOverflowInOneShardSkipsTheStepOnEveryRankAsUnderDataParallel) {
   for (const std::string sync : {"true", "false"}) {
     for (const Pass pass : {Pass::kAscent, Pass::kDescent}) {
@@ -104,6 +104,15 @@ TEST(ZeroTwoTest, AnOverflowInOneShardSkipsTheStepOnEveryRankAsUnderDataParallel
       EXPECT_EQ(skipped, (std::vector<int64_t>{1, 1})) << "sync_ascent " << sync;
     }
   }
+}
+
+// ESAM at a beta this small rests every tensor in most steps: the base then
+// steps with the ascent's gradients, which must sync as a descent's would
+// (a rank-local ascent's would let the replicas drift apart).
+TEST(ZeroTwoTest, EsamStepsWhoseTensorsAllRestSyncTheirGradients) {
+  Json config = sam_config("{}", "ddp");
+  config["algorithms"] = Json::parse(R"({"esam": {"beta": 0.01, "gamma": 1.0, "sync_ascent": false}})");
+  expect_zero_two_follows_ddp(config, "esam, beta 0.01, rank-local ascent");
 }
 
 TEST(ZeroTwoTest, Bf16MicrobatchesAndClippingEqualDataParallel) {
@@ -133,8 +142,8 @@ class GradientBytesAfterBackward : public Callback {
 };
 
 // After backward a zero2 rank holds the gradients it owns and nothing else
-// (bucket buffers are freed too): its share of DDP's, which the greedy
-// partition keeps within one tensor of 1/N.
+// (BucketReducerTest pins what the buckets keep): its share of DDP's, which
+// the greedy partition keeps within one tensor of 1/N.
 TEST(ZeroTwoTest, AfterBackwardARankHoldsTheGradientsItOwnsOnly) {
   Json config = sam_config(R"({"rho": 0.05, "sync_ascent": true})", "zero2");
   config["model"]["hidden"] = Json::array({64, 64});

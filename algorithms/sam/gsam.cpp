@@ -47,11 +47,7 @@ class GSAM : public CleanGradientSAM {
       }
     }
     if (!sums.defined()) {  // a rank that owns nothing joins the sum all the same
-      at::Device device = at::kCPU;
-      for (const auto& g : groups) {
-        if (!g.grads.empty()) device = g.grads.front().device();
-      }
-      sums = at::zeros({3}, at::TensorOptions(at::kFloat).device(device));
+      sums = at::zeros({3}, at::TensorOptions(at::kFloat).device(step.device()));
     }
     const at::Tensor total = step.sum_over_shards(sums).to(at::kDouble).cpu();
     const double dot = total[0].item<double>();

@@ -64,10 +64,7 @@ class LookSAM : public SAM {
     // g_v = g_s - (<g_s, g> / ||g||^2) g, over the whole model: each rank sums
     // over what it owns (all of it unsharded), where its g_s is averaged.
     at::NoGradGuard no_grad;
-    at::Device device = at::kCPU;  // the gradients', so that the sums can cross ranks (NCCL too)
-    for (const auto& g : groups) {
-      if (!g.grads.empty()) device = g.grads.front().device();
-    }
+    const at::Device device = step.device();  // where the sums can cross ranks (NCCL too)
     at::Tensor sums = at::zeros({2}, at::TensorOptions(at::kDouble).device(device));
     for (const auto& g : groups) {
       for (std::size_t j = 0; j < g.params.size(); ++j) {

@@ -5,6 +5,9 @@
 
 #include <ATen/ATen.h>
 
+#include "basin/core/parallel/communicator.h"
+#include "basin/core/parallel/sharded_optimizer.h"
+
 namespace basin {
 
 void ParameterBuffers::save(ParameterStates& states, const ParameterNumbering& numbering) const {
@@ -17,6 +20,34 @@ void ParameterBuffers::save(ParameterStates& states, const ParameterNumbering& n
     entry.insert_or_assign(name_, found->second.detach().to(at::kCPU).clone());
     states.insert_or_assign(index, entry);
   }
+}
+
+void ParameterBuffers::save_from_owners(ParameterStates& states, const ParameterNumbering& numbering,
+                                        ShardedParameters& shards) const {
+  const auto& params = numbering.parameters();
+  auto mine = [&](std::size_t i) -> const at::Tensor* {
+    if (!shards.owns(params[i])) return nullptr;
+    const auto found = buffers_.find(params[i].unsafeGetTensorImpl());
+    return found == buffers_.end() || !found->second.defined() ? nullptr : &found->second;
+  };
+  // Which parameters have a buffer on their owner: the same list on every rank.
+  std::vector<float> held(params.size());
+  for (std::size_t i = 0; i < params.size(); ++i) held[i] = mine(i) != nullptr ? 1.0f : 0.0f;
+  std::vector<at::Tensor> flags{at::tensor(at::ArrayRef<float>(held)).to(shards.device())};
+  shards.communicator().all_reduce_max(flags);
+  const at::Tensor anywhere = flags.front().cpu();
+  std::vector<at::Tensor> listed, values;
+  for (std::size_t i = 0; i < params.size(); ++i) {
+    if (anywhere[static_cast<int64_t>(i)].item<float>() <= 0) continue;
+    const at::Tensor* buffer = mine(i);
+    listed.push_back(params[i]);
+    values.push_back(buffer != nullptr ? buffer->detach().to(params[i].scalar_type()).contiguous().clone()
+                                       : at::empty_like(params[i]));
+  }
+  shards.broadcast_from_owners(listed, values);
+  ParameterBuffers gathered(name_);
+  for (std::size_t i = 0; i < listed.size(); ++i) gathered.of(listed[i]) = values[i];
+  gathered.save(states, numbering);
 }
 
 void ParameterBuffers::load(const ParameterStates& states, const ParameterNumbering& numbering) {

@@ -4,11 +4,19 @@
 
 #include <ATen/ATen.h>
 
+#include "basin/core/parallel/sharded_optimizer.h"
+
 namespace basin {
 
-ParameterStates RuleState::parameters(const ParameterNumbering& numbering) const {
+ParameterStates RuleState::parameters(const ParameterNumbering& numbering, ShardedParameters* shards) const {
   ParameterStates states = new_parameter_states();
-  for (const ParameterBuffers* buffers : buffers_) buffers->save(states, numbering);
+  for (const ParameterBuffers* buffers : buffers_) {
+    if (shards != nullptr && shards->gradients_sharded()) {
+      buffers->save_from_owners(states, numbering, *shards);
+    } else {
+      buffers->save(states, numbering);
+    }
+  }
   return states;
 }
 

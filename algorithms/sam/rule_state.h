@@ -22,7 +22,9 @@ class RuleState {
   void keep(const std::string& name, double& value) { numbers_.emplace_back(name, &value); }
   void keep(const std::string& name, int64_t& value) { counts_.emplace_back(name, &value); }
 
-  ParameterStates parameters(const ParameterNumbering& numbering) const;
+  /// With `shards` whose gradients are sharded (ZeRO-2), each owner's
+  /// buffers are gathered first (collective; see save_from_owners).
+  ParameterStates parameters(const ParameterNumbering& numbering, ShardedParameters* shards = nullptr) const;
   void load_parameters(const ParameterStates& states, const ParameterNumbering& numbering);
   StateDict values() const;
   /// Throws std::invalid_argument naming a value `values` lacks or holds as another type.

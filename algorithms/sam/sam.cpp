@@ -181,7 +181,7 @@ StateDict SAM::state_dict() const {
   StateDict state = new_state_dict();
   if (auto step = optimizer()) {
     state.insert("optimizer", step->counters());
-    state.insert("parameters", rule_state_.parameters(ParameterNumbering(*step)));
+    state.insert("parameters", rule_state_.parameters(ParameterNumbering(*step), step->sharded()));
     state.insert("values", rule_state_.values());
   }
   return state;

@@ -90,6 +90,14 @@ bool SAMOptimizer::ascent_sharded() const {
   return shards_ != nullptr && shards_->gradients_sharded() && options_.sync_ascent && rule_->ascent_pass();
 }
 
+c10::Device SAMOptimizer::device() const {
+  if (shards_ != nullptr) return shards_->device();
+  for (const auto& group : param_groups_) {
+    if (!group.params().empty()) return group.params().front().device();
+  }
+  return c10::Device(c10::kCPU);
+}
+
 at::Tensor SAMOptimizer::gradient_squares(const std::vector<GroupView>& groups) {
   std::vector<at::Tensor> grads;
   for (const auto& g : groups) grads.insert(grads.end(), g.grads.begin(), g.grads.end());
@@ -127,7 +135,7 @@ at::Tensor SAMOptimizer::run_pass(Pass pass, const LossClosure& closure, PassReq
   request.parts = pass == Pass::kPlain ? 1 : options_.parts;
   // The one place a pass's gradient sync is decided: the ascent's as
   // configured, every other pass's where its gradients are stepped.
-  request.sync = pass != Pass::kAscent ? GradientSync::kWhereStepped
+  request.sync = pass != Pass::kAscent || ascent_is_the_step_ ? GradientSync::kWhereStepped
                  : options_.sync_ascent ? GradientSync::kEverywhere
                                         : GradientSync::kNone;
   request_ = std::move(request);
@@ -304,9 +312,7 @@ at::Tensor SAMOptimizer::ascent(const LossClosure& closure, at::Tensor& sample_l
     }
     if (shards_ != nullptr && shards_->gradients_sharded()) {
       // ZeRO-2: a rank holds the gradients it owns only; the ranks together hold them all.
-      const at::Device device = groups.empty() || groups.front().params.empty() ? at::Device(at::kCPU)
-                                                                                : groups.front().params.front().device();
-      std::vector<at::Tensor> flags{at::tensor({any_graded ? 1.0f : 0.0f, chosen_graded ? 1.0f : 0.0f}).to(device)};
+      std::vector<at::Tensor> flags{at::tensor({any_graded ? 1.0f : 0.0f, chosen_graded ? 1.0f : 0.0f}).to(device())};
       shards_->communicator().all_reduce_max(flags);
       const at::Tensor agreed = flags.front().cpu();
       any_graded = agreed[0].item<float>() > 0;
@@ -327,12 +333,16 @@ at::Tensor SAMOptimizer::ascent(const LossClosure& closure, at::Tensor& sample_l
   PassRequest request;
   request.per_sample_losses = plan.per_sample_losses;
   at::Tensor loss;
+  // Every tensor resting: the base steps with this pass's gradients, so they sync as a descent's would.
+  ascent_is_the_step_ = all_resting;
   try {
     loss = run_pass(Pass::kAscent, closure, request);
   } catch (...) {
+    ascent_is_the_step_ = false;
     for (auto& p : frozen) p.requires_grad_(true);
     throw;
   }
+  ascent_is_the_step_ = false;
   for (auto& p : frozen) p.requires_grad_(true);
   if (plan.per_sample_losses) {
     if (loss.dim() != 1 || loss.numel() == 0) {

@@ -145,6 +145,9 @@ class SAMOptimizer : public torch::optim::Optimizer, public PassAwareOptimizer, 
   /// synced ascent under ZeRO-2): a rule then reads them on owners, and
   /// the owners' perturbed parameters are gathered to every rank.
   bool ascent_sharded() const;
+  /// Where this step's collectives run: the shards' device, else the first
+  /// parameter's (a rank may hold no gradient at all under ZeRO-2).
+  c10::Device device() const;
   /// ||g||^2 of the gradients `groups` hold now, in fp32: over shards where
   /// the ascent is sharded (collective then), else of what this rank holds.
   at::Tensor gradient_squares(const std::vector<GroupView>& groups);
@@ -198,6 +201,7 @@ class SAMOptimizer : public torch::optim::Optimizer, public PassAwareOptimizer, 
   SAMOptions options_;
   std::shared_ptr<SAMRule> rule_;
   PassPlan* plan_ = nullptr;
+  bool ascent_is_the_step_ = false;  // this ascent's gradients step the base (every chosen tensor rests)
   ShardedParameters* shards_ = nullptr;
   GroupSync sync_;
   std::vector<PassHooks> hooks_;

@@ -3,6 +3,7 @@
 #include "basin/core/parallel/bucket_reducer.h"
 
 #include <algorithm>
+#include <exception>
 #include <stdexcept>
 #include <string>
 
@@ -36,6 +37,12 @@ BucketReducer::BucketReducer(std::shared_ptr<Communicator> communicator, std::ve
   if (!options_.owners.empty() && options_.owners.size() != params_.size()) {
     throw std::invalid_argument("BucketReducer: " + std::to_string(options_.owners.size()) + " owners for " +
                                 std::to_string(params_.size()) + " parameters");
+  }
+  for (const int owner : options_.owners) {
+    if (owner < 0 || owner >= communicator_->world_size()) {
+      throw std::invalid_argument("BucketReducer: owner " + std::to_string(owner) + " is not a rank of " +
+                                  std::to_string(communicator_->world_size()));
+    }
   }
   if (params_.empty() || communicator_->world_size() == 1) return;  // nothing to average
   std::vector<std::size_t> reversed(params_.size());
@@ -196,9 +203,23 @@ void BucketReducer::finish_backward() {
     ++next_bucket_;
   }
   lock.unlock();
+  // Every bucket is waited for, even after one failed (a timeout): none is
+  // left in flight over buffers the next backward writes; then the first
+  // error, with the reducer ready for another backward.
+  std::exception_ptr failed;
   for (auto& bucket : buckets_) {
-    bucket.in_flight->wait();
+    try {
+      bucket.in_flight->wait();
+    } catch (...) {
+      if (!failed) failed = std::current_exception();
+    }
     bucket.in_flight.reset();
+  }
+  if (failed) {
+    for (auto& bucket : buckets_) bucket.pending = static_cast<int64_t>(bucket.members.size());
+    std::fill(ready_.begin(), ready_.end(), false);
+    next_bucket_ = 0;
+    std::rethrow_exception(failed);
   }
 
   // The part this rank received: its own (ZeRO-2), or the one part (DDP).

@@ -15,6 +15,7 @@
 #include <mutex>
 #include <stdexcept>
 
+#include <ATen/Parallel.h>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #ifdef BASIN_HAVE_NCCL
 #include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
@@ -140,7 +141,10 @@ class ProcessGroupCommunicator : public Communicator {
     const bool on_host = std::all_of(parts.begin(), parts.end(), [](const at::Tensor& t) { return t.is_cpu(); });
     if (traits_.ring_reduce_scatter && on_host) {
       // The ring waits on every round: it runs on the worker, one reduce-scatter after another.
-      return std::make_unique<PendingJob>(ring_.post([this, parts]() mutable { ring_reduce_scatter(parts); }));
+      return std::make_unique<PendingJob>(ring_.post([this, parts]() mutable {
+        at::init_num_threads();  // the sums take this process's intra-op threads, not OpenMP's default team
+        ring_reduce_scatter(parts);
+      }));
     }
     std::vector<c10::intrusive_ptr<c10d::Work>> works;
     for (int root = 0; root < world_size(); ++root) {  // NCCL's reduce is a pipelined ring already

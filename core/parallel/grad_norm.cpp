@@ -45,8 +45,8 @@ at::Tensor sum_of_squares_over_shards(const std::vector<at::Tensor>& values, con
   for (std::size_t i = 0; i < values.size(); ++i) {
     if (shards.owns(params[i])) owned.push_back(values[i]);
   }
-  const at::Device device = values.empty() ? at::Device(at::kCPU) : values.front().device();
-  std::vector<at::Tensor> sum{sum_of_squares(owned).to(device).reshape({1})};
+  // On the shards' device even where this rank holds nothing (ZeRO-2): NCCL takes CUDA tensors only.
+  std::vector<at::Tensor> sum{sum_of_squares(owned).to(shards.device()).reshape({1})};
   shards.communicator().all_reduce_sum(sum);
   return sum.front().reshape({});
 }

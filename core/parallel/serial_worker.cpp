@@ -6,6 +6,9 @@ SerialWorker::~SerialWorker() {
   {
     std::lock_guard<std::mutex> lock(mutex_);
     stopping_ = true;
+    // Nobody waits for them any more (a failing run, after a timeout): each
+    // could wait out its own timeout. Their futures report a broken promise.
+    jobs_.clear();
   }
   wake_.notify_one();
   if (thread_.joinable()) thread_.join();
@@ -27,7 +30,7 @@ void SerialWorker::run() {
   std::unique_lock<std::mutex> lock(mutex_);
   for (;;) {
     wake_.wait(lock, [this] { return stopping_ || !jobs_.empty(); });
-    if (jobs_.empty()) return;  // stopping, and nothing left to run
+    if (jobs_.empty()) return;  // stopping
     std::packaged_task<void()> job = std::move(jobs_.front());
     jobs_.pop_front();
     lock.unlock();

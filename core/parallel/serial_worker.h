@@ -13,7 +13,8 @@ namespace basin {
 /// the order they were posted: a communication stream for collectives the
 /// backend runs only synchronously (Gloo's reduce-scatter ring of sends and
 /// receives), so that the caller goes on computing meanwhile. The thread
-/// starts with the first job; destruction runs what is queued, then joins.
+/// starts with the first job; destruction drops the jobs not started,
+/// waits for the one running, then joins.
 class SerialWorker {
  public:
   SerialWorker() = default;

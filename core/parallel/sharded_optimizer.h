@@ -32,6 +32,9 @@ class ShardedParameters {
   /// only, so whatever reads gradients does so on owners (SAM's ascent
   /// among them) and gathers the result.
   virtual bool gradients_sharded() const { return false; }
+  /// Where collectives over the shards run (NCCL takes CUDA tensors only),
+  /// whatever this rank holds.
+  virtual c10::Device device() const { return c10::Device(c10::kCPU); }
 };
 
 /// ZeRO-1: optimizer state sharded across ranks (ZeRO-2: gradients too).
@@ -77,6 +80,7 @@ class ShardedOptimizer : public torch::optim::Optimizer, public ShardedParameter
   void broadcast_from_owners(const std::vector<at::Tensor>& params, const std::vector<at::Tensor>& values) override;
   Communicator& communicator() override { return *communicator_; }
   bool gradients_sharded() const override { return shard_gradients_; }
+  c10::Device device() const override;
 
   torch::optim::Optimizer& local() { return *local_; }
   /// Copies hyper-parameters changed on the wrapper or the local optimizer to the other.
@@ -101,8 +105,6 @@ class ShardedOptimizer : public torch::optim::Optimizer, public ShardedParameter
   static std::vector<int> partition(const std::vector<int64_t>& sizes, int world_size);
 
  private:
-  c10::Device device() const;
-
   std::shared_ptr<Communicator> communicator_;
   bool shard_gradients_;
   std::vector<at::Tensor> params_;  // every parameter once, in group order

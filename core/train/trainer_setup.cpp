@@ -98,8 +98,8 @@ void Trainer::build(const Json& config, std::vector<std::shared_ptr<Callback>> c
     communicator = connect_job(read_job_environment(), timeout, state_.device.is_cuda());
   } else if (!communicator && parallel_mode_ == "none" && in_multi_process_job()) {
     throw ConfigError("config key 'parallel.mode': this process is one rank of a " +
-                      std::string(std::getenv("WORLD_SIZE")) + "-process job (WORLD_SIZE), so it must be \"ddp\" or "
-                      "\"zero1\", not \"none\"");
+                      std::string(std::getenv("WORLD_SIZE")) + "-process job (WORLD_SIZE), so it must be \"ddp\", "
+                      "\"zero1\" or \"zero2\", not \"none\"");
   }
   if (!communicator && sharded_mode()) {
     // A one-rank group keeps single-process zero1 and zero2 on the same code path.
