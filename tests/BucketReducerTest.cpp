@@ -239,7 +239,9 @@ TEST(BucketReducerTest, ToOwnersEachRankKeepsTheMeansItOwnsAndNothingElse) {
             ASSERT_TRUE(params[i].grad().defined()) << where;
             EXPECT_TRUE(at::equal(params[i].grad(), (g0[i] + g1[i]) / 2.0)) << where;
             // Zeroed in place after the rebuild, a rank's own gradient stays where it was, in its part.
-            if (zeroed && step == 2) EXPECT_EQ(params[i].grad().data_ptr(), before[i]) << where;
+            if (zeroed && step == 2) {
+              EXPECT_EQ(params[i].grad().data_ptr(), before[i]) << where;
+            }
           }
         }
       });
