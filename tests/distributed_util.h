@@ -41,11 +41,8 @@ inline void run_ranks(int world, const std::function<void(int, std::shared_ptr<C
 
 using Weights = std::vector<at::Tensor>;
 
-inline Weights weights_of(Trainer& trainer) {
-  Weights out;
-  for (const auto& p : trainer.model().parameters()) out.push_back(p.detach().clone());
-  return out;
-}
+/// The model's parameters whole (gathered under zero3: collective then).
+inline Weights weights_of(Trainer& trainer) { return trainer.whole_parameters(); }
 
 inline double max_difference(const Weights& a, const Weights& b) {
   double worst = 0;

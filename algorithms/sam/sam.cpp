@@ -12,6 +12,7 @@
 #include "basin/algorithms/sam/sam_registry.h"
 #include "basin/core/hyperparameters.h"
 #include "basin/core/logger.h"
+#include "basin/core/parallel/sharded_optimizer.h"
 
 namespace basin {
 
@@ -31,6 +32,7 @@ SAM::SAM(Params& params, const SAMDefaults& defaults) : path_(params.path()) {
   adaptive_ = params.boolean("adaptive", defaults.is_adaptive);
   options_.eta = params.number("eta", defaults.eta, 0);
   options_.interval = params.integer("interval", 1, 1);
+  sync_ascent_given_ = params.has("sync_ascent");
   options_.sync_ascent = params.boolean("sync_ascent", defaults.sync_ascent);
   freeze_running_stats_ = params.boolean("freeze_running_stats", true);
   const Json start = params.raw("start");
@@ -63,6 +65,10 @@ std::unordered_set<const c10::TensorImpl*> SAM::parameters_named(const torch::nn
     if (std::regex_search(item.key(), regex)) found.insert(item.value().unsafeGetTensorImpl());
   }
   return found;
+}
+
+const c10::TensorImpl* SAM::stepped(const SAMOptimizer& step, const at::Tensor& param) {
+  return step.sharded() != nullptr ? step.sharded()->stepped(param).unsafeGetTensorImpl() : param.unsafeGetTensorImpl();
 }
 
 int64_t SAM::run_length(const State& state) {
@@ -110,6 +116,16 @@ std::shared_ptr<SAMOptimizer> SAM::make_optimizer(std::shared_ptr<torch::optim::
                       synced_because + "; set it to true");
   }
   SAMOptions options = options_;
+  const auto* shards = dynamic_cast<const ShardedParameters*>(base.get());
+  if (shards != nullptr && shards->parameters_sharded()) {
+    // ZeRO-3: no rank ever holds a whole gradient, so the ascent is synced.
+    if (sync_ascent_given_ && !options.sync_ascent) {
+      throw ConfigError(key("sync_ascent") + ": false under parallel.mode zero3, but a rank-local ascent needs each "
+                        "rank's whole local gradient, and zero3 reduce-scatters every gradient to its shards as "
+                        "backward runs; set it to true (the default under zero3) or use zero2");
+    }
+    options.sync_ascent = true;
+  }
   if (start_fraction_ > 0) {
     if (run_length(state) == 0) throw ConfigError(key("start") + ": a fraction of the run needs the run's length");
     options.start = std::llround(start_fraction_ * static_cast<double>(run_length(state)));
@@ -125,7 +141,7 @@ std::shared_ptr<SAMOptimizer> SAM::make_optimizer(std::shared_ptr<torch::optim::
     }
     std::unordered_set<const c10::TensorImpl*> unperturbed;
     for (const auto& p : state.model->parameters(true)) {
-      if (perturbed.count(p.unsafeGetTensorImpl()) == 0) unperturbed.insert(p.unsafeGetTensorImpl());
+      if (perturbed.count(p.unsafeGetTensorImpl()) == 0) unperturbed.insert(stepped(*step, p));
     }
     step->set_unperturbed(std::move(unperturbed));
   }

@@ -105,6 +105,8 @@ class SAM : public Algorithm, public SAMRule, public std::enable_shared_from_thi
   /// The model's parameters whose names `pattern` finds (regex_search).
   static std::unordered_set<const c10::TensorImpl*> parameters_named(const torch::nn::Module& model,
                                                                     const std::string& pattern);
+  /// The tensor `step` steps for the model's parameter `param` (its shard under zero3).
+  static const c10::TensorImpl* stepped(const SAMOptimizer& step, const at::Tensor& param);
   /// The run's length in optimizer steps, as the trainer stops it (0 when the
   /// state does not know it). Resolved when the algorithm wraps: a run
   /// resumed with another length resolves "start" and AE-SAM's T anew.
@@ -127,6 +129,7 @@ class SAM : public Algorithm, public SAMRule, public std::enable_shared_from_thi
   std::unordered_set<const c10::TensorImpl*> unscaled_;
   std::weak_ptr<SAMOptimizer> optimizer_;  // the step owns its rule, not the other way round
   bool made_ = false;
+  bool sync_ascent_given_ = false;
   RuleState rule_state_;
   BufferSnapshot running_stats_;
   PassRequest outer_request_;

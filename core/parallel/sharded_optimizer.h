@@ -35,6 +35,12 @@ class ShardedParameters {
   /// Where collectives over the shards run (NCCL takes CUDA tensors only),
   /// whatever this rank holds.
   virtual c10::Device device() const { return c10::Device(c10::kCPU); }
+  /// ZeRO-3: the optimizer steps each rank's shard of every parameter, not
+  /// the model's parameters (which hold bytes only while their unit runs).
+  virtual bool parameters_sharded() const { return false; }
+  /// The tensor the optimizer steps for the model's parameter `param`:
+  /// itself, or under ZeRO-3 this rank's shard of it.
+  virtual at::Tensor stepped(const at::Tensor& param) const { return param; }
 };
 
 /// ZeRO-1: optimizer state sharded across ranks (ZeRO-2: gradients too).

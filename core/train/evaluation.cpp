@@ -23,7 +23,7 @@ EvalResult evaluate(Model& model, const TensorDataset& test, const Loss& loss, i
     at::Tensor logits;
     {
       AutocastGuard autocast(state.precision, state.device.type());
-      logits = model.forward(batch.inputs.to(state.device));
+      logits = model.run(batch.inputs.to(state.device));
     }
     logits = logits.to(at::kFloat);
     loss_sum += loss.sum(logits, targets).item<double>();

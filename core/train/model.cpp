@@ -1,6 +1,30 @@
 #include "basin/core/train/model.h"
 
+#include <algorithm>
+#include <stdexcept>
+
 namespace basin {
+
+at::Tensor Model::run(const at::Tensor& inputs) {
+  if (runner_ == nullptr) return forward(inputs);
+  return runner_->run_model([&] { return forward(inputs); });
+}
+
+void Model::declare_unit(torch::nn::Module& block) {
+  if (std::find(units_.begin(), units_.end(), &block) != units_.end()) {
+    throw std::logic_error("Model: unit '" + block.name() + "' declared twice");
+  }
+  units_.push_back(&block);
+}
+
+at::Tensor Model::unit(torch::nn::Module& block, const std::function<at::Tensor()>& forward) {
+  if (runner_ == nullptr) return forward();
+  const auto found = std::find(units_.begin(), units_.end(), &block);
+  if (found == units_.end()) {
+    throw std::logic_error("Model: '" + block.name() + "' runs as a unit but was never declared (declare_unit)");
+  }
+  return runner_->run_unit(static_cast<std::size_t>(found - units_.begin()), forward);
+}
 
 Registry<Model, const DatasetInfo&>& model_registry() {
   static Registry<Model, const DatasetInfo&> registry("model");

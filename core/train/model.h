@@ -1,7 +1,11 @@
 #pragma once
 
+#include <functional>
+#include <vector>
+
 #include <torch/nn/module.h>
 
+#include "basin/core/parallel/unit_runner.h"
 #include "basin/core/registry.h"
 #include "basin/core/train/dataset.h"
 
@@ -9,9 +13,39 @@ namespace basin {
 
 /// A classifier the trainer can run: inputs [N, ...] to logits [N, classes].
 /// torch::nn::Module has no virtual forward; this adds the one the loop calls.
+///
+/// Units (fully sharded training, "parallel.mode" zero3): a model declares
+/// its blocks as units in its constructor and runs each through `unit()` in
+/// forward; under zero3 a unit's parameters are gathered whole only while it
+/// runs, so a rank's peak holds its shards plus a unit or two. A model that
+/// declares none is one unit: 1/N of the parameters at rest, all of them
+/// whole during a step.
+///
+///     fc1_ = register_module("fc1", torch::nn::Linear(784, 256));
+///     declare_unit(*fc1_);
+///     ...
+///     x = unit(*fc1_, [&] { return fc1_->forward(x); });
 class Model : public torch::nn::Module {
  public:
   virtual at::Tensor forward(const at::Tensor& inputs) = 0;
+
+  /// forward(inputs) as the trainer runs it: under zero3, through the units' runner.
+  at::Tensor run(const at::Tensor& inputs);
+
+  /// The declared units, in declaration order (which should be forward's).
+  const std::vector<torch::nn::Module*>& units() const { return units_; }
+  /// Installed by fully sharded training; null runs units as plain calls.
+  void set_unit_runner(UnitRunner* runner) { runner_ = runner; }
+
+ protected:
+  /// Declares a registered submodule (with every parameter below it) as one unit.
+  void declare_unit(torch::nn::Module& block);
+  /// Runs `forward`, the forward of the declared unit `block`.
+  at::Tensor unit(torch::nn::Module& block, const std::function<at::Tensor()>& forward);
+
+ private:
+  std::vector<torch::nn::Module*> units_;
+  UnitRunner* runner_ = nullptr;
 };
 
 /// Models by name; a factory is given the dataset's input shape and classes.

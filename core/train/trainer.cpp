@@ -77,7 +77,7 @@ at::Tensor Trainer::optimizer_step() {
     at::AutoGradMode enable_grad(true);
     loss = run_pass();
   }
-  const PassHooks hooks = checks_->pass_hooks(state_, sharded_);
+  const PassHooks hooks = checks_->pass_hooks(state_, shards_);
   if (hooks.gradients_finite(Pass::kPlain)) {
     hooks.before_base_step();
     state_.optimizer->step();

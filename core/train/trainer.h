@@ -18,7 +18,9 @@ class BucketReducer;
 class Callback;
 class Communicator;
 class DataParallel;
+class FullyShardedModel;
 class ShardedOptimizer;
+class ShardedParameters;
 class LoggerDestination;
 class Model;
 class Scheduler;
@@ -50,7 +52,7 @@ struct FitSummary {
 class Trainer {
  public:
   /// `communicator`: the job's ranks, for tests that run ranks as threads;
-  /// when null and "parallel.mode" is ddp, zero1 or zero2, the trainer joins the job
+  /// when null and "parallel.mode" is ddp, zero1, zero2 or zero3, the trainer joins the job
   /// its environment describes (RANK, WORLD_SIZE, MASTER_ADDR, ...).
   explicit Trainer(const Json& config, std::vector<std::shared_ptr<Callback>> callbacks = {},
                    std::vector<std::shared_ptr<LoggerDestination>> loggers = {},
@@ -70,6 +72,12 @@ class Trainer {
   /// Accuracy and mean loss on the test split (fires EVAL_START/EVAL_END).
   EvalResult evaluate();
 
+  /// The model's parameters whole, cloned, in its order: under zero3 its
+  /// own hold no bytes between units (collective then); else copies of them.
+  std::vector<at::Tensor> whole_parameters();
+  /// The zero3 model's shards and units, when parallel.mode is zero3.
+  FullyShardedModel* fully_sharded() { return fully_sharded_.get(); }
+
   State& state() { return state_; }
   Engine& engine() { return *engine_; }
   Model& model() { return *model_; }
@@ -81,7 +89,8 @@ class Trainer {
   void build(const Json& config, std::vector<std::shared_ptr<Callback>> callbacks,
              std::vector<std::shared_ptr<LoggerDestination>> loggers, std::shared_ptr<Communicator> communicator);
   /// The "wrap for distribution" point of the loop: replicas made equal,
-  /// gradient sync set up, the optimizer sharded under zero1 and zero2.
+  /// gradient sync set up, the optimizer sharded under zero1 and zero2,
+  /// the model and its optimizer under zero3.
   void wrap_for_distribution(Params& optimizer_config);
   void train_batch(const Batch& batch);
   /// Evaluates on the test split and logs the epoch's record.
@@ -124,6 +133,8 @@ class Trainer {
   std::unique_ptr<DataParallel> data_parallel_;
   std::unique_ptr<BucketReducer> reducer_;  // data-parallel gradient sync, built at the first all-reduce
   ShardedOptimizer* sharded_ = nullptr;  // the zero1 or zero2 optimizer, when there is one
+  std::shared_ptr<FullyShardedModel> fully_sharded_;  // zero3's shards and units
+  ShardedParameters* shards_ = nullptr;  // the optimizer's shards under zero1, zero2 and zero3
   Loss loss_;
   std::unique_ptr<StepChecks> checks_;
   std::unique_ptr<TrainingClosure> closure_;

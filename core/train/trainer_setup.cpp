@@ -20,6 +20,8 @@
 #include "basin/core/parallel/bucket_reducer.h"
 #include "basin/core/parallel/communicator.h"
 #include "basin/core/parallel/data_parallel.h"
+#include "basin/core/parallel/fully_sharded_model.h"
+#include "basin/core/parallel/fully_sharded_optimizer.h"
 #include "basin/core/parallel/rendezvous.h"
 #include "basin/core/parallel/sharded_optimizer.h"
 #include "basin/core/scheduler.h"
@@ -54,7 +56,9 @@ Trainer::Trainer(const Json& config, std::vector<std::shared_ptr<Callback>> call
   build(config, std::move(callbacks), std::move(loggers), std::move(communicator));
 }
 
-Trainer::~Trainer() = default;
+Trainer::~Trainer() {
+  if (fully_sharded_) model_->set_unit_runner(nullptr);  // the model may outlive the trainer
+}
 
 void Trainer::build(const Json& config, std::vector<std::shared_ptr<Callback>> callbacks,
                     std::vector<std::shared_ptr<LoggerDestination>> loggers, std::shared_ptr<Communicator> communicator) {
@@ -88,7 +92,7 @@ void Trainer::build(const Json& config, std::vector<std::shared_ptr<Callback>> c
   Params parallel = root.object("parallel");
   root.finish();
 
-  parallel_mode_ = parallel.choice("mode", "none", {"none", "ddp", "zero1", "zero2"});
+  parallel_mode_ = parallel.choice("mode", "none", {"none", "ddp", "zero1", "zero2", "zero3"});
   const auto timeout = std::chrono::milliseconds(
       static_cast<int64_t>(1000 * parallel.positive("timeout_seconds", 300)));
   bucket_bytes_ = static_cast<int64_t>(parallel.positive("bucket_mb", 25) * (1 << 20));
@@ -99,10 +103,10 @@ void Trainer::build(const Json& config, std::vector<std::shared_ptr<Callback>> c
   } else if (!communicator && parallel_mode_ == "none" && in_multi_process_job()) {
     throw ConfigError("config key 'parallel.mode': this process is one rank of a " +
                       std::string(std::getenv("WORLD_SIZE")) + "-process job (WORLD_SIZE), so it must be \"ddp\", "
-                      "\"zero1\" or \"zero2\", not \"none\"");
+                      "\"zero1\", \"zero2\" or \"zero3\", not \"none\"");
   }
-  if (!communicator && sharded_mode()) {
-    // A one-rank group keeps single-process zero1 and zero2 on the same code path.
+  if (!communicator && (sharded_mode() || parallel_mode_ == "zero3")) {
+    // A one-rank group keeps single-process zero1, zero2 and zero3 on the same code path.
     communicator = make_gloo_communicator(c10::make_intrusive<c10d::HashStore>(), 0, 1, timeout);
   }
   state_.communicator = communicator;
@@ -155,13 +159,14 @@ void Trainer::build(const Json& config, std::vector<std::shared_ptr<Callback>> c
   if (initial_weights) load_initial_weights(*model_, *initial_weights);
   model_->to(state_.device);
   state_.model = model_;
-  state_.forward = [model = model_.get()](const at::Tensor& inputs) { return model->forward(inputs); };
+  state_.forward = [model = model_.get()](const at::Tensor& inputs) { return model->run(inputs); };
   state_.optimizer = make_optimizer(optimizer, *model_);
   loss_ = loss;
   closure_ = std::make_unique<TrainingClosure>(
       state_, *engine_, *model_, loss, microbatches_,
       TrainingClosure::Sync{[this](GradientSync sync) { prepare_gradient_sync(sync); },
-                            [this](GradientSync sync) { finish_gradient_sync(sync); }});
+                            [this](GradientSync sync) { finish_gradient_sync(sync); },
+                            /*every_microbatch=*/parallel_mode_ == "zero3"});
 
   for (std::size_t i = 0; i < schedulers.size(); ++i) {
     Params entry(schedulers[i], "schedulers[" + std::to_string(i) + "]");
@@ -192,7 +197,7 @@ void Trainer::build(const Json& config, std::vector<std::shared_ptr<Callback>> c
   engine_->run(Event::AFTER_SHARDING);
   // An optimizer that runs its own passes (SAM) calls the trainer's checks itself.
   if (auto* pass_aware = dynamic_cast<PassAwareOptimizer*>(state_.optimizer.get())) {
-    pass_aware->add_pass_hooks(checks_->pass_hooks(state_, sharded_));
+    pass_aware->add_pass_hooks(checks_->pass_hooks(state_, shards_));
   }
 
   // Schedulers attach to the optimizer as the algorithms left it (SAM's wrapper).
@@ -214,7 +219,7 @@ void Trainer::wrap_for_distribution(Params& optimizer_config) {
   if (!state_.communicator) return;
   data_parallel_ = std::make_unique<DataParallel>(state_.communicator);
   data_parallel_->broadcast_model(*model_);  // replicas start from rank 0's weights and buffers
-  if (!sharded_mode()) return;
+  if (!sharded_mode() && parallel_mode_ != "zero3") return;
   const std::string name = optimizer_config.string("name");
   const Json settings = optimizer_config.raw_object();
   auto make_local = [name, settings](std::vector<torch::optim::OptimizerParamGroup> groups) {
@@ -223,9 +228,21 @@ void Trainer::wrap_for_distribution(Params& optimizer_config) {
     params.claim("param_groups");  // the groups come with their options already
     return optimizer_registry().create(name, params, std::move(groups));
   };
+  if (parallel_mode_ == "zero3") {
+    // Each rank keeps its shard of every parameter; the model's own hold
+    // bytes only while their unit runs, and the optimizer steps the shards.
+    fully_sharded_ = std::make_shared<FullyShardedModel>(*model_, model_->units(), state_.communicator, overlap_);
+    model_->set_unit_runner(fully_sharded_.get());
+    auto optimizer = std::make_shared<FullyShardedOptimizer>(*state_.optimizer, make_local, fully_sharded_,
+                                                             state_.communicator);
+    shards_ = optimizer.get();
+    state_.optimizer = optimizer;
+    return;
+  }
   auto sharded = std::make_shared<ShardedOptimizer>(*state_.optimizer, make_local, state_.communicator,
                                                     /*shard_gradients=*/parallel_mode_ == "zero2");
   sharded_ = sharded.get();
+  shards_ = sharded_;
   state_.optimizer = sharded;
 }
 
@@ -253,11 +270,19 @@ BucketReducer& Trainer::reducer() {
 // after backward; every other sync is the reducer's all-reduce. Under
 // zero2 every sync is the reducer's, to the owners, during backward.
 void Trainer::prepare_gradient_sync(GradientSync sync) {
+  if (fully_sharded_) {
+    fully_sharded_->prepare_for_backward();  // every backward's gradients go to the shards, unit by unit
+    return;
+  }
   if (!data_parallel_ || reduced_to_owners_after_backward(sync)) return;
   reducer().prepare_for_backward();
 }
 
 void Trainer::finish_gradient_sync(GradientSync sync) {
+  if (fully_sharded_) {
+    fully_sharded_->finish_backward();
+    return;
+  }
   if (!data_parallel_) return;  // one process: nothing to sync
   if (reduced_to_owners_after_backward(sync)) {
     sharded_->reduce_gradients_to_owners();
@@ -271,5 +296,16 @@ bool Trainer::reduced_to_owners_after_backward(GradientSync sync) const {
 }
 
 bool Trainer::sharded_mode() const { return parallel_mode_ == "zero1" || parallel_mode_ == "zero2"; }
+
+}  // namespace basin
+
+namespace basin {
+
+std::vector<at::Tensor> Trainer::whole_parameters() {
+  if (fully_sharded_) return fully_sharded_->whole_parameters();
+  std::vector<at::Tensor> whole;
+  for (const auto& p : model_->parameters()) whole.push_back(p.detach().clone());
+  return whole;
+}
 
 }  // namespace basin

@@ -49,7 +49,7 @@ at::Tensor TrainingClosure::operator()() {
       AutocastGuard autocast(state_.precision, state_.device.type());
       at::AutoGradMode grad_mode(request.backward);
       engine_.run(Event::BEFORE_FORWARD);
-      state_.outputs = model_.forward(state_.microbatch.inputs);
+      state_.outputs = model_.run(state_.microbatch.inputs);
       engine_.run(Event::AFTER_FORWARD);
       engine_.run(Event::BEFORE_LOSS);
       const at::Tensor outputs = state_.outputs.to(at::kFloat);  // the loss is fp32
@@ -65,8 +65,9 @@ at::Tensor TrainingClosure::operator()() {
     total += state_.loss.detach();
     if (!request.backward) continue;
     engine_.run(Event::BEFORE_BACKWARD);
-    // Microbatches accumulate locally; ranks sync once, as the pass asks, in the last one's backward.
-    const bool syncs = i + 1 == inputs.size() && request.sync != GradientSync::kNone;
+    // Microbatches accumulate locally; ranks sync once, as the pass asks, in the last one's backward
+    // (under ZeRO-3 in each one's, onto the shards).
+    const bool syncs = (i + 1 == inputs.size() || sync_.every_microbatch) && request.sync != GradientSync::kNone;
     if (syncs && sync_.prepare) sync_.prepare(request.sync);
     (state_.scaler ? state_.scaler->scale(state_.loss) : state_.loss).backward();
     if (syncs && sync_.finish) sync_.finish(request.sync);

@@ -30,6 +30,9 @@ class TrainingClosure {
   struct Sync {
     std::function<void(GradientSync)> prepare;
     std::function<void(GradientSync)> finish;
+    /// Every microbatch's backward syncs (ZeRO-3: gradients accumulate on
+    /// the shards, never whole), not just the last one's.
+    bool every_microbatch = false;
   };
 
   TrainingClosure(State& state, Engine& engine, Model& model, Loss loss, int64_t microbatches, Sync sync);

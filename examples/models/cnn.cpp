@@ -30,12 +30,16 @@ class SmallCNN : public Model {
     }
     fc_ = register_module("fc", torch::nn::Linear(in * h * w, hidden));
     out_ = register_module("out", torch::nn::Linear(hidden, info.num_classes));
+    for (auto& conv : convs_) declare_unit(*conv);  // zero3 gathers one layer at a time
+    declare_unit(*fc_);
+    declare_unit(*out_);
   }
 
   at::Tensor forward(const at::Tensor& inputs) override {
     at::Tensor x = inputs;
-    for (auto& conv : convs_) x = at::max_pool2d(at::relu(conv->forward(x)), {2, 2});
-    return out_->forward(at::relu(fc_->forward(x.flatten(1))));
+    for (auto& conv : convs_) x = at::max_pool2d(at::relu(unit(*conv, [&] { return conv->forward(x); })), {2, 2});
+    x = at::relu(unit(*fc_, [&] { return fc_->forward(x.flatten(1)); }));
+    return unit(*out_, [&] { return out_->forward(x); });
   }
 
  private:

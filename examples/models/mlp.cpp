@@ -20,15 +20,20 @@ class MLP : public Model {
       width = hidden[i];
     }
     layers_.push_back(register_module("out", torch::nn::Linear(width, info.num_classes)));
+    for (auto& layer : layers_) declare_unit(*layer);  // zero3 gathers one layer at a time
   }
 
   at::Tensor forward(const at::Tensor& inputs) override {
     at::Tensor x = inputs.flatten(1);
-    for (std::size_t i = 0; i + 1 < layers_.size(); ++i) x = at::relu(layers_[i]->forward(x));
-    return layers_.back()->forward(x);
+    for (std::size_t i = 0; i + 1 < layers_.size(); ++i) x = at::relu(layer(i, x));
+    return layer(layers_.size() - 1, x);
   }
 
  private:
+  at::Tensor layer(std::size_t i, const at::Tensor& x) {
+    return unit(*layers_[i], [&] { return layers_[i]->forward(x); });
+  }
+
   std::vector<torch::nn::Linear> layers_;
 };
 

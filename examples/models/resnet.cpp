@@ -69,12 +69,18 @@ class SmallResNet : public Model {
       }
     }
     fc_ = register_module("fc", torch::nn::Linear(in, info.num_classes));
+    // zero3 gathers the stem, each block and the classifier one at a time;
+    // the stem's BatchNorm belongs to no unit (the root, whole for the step).
+    declare_unit(*stem_);
+    for (auto& block : blocks_) declare_unit(*block);
+    declare_unit(*fc_);
   }
 
   at::Tensor forward(const at::Tensor& inputs) override {
-    at::Tensor x = at::relu(stem_bn_->forward(stem_->forward(inputs)));
-    for (auto& block : blocks_) x = block->forward(x);
-    return fc_->forward(at::adaptive_avg_pool2d(x, {1, 1}).flatten(1));
+    at::Tensor x = at::relu(stem_bn_->forward(unit(*stem_, [&] { return stem_->forward(inputs); })));
+    for (auto& block : blocks_) x = unit(*block, [&] { return block->forward(x); });
+    x = at::adaptive_avg_pool2d(x, {1, 1}).flatten(1);
+    return unit(*fc_, [&] { return fc_->forward(x); });
   }
 
  private:

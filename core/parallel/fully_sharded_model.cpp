@@ -1,0 +1,440 @@
+// ZeRO-3: shards at rest, a unit whole while it runs (see the header).
+#include "basin/core/parallel/fully_sharded_model.h"
+
+#include <algorithm>
+#include <stdexcept>
+#include <string>
+#include <unordered_set>
+
+#include <ATen/ATen.h>
+#include <c10/core/StorageImpl.h>
+#include <torch/csrc/autograd/function.h>
+#include <torch/csrc/autograd/function_hook.h>
+#include <torch/csrc/autograd/variable.h>
+#include <torch/nn/module.h>
+
+#include "basin/core/parallel/communicator.h"
+
+namespace basin {
+
+namespace {
+
+/// Gives `param`'s storage `bytes` fresh bytes (0: frees them), keeping the
+/// storage object, so every tensor that shares it (autograd's saved ones)
+/// sees the new bytes, and the version counter, which an in-place write
+/// would bump (and backward would then refuse the saved tensors).
+void set_storage_bytes(const at::Tensor& param, std::size_t bytes) {
+  c10::StorageImpl* storage = param.storage().unsafeGetStorageImpl();
+  storage->set_data_ptr_noswap(storage->allocator()->allocate(bytes));
+  storage->set_nbytes(bytes);
+}
+
+/// A tensor over `param`'s storage with a version counter of its own: a
+/// write through it leaves `param`'s version as it was.
+at::Tensor writable_alias(const at::Tensor& param) {
+  at::NoGradGuard no_grad;
+  at::Tensor alias = at::empty({0}, param.options().requires_grad(false));
+  alias.set_(param.storage(), param.storage_offset(), param.sizes(), param.strides());
+  return alias;
+}
+
+int64_t rows_of(const at::Tensor& p) { return p.dim() == 0 ? 1 : p.size(0); }
+
+int64_t row_numel(const at::Tensor& p) {
+  if (p.dim() == 0) return 1;
+  int64_t n = 1;
+  for (int64_t d = 1; d < p.dim(); ++d) n *= p.size(d);
+  return n;
+}
+
+}  // namespace
+
+struct FullyShardedModel::Unit {
+  std::string name;
+  std::vector<std::size_t> params;
+  std::vector<int64_t> part_numel;  // per rank: elements of its rows of every parameter
+  at::TensorOptions options;
+  bool gathered = false;
+  std::unique_ptr<PendingCollective> gathering;
+  std::vector<at::Tensor> gather_parts;
+  int64_t gather_bytes = 0;  // the gather buffer's, while one is in flight
+  std::size_t hooked = 0;    // parameters whose accumulator has a hook
+  std::size_t fired = 0;     // of which accumulated in this backward
+  bool reduce_started = false;
+  std::vector<at::Tensor> reduce_parts;
+  std::unique_ptr<PendingCollective> reducing;
+};
+
+/// Runs after a parameter's gradient accumulator: its gradient is final for this backward.
+class FullyShardedModel::ReadyHook : public torch::autograd::FunctionPostHook {
+ public:
+  ReadyHook(FullyShardedModel& model, std::size_t param) : model_(model), param_(param) {}
+  torch::autograd::variable_list operator()(const torch::autograd::variable_list& outputs,
+                                            const torch::autograd::variable_list& /*inputs*/) override {
+    model_.mark_ready(param_);
+    return outputs;
+  }
+
+ private:
+  FullyShardedModel& model_;
+  std::size_t param_;
+};
+
+FullyShardedModel::FullyShardedModel(torch::nn::Module& model, const std::vector<torch::nn::Module*>& units,
+                                     std::shared_ptr<Communicator> communicator, bool overlap)
+    : communicator_(std::move(communicator)), overlap_(overlap) {
+  const int world = communicator_->world_size();
+  const int me = communicator_->rank();
+  std::unordered_map<const c10::TensorImpl*, std::size_t> unit_of_param;
+  for (std::size_t u = 0; u < units.size(); ++u) {
+    for (const auto& p : units[u]->parameters(/*recurse=*/true)) {
+      if (!unit_of_param.emplace(p.unsafeGetTensorImpl(), u).second) {
+        throw std::invalid_argument("zero3: a parameter of unit '" + units[u]->name() +
+                                    "' is in another unit too; units must be disjoint blocks");
+      }
+    }
+  }
+  declared_ = units.size();
+  for (std::size_t u = 0; u <= units.size(); ++u) {
+    units_.push_back(std::make_unique<Unit>());
+    units_.back()->name = u < units.size() ? units[u]->name() : "the root (parameters under no unit)";
+    units_.back()->part_numel.assign(static_cast<std::size_t>(world), 0);
+  }
+
+  at::NoGradGuard no_grad;
+  for (const auto& p : model.parameters(/*recurse=*/true)) {
+    if (!p.is_contiguous() || p.storage_offset() != 0 || p.storage().nbytes() != p.nbytes()) {
+      throw std::invalid_argument("zero3: every parameter must own its storage whole (contiguous, offset 0)");
+    }
+    const auto found = unit_of_param.find(p.unsafeGetTensorImpl());
+    const std::size_t u = found == unit_of_param.end() ? declared_ : found->second;
+    Unit& unit = *units_[u];
+    if (!unit.params.empty() && (unit.options.dtype() != p.dtype() || unit.options.device() != p.device())) {
+      throw std::invalid_argument("zero3: unit '" + unit.name + "' mixes dtypes or devices; a unit gathers one");
+    }
+    unit.options = p.options().requires_grad(false);
+    const std::size_t index = full_.size();
+    unit.params.push_back(index);
+    index_[p.unsafeGetTensorImpl()] = index;
+    unit_of_.push_back(u);
+
+    const int64_t rows = rows_of(p), each = (rows + world - 1) / world;
+    std::vector<int64_t> counts(static_cast<std::size_t>(world));
+    for (int r = 0; r < world; ++r) {
+      counts[static_cast<std::size_t>(r)] = std::clamp<int64_t>(rows - r * each, 0, each);
+      unit.part_numel[static_cast<std::size_t>(r)] += counts[static_cast<std::size_t>(r)] * row_numel(p);
+    }
+    rows_.push_back(counts);
+    std::vector<int64_t> shape = p.sizes().vec();
+    if (shape.empty()) shape.push_back(1);
+    shape[0] = counts[static_cast<std::size_t>(me)];
+    at::Tensor shard = p.detach()
+                           .reshape({rows, row_numel(p)})
+                           .narrow(0, std::min(rows, me * each), shape[0])
+                           .clone()
+                           .view(shape);
+    shards_.push_back(shard.requires_grad_(p.requires_grad()));
+    full_.push_back(p);
+    set_storage_bytes(p, 0);
+  }
+  for (std::size_t u = units_.size(); u-- > 0;) {
+    // The root goes last; a unit whose every parameter is frozen has nothing to reduce.
+    const bool trains = std::any_of(units_[u]->params.begin(), units_[u]->params.end(),
+                                    [&](std::size_t i) { return full_[i].requires_grad(); });
+    if (trains && u != declared_) reduce_order_.push_back(u);
+  }
+  if (!units_[declared_]->params.empty()) reduce_order_.push_back(declared_);
+  for (std::size_t i = 0; i < full_.size(); ++i) {
+    if (!full_[i].requires_grad()) continue;
+    auto accumulator = torch::autograd::impl::grad_accumulator(full_[i]);
+    hook_keys_.push_back(accumulator->add_post_hook(std::make_unique<ReadyHook>(*this, i)));
+    accumulators_.push_back(std::move(accumulator));
+    ++units_[unit_of_[i]]->hooked;
+  }
+}
+
+FullyShardedModel::~FullyShardedModel() {
+  for (std::size_t i = 0; i < accumulators_.size(); ++i) accumulators_[i]->del_post_hook(hook_keys_[i]);
+  for (auto& unit : units_) {
+    try {
+      if (unit->gathering) unit->gathering->wait();
+      if (unit->reducing) unit->reducing->wait();
+    } catch (...) {  // a failed collective already failed the step that started it
+    }
+  }
+}
+
+const at::Tensor& FullyShardedModel::shard_of(const at::Tensor& param) const {
+  const auto found = index_.find(param.unsafeGetTensorImpl());
+  if (found == index_.end()) throw std::invalid_argument("zero3: not a parameter of the sharded model");
+  return shards_[found->second];
+}
+
+void FullyShardedModel::start_gather(std::size_t u) {
+  Unit& unit = *units_[u];
+  if (unit.gathered || unit.gathering || unit.params.empty()) return;
+  const auto me = static_cast<std::size_t>(communicator_->rank());
+  int64_t total = 0;
+  for (const int64_t n : unit.part_numel) total += n;
+  at::Tensor buffer = at::empty({total}, unit.options);
+  unit.gather_parts.clear();
+  int64_t offset = 0;
+  for (const int64_t n : unit.part_numel) {
+    unit.gather_parts.push_back(buffer.narrow(0, offset, n));
+    offset += n;
+  }
+  at::NoGradGuard no_grad;
+  int64_t at = 0;
+  for (const std::size_t i : unit.params) {
+    const int64_t n = shards_[i].numel();
+    if (n > 0) unit.gather_parts[me].narrow(0, at, n).copy_(shards_[i].detach().reshape({-1}));
+    at += n;
+  }
+  unit.gather_bytes = buffer.nbytes();
+  unit.gathering = communicator_->start_all_gather(unit.gather_parts);
+  note_gathered();
+}
+
+void FullyShardedModel::gather(std::size_t u) {
+  Unit& unit = *units_[u];
+  if (unit.gathered || unit.params.empty()) return;
+  start_gather(u);
+  auto pending = std::move(unit.gathering);
+  pending->wait();
+  at::NoGradGuard no_grad;
+  std::vector<int64_t> at(unit.part_numel.size(), 0);  // per rank: where the next parameter's rows start
+  for (const std::size_t i : unit.params) {
+    const at::Tensor& p = full_[i];
+    set_storage_bytes(p, p.nbytes());
+    at::Tensor whole = writable_alias(p).view({rows_of(p), row_numel(p)});
+    int64_t row = 0;
+    for (std::size_t r = 0; r < at.size(); ++r) {
+      const int64_t rows = rows_[i][r];
+      if (rows > 0) {
+        whole.narrow(0, row, rows).copy_(unit.gather_parts[r].narrow(0, at[r], rows * row_numel(p)).view({rows, row_numel(p)}));
+      }
+      row += rows;
+      at[r] += rows * row_numel(p);
+    }
+  }
+  unit.gather_parts.clear();
+  unit.gather_bytes = 0;
+  unit.gathered = true;
+  note_gathered();
+}
+
+void FullyShardedModel::release(std::size_t u) {
+  Unit& unit = *units_[u];
+  if (!unit.gathered) return;
+  for (const std::size_t i : unit.params) set_storage_bytes(full_[i], 0);
+  unit.gathered = false;
+}
+
+void FullyShardedModel::note_gathered() { peak_gathered_bytes_ = std::max(peak_gathered_bytes_, gathered_bytes()); }
+
+int64_t FullyShardedModel::gathered_bytes() const {
+  int64_t bytes = 0;
+  for (const auto& p : full_) bytes += static_cast<int64_t>(p.storage().nbytes());
+  for (const auto& unit : units_) bytes += unit->gather_bytes;
+  return bytes;
+}
+
+int64_t FullyShardedModel::shard_bytes() const {
+  int64_t bytes = 0;
+  for (const auto& s : shards_) bytes += s.nbytes();
+  return bytes;
+}
+
+c10::Device FullyShardedModel::device() const {
+  return shards_.empty() ? c10::Device(c10::kCPU) : shards_.front().device();
+}
+
+at::Tensor FullyShardedModel::run_model(const std::function<at::Tensor()>& forward) {
+  {
+    std::lock_guard<std::recursive_mutex> lock(mutex_);
+    gather(declared_);  // the root: whole until its backward (or the forward's end, without autograd)
+  }
+  at::Tensor out = forward();
+  if (!at::GradMode::is_enabled()) {
+    std::lock_guard<std::recursive_mutex> lock(mutex_);
+    release(declared_);
+    for (auto& unit : units_) {  // a gather issued ahead for a unit that did not run
+      if (unit->gathering) unit->gathering->wait(), unit->gathering.reset(), unit->gather_parts.clear(), unit->gather_bytes = 0;
+    }
+  }
+  return out;
+}
+
+at::Tensor FullyShardedModel::run_unit(std::size_t u, const std::function<at::Tensor()>& forward) {
+  if (u >= declared_) throw std::logic_error("zero3: unit " + std::to_string(u) + " was never declared");
+  {
+    std::lock_guard<std::recursive_mutex> lock(mutex_);
+    gather(u);
+    if (overlap_ && u + 1 < declared_) start_gather(u + 1);  // one unit ahead, while this one computes
+  }
+  at::Tensor out = forward();
+  if (at::GradMode::is_enabled() && out.requires_grad() && out.grad_fn()) {
+    // Backward reaches the unit's output before any of the unit's own
+    // operations: the parameters they saved are gathered again then.
+    out.register_hook([this, u](const at::Tensor&) {
+      std::lock_guard<std::recursive_mutex> lock(mutex_);
+      gather(u);
+      if (overlap_ && u > 0) start_gather(u - 1);  // backward runs the units in reverse
+    });
+  }
+  std::lock_guard<std::recursive_mutex> lock(mutex_);
+  release(u);
+  return out;
+}
+
+void FullyShardedModel::prepare_for_backward() {
+  std::lock_guard<std::recursive_mutex> lock(mutex_);
+  armed_ = true;
+  next_reduce_ = 0;
+  for (auto& unit : units_) unit->fired = 0, unit->reduce_started = false;
+}
+
+void FullyShardedModel::mark_ready(std::size_t i) {
+  std::lock_guard<std::recursive_mutex> lock(mutex_);
+  if (!armed_) {
+    throw std::logic_error("zero3: a backward that is not synced (a rank-local pass); under zero3 every backward "
+                           "reduce-scatters its gradients to the shards");
+  }
+  ++units_[unit_of_[i]]->fired;
+  if (overlap_) start_ready_reduces();
+}
+
+void FullyShardedModel::start_ready_reduces() {
+  // In one order on every rank (backward's), each unit once all its gradients are in.
+  while (next_reduce_ < reduce_order_.size()) {
+    Unit& unit = *units_[reduce_order_[next_reduce_]];
+    if (unit.fired < unit.hooked) return;
+    start_reduce(reduce_order_[next_reduce_++]);
+  }
+}
+
+void FullyShardedModel::start_reduce(std::size_t u) {
+  Unit& unit = *units_[u];
+  const int world = communicator_->world_size();
+  const auto count = static_cast<int64_t>(unit.params.size());
+  int64_t total = 0;
+  for (const int64_t n : unit.part_numel) total += n + count;
+  // Each rank's part: its rows of every gradient, then one flag per
+  // parameter (1: this rank has a gradient), summed with them.
+  at::Tensor buffer = at::zeros({total}, unit.options);
+  unit.reduce_parts.clear();
+  int64_t offset = 0;
+  for (const int64_t n : unit.part_numel) {
+    unit.reduce_parts.push_back(buffer.narrow(0, offset, n + count));
+    offset += n + count;
+  }
+  at::NoGradGuard no_grad;
+  std::vector<int64_t> at(static_cast<std::size_t>(world), 0);
+  for (std::size_t j = 0; j < unit.params.size(); ++j) {
+    const std::size_t i = unit.params[j];
+    at::Tensor& grad = full_[i].mutable_grad();
+    const int64_t width = row_numel(full_[i]);
+    const at::Tensor rows = grad.defined() ? grad.reshape({rows_of(full_[i]), width}) : at::Tensor();
+    int64_t row = 0;
+    for (int r = 0; r < world; ++r) {
+      const auto rr = static_cast<std::size_t>(r);
+      const int64_t n = rows_[i][rr];
+      if (rows.defined()) {
+        if (n > 0) unit.reduce_parts[rr].narrow(0, at[rr], n * width).copy_(rows.narrow(0, row, n).reshape({-1}));
+        unit.reduce_parts[rr][unit.part_numel[rr] + static_cast<int64_t>(j)].fill_(1);
+      }
+      row += n;
+      at[rr] += n * width;
+    }
+    grad.reset();  // the whole gradient lives on in the parts only
+  }
+  release(u);
+  unit.reduce_started = true;
+  unit.reducing = communicator_->start_reduce_scatter_sum(unit.reduce_parts);
+}
+
+void FullyShardedModel::finish_reduce(std::size_t u) {
+  Unit& unit = *units_[u];
+  auto pending = std::move(unit.reducing);
+  pending->wait();
+  const auto me = static_cast<std::size_t>(communicator_->rank());
+  const at::Tensor mine = unit.reduce_parts[me];
+  unit.reduce_parts.clear();
+  const at::Tensor flags = mine.narrow(0, unit.part_numel[me], static_cast<int64_t>(unit.params.size())).cpu();
+  at::NoGradGuard no_grad;
+  int64_t at = 0;
+  for (std::size_t j = 0; j < unit.params.size(); ++j) {
+    at::Tensor& shard = shards_[unit.params[j]];
+    const int64_t n = shard.numel();
+    if (flags[static_cast<int64_t>(j)].item<double>() > 0) {
+      at::Tensor mean = mine.narrow(0, at, n).view(shard.sizes()).div(communicator_->world_size());
+      at::Tensor& grad = shard.mutable_grad();
+      if (grad.defined()) {
+        grad.add_(mean);
+      } else {
+        grad = mean;
+      }
+    }
+    at += n;
+  }
+}
+
+void FullyShardedModel::finish_backward() {
+  std::lock_guard<std::recursive_mutex> lock(mutex_);
+  if (!armed_) return;
+  armed_ = false;
+  std::exception_ptr failed;
+  try {
+    while (next_reduce_ < reduce_order_.size()) start_reduce(reduce_order_[next_reduce_++]);
+  } catch (...) {
+    failed = std::current_exception();
+  }
+  for (const std::size_t u : reduce_order_) {
+    try {
+      if (units_[u]->reducing) finish_reduce(u);
+    } catch (...) {
+      if (!failed) failed = std::current_exception();
+    }
+  }
+  for (auto& unit : units_) {  // gathers issued ahead for units backward did not reach
+    try {
+      if (unit->gathering) unit->gathering->wait();
+    } catch (...) {
+      if (!failed) failed = std::current_exception();
+    }
+    unit->gathering.reset();
+    unit->gather_parts.clear();
+    unit->gather_bytes = 0;
+  }
+  for (std::size_t u = 0; u < units_.size(); ++u) release(u);
+  if (failed) std::rethrow_exception(failed);
+}
+
+std::vector<at::Tensor> FullyShardedModel::whole_parameters() {
+  std::lock_guard<std::recursive_mutex> lock(mutex_);
+  std::vector<at::Tensor> whole(full_.size());
+  for (std::size_t u = 0; u < units_.size(); ++u) {
+    const bool was = units_[u]->gathered;
+    gather(u);
+    for (const std::size_t i : units_[u]->params) whole[i] = full_[i].detach().clone();
+    if (!was) release(u);
+  }
+  return whole;
+}
+
+void FullyShardedModel::load_whole_parameters(const std::vector<at::Tensor>& values) {
+  if (values.size() != full_.size()) {
+    throw std::invalid_argument("zero3: " + std::to_string(values.size()) + " values for " +
+                                std::to_string(full_.size()) + " parameters");
+  }
+  at::NoGradGuard no_grad;
+  const int world = communicator_->world_size(), me = communicator_->rank();
+  for (std::size_t i = 0; i < full_.size(); ++i) {
+    const int64_t rows = rows_of(full_[i]), each = (rows + world - 1) / world;
+    const int64_t mine = rows_[i][static_cast<std::size_t>(me)];
+    if (mine == 0) continue;
+    shards_[i].copy_(values[i].reshape({rows, row_numel(full_[i])}).narrow(0, me * each, mine).view(shards_[i].sizes()));
+  }
+}
+
+}  // namespace basin

@@ -1,0 +1,116 @@
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <unordered_map>
+#include <vector>
+
+#include <ATen/core/Tensor.h>
+
+#include "basin/core/parallel/unit_runner.h"
+
+namespace torch::nn { class Module; }
+namespace torch::autograd { struct Node; }
+
+namespace basin {
+
+class Communicator;
+class PendingCollective;
+
+/// ZeRO-3 (FSDP-style): each rank stores a shard of every parameter, and a
+/// unit's parameters exist whole only while it runs.
+///
+/// Shards are per parameter, along its first dimension (as FSDP2 does): with
+/// d rows on N ranks, rank r holds rows [r c, (r+1) c) of c = ceil(d / N)
+/// (the last ranks may hold fewer, or none; a 0-dim parameter is one row).
+/// So a shard keeps the parameter's rows whole: per-row rules (gradient
+/// centralization) and elementwise ones (every optimizer here) run on shards
+/// unchanged, and the optimizer's groups map parameter for parameter.
+///
+/// At rest a parameter's storage holds no bytes. A unit's forward gathers it
+/// (one all-gather of the unit's shards, the next unit's issued while this
+/// one computes) and frees it after; a hook on the unit's output gathers it
+/// again when backward reaches the unit (the previous unit's issued too); once
+/// every gradient of the unit is accumulated its parameters are freed and its
+/// gradients reduce-scattered to their rows' owners, as backward goes on.
+/// Freeing and refilling keep each parameter's storage object (its bytes are
+/// swapped, its version is not bumped), so the tensors autograd saved for
+/// backward see the gathered values again.
+///
+/// Parameters under no unit form the root unit, whole from the forward's
+/// start to their backward. Buffers (BatchNorm statistics) stay replicated.
+/// Every rank must run the same units in the same order, as under FSDP.
+class FullyShardedModel : public UnitRunner {
+ public:
+  /// `units`: the model's declared blocks, disjoint, in forward order. The
+  /// model's parameters must be equal on every rank (broadcast first).
+  FullyShardedModel(torch::nn::Module& model, const std::vector<torch::nn::Module*>& units,
+                    std::shared_ptr<Communicator> communicator, bool overlap = true);
+  ~FullyShardedModel() override;
+  FullyShardedModel(const FullyShardedModel&) = delete;
+  FullyShardedModel& operator=(const FullyShardedModel&) = delete;
+
+  at::Tensor run_model(const std::function<at::Tensor()>& forward) override;
+  at::Tensor run_unit(std::size_t unit, const std::function<at::Tensor()>& forward) override;
+
+  /// The model's parameters, in its order, and this rank's shard of each
+  /// (a leaf the optimizer steps; its .grad the mean over ranks of its rows).
+  const std::vector<at::Tensor>& parameters() const { return full_; }
+  const std::vector<at::Tensor>& shards() const { return shards_; }
+  const at::Tensor& shard_of(const at::Tensor& param) const;
+
+  /// The next backward is synced: its gradients go to the shards' owners.
+  void prepare_for_backward();
+  /// After that backward: reduce-scatters what its hooks did not, waits, and
+  /// adds each row's mean over ranks to its shard's gradient (a parameter
+  /// with a gradient on no rank leaves its shard's as it was).
+  void finish_backward();
+
+  /// Every parameter whole, cloned, in the model's order. Collective.
+  std::vector<at::Tensor> whole_parameters();
+  /// Copies `values` (whole, one per parameter, in order) into the shards.
+  void load_whole_parameters(const std::vector<at::Tensor>& values);
+
+  /// Bytes of parameters held whole on this rank now, and the most since
+  /// reset_peak (read from the parameters' storages).
+  int64_t gathered_bytes() const;
+  int64_t peak_gathered_bytes() const { return peak_gathered_bytes_; }
+  void reset_peak() { peak_gathered_bytes_ = gathered_bytes(); }
+  /// Bytes of this rank's shards.
+  int64_t shard_bytes() const;
+  std::size_t unit_count() const { return units_.size(); }
+  c10::Device device() const;
+
+ private:
+  struct Unit;
+  class ReadyHook;
+
+  void start_gather(std::size_t unit);
+  void gather(std::size_t unit);
+  void release(std::size_t unit);
+  void mark_ready(std::size_t param);
+  void start_ready_reduces();
+  void start_reduce(std::size_t unit);
+  void finish_reduce(std::size_t unit);
+  void note_gathered();
+
+  std::shared_ptr<Communicator> communicator_;
+  bool overlap_;
+  std::vector<at::Tensor> full_;
+  std::vector<at::Tensor> shards_;
+  std::vector<std::size_t> unit_of_;        // per parameter
+  std::vector<std::vector<int64_t>> rows_;  // per parameter: rows of each rank
+  std::unordered_map<const c10::TensorImpl*, std::size_t> index_;
+  std::vector<std::unique_ptr<Unit>> units_;  // declared ones, then the root (when it has parameters)
+  std::size_t declared_ = 0;
+  std::vector<std::size_t> reduce_order_;     // backward's: the last declared first, the root last
+  std::size_t next_reduce_ = 0;
+  bool armed_ = false;
+  std::vector<std::shared_ptr<torch::autograd::Node>> accumulators_;
+  std::vector<uintptr_t> hook_keys_;
+  std::recursive_mutex mutex_;  // hooks may run on autograd's device threads
+  int64_t peak_gathered_bytes_ = 0;
+};
+
+}  // namespace basin

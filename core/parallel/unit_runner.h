@@ -1,0 +1,23 @@
+#pragma once
+
+#include <functional>
+
+#include <ATen/core/Tensor.h>
+
+namespace basin {
+
+/// Runs a model's forward and its units' (blocks declared with
+/// Model::declare_unit) under fully sharded training (FullyShardedModel):
+/// each unit's parameters exist whole only while it runs forward or
+/// backward. Without a runner a unit is a plain call.
+class UnitRunner {
+ public:
+  virtual ~UnitRunner() = default;
+  /// The whole forward: the parameters that belong to no unit are gathered
+  /// for it (and, when autograd records, kept until their backward).
+  virtual at::Tensor run_model(const std::function<at::Tensor()>& forward) = 0;
+  /// One unit's forward, `unit` its index in declaration order.
+  virtual at::Tensor run_unit(std::size_t unit, const std::function<at::Tensor()>& forward) = 0;
+};
+
+}  // namespace basin
