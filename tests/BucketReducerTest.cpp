@@ -31,8 +31,8 @@ class CountingCommunicator : public Communicator {
   void broadcast(std::vector<at::Tensor>& t, int root) override { inner_->broadcast(t, root); }
   void reduce_scatter_sum(std::vector<at::Tensor>& parts) override { inner_->reduce_scatter_sum(parts); }
   void barrier() override { inner_->barrier(); }
-  std::unique_ptr<PendingCollective> start_all_gather(std::vector<at::Tensor> parts) override {
-    return inner_->start_all_gather(std::move(parts));
+  std::unique_ptr<PendingCollective> start_all_gather(std::vector<std::vector<at::Tensor>> pieces) override {
+    return inner_->start_all_gather(std::move(pieces));
   }
   std::unique_ptr<PendingCollective> start_all_reduce_sum(at::Tensor tensor) override {
     ++started;

@@ -4,11 +4,17 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
+#include <map>
+
 #include <ATen/ATen.h>
 
 #include "basin/algorithms/sam/sam_optimizer.h"
 #include "basin/core/callback.h"
 #include "basin/core/parallel/fully_sharded_model.h"
+#include "basin/core/parallel/fully_sharded_optimizer.h"
+#include "basin/core/optimizer_state.h"
 #include "basin/core/train/model.h"
 #include "distributed_util.h"
 #include "test_util.h"
@@ -29,6 +35,31 @@ void expect_zero_three_follows_ddp(Json config, const std::string& what, int wor
   const auto sharded = train_on_ranks(world, config);
   EXPECT_LE(max_difference(sharded[0], replicated[0]), 1e-5) << what;
   for (int r = 1; r < world; ++r) EXPECT_EQ(max_difference(sharded[0], sharded[static_cast<std::size_t>(r)]), 0.0) << what;
+}
+
+/// Runs `call` after every step, before the schedulers move the lr on.
+class OnAfterStep : public Algorithm {
+ public:
+  explicit OnAfterStep(std::function<void()> call) : call_(std::move(call)) {}
+  std::string name() const override { return "on_after_step"; }
+  bool match(Event event, const State&) const override { return event == Event::AFTER_STEP; }
+  void apply(Event, State&, Logger&) override { call_(); }
+
+ private:
+  std::function<void()> call_;
+};
+
+/// Bytes of the tensors in `optimizer`'s per-parameter state.
+int64_t state_bytes(torch::optim::Optimizer& optimizer) {
+  int64_t bytes = 0;
+  for (const auto& entry : parameter_states(optimizer, ParameterNumbering(optimizer))) {
+    for (const auto& item : entry.value().toGenericDict()) {
+      if (item.value().isTensor() && item.value().toTensor().dim() > 0) {
+        bytes += item.value().toTensor().numel() * static_cast<int64_t>(item.value().toTensor().element_size());
+      }
+    }
+  }
+  return bytes;
 }
 
 Json two_groups(const std::string& optimizer) {
@@ -67,6 +98,178 @@ TEST(ZeroThreeTest, RankLocalAscentIsRefusedNamingSyncAscent) {
   } catch (const ConfigError& error) {
     EXPECT_NE(std::string(error.what()).find("algorithms.sam.sync_ascent"), std::string::npos) << error.what();
     EXPECT_NE(std::string(error.what()).find("zero3"), std::string::npos) << error.what();
+  }
+}
+
+// Every SAM-family algorithm, with its (synced) ascent, every parameter
+// perturbed or the weights alone.
+class VariantZeroThreeTest : public ::testing::TestWithParam<std::pair<std::string, std::string>> {};
+
+TEST_P(VariantZeroThreeTest, ZeroThreeEqualsDataParallel) {
+  const std::string name = GetParam().first;
+  Json config = sam_config("{}", "ddp");
+  config["algorithms"] = Json::object();
+  config["algorithms"][name] = Json::parse(GetParam().second);
+  config["algorithms"][name]["sync_ascent"] = true;
+  config["optimizer"] = two_groups("sgd");
+  for (const char* perturb : {"", "weight"}) {
+    config["algorithms"][name]["perturb"] = perturb;
+    expect_zero_three_follows_ddp(config, name + " perturb " + perturb);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Variants, VariantZeroThreeTest, ::testing::ValuesIn(test::sam_family()),
+                         [](const auto& info) { return info.param.first; });
+
+// The grad scaler's verdict covers every shard: an inf in one rank's
+// gradient, in either pass, skips the step on both ranks, as under ddp.
+TEST(ZeroThreeTest, AnOverflowInOneRanksGradientSkipsTheStepOnEveryRankAsUnderDataParallel) {
+  for (const Pass pass : {Pass::kAscent, Pass::kDescent}) {
+    Json config = sam_config(R"({"rho": 0.05, "sync_ascent": true})", "ddp");
+    config["callbacks"] = Json::parse(R"({"grad_scaler": {"init_scale": 256}})");
+    auto inject_on_rank_one = [&](int rank, Trainer& trainer) {
+      if (rank == 1) trainer.engine().add_algorithm(std::make_shared<test::InjectOverflowInBackward>(2, pass, true));
+    };
+    std::map<std::string, std::vector<test::Weights>> weights;
+    for (const std::string mode : {"ddp", "zero3"}) {
+      config["parallel"]["mode"] = mode;
+      std::vector<int64_t> skipped(2, -1);
+      weights[mode].resize(2);
+      test::run_ranks(2, [&](int rank, std::shared_ptr<Communicator> communicator) {
+        Trainer trainer(config, {}, {}, communicator);
+        inject_on_rank_one(rank, trainer);
+        skipped[static_cast<std::size_t>(rank)] = trainer.fit().skipped_steps;
+        weights[mode][static_cast<std::size_t>(rank)] = test::weights_of(trainer);
+      });
+      EXPECT_EQ(skipped, (std::vector<int64_t>{1, 1})) << mode;
+    }
+    EXPECT_LE(max_difference(weights["zero3"][0], weights["ddp"][0]), 1e-5);
+    EXPECT_EQ(max_difference(weights["zero3"][0], weights["zero3"][1]), 0.0);
+  }
+}
+
+TEST(ZeroThreeTest, Bf16MicrobatchesAndClippingEqualDataParallel) {
+  Json config = sam_config(R"({"rho": 0.05, "sync_ascent": true})", "ddp");
+  config["precision"] = "amp_bf16";
+  config["data"]["microbatches"] = 2;
+  config["grad_clip_norm"] = 0.05;  // below the gradients' norm: every step clips
+  config["optimizer"] = two_groups("sgd");
+  expect_zero_three_follows_ddp(config, "bf16, microbatches, clipping");
+  config["model"] = Json::parse(R"({"name": "resnet", "width": 4, "blocks": [1]})");
+  config["max_steps"] = 2;
+  expect_zero_three_follows_ddp(config, "bf16, microbatches, clipping, resnet");
+}
+
+// The failure that started it all, under full sharding: SAM wraps on
+// AFTER_SHARDING, so the lr that warms up from 0 reaches the optimizer
+// that steps the shards, step by step (the lr each step used), and the model learns.
+TEST(ZeroThreeTest, SamWrapsAfterShardingSoTheShardsOptimizerFollowsTheWarmupAndTheModelLearns) {
+  Json config = sam_config(R"({"rho": 0.05, "sync_ascent": true})", "zero3");
+  config["max_steps"] = 0;
+  config["max_epochs"] = 3;
+  config["schedulers"] = Json::parse(R"([{"name": "linear_warmup", "warmup": 4}])");
+  std::vector<std::vector<double>> lrs(2);
+  std::vector<double> last_loss(2);
+  std::vector<test::Weights> start(2), end(2);
+  test::run_ranks(2, [&](int rank, std::shared_ptr<Communicator> communicator) {
+    Trainer trainer(config, {}, {}, communicator);
+    auto& sam = dynamic_cast<SAMOptimizer&>(*trainer.state().optimizer);
+    auto& sharded = dynamic_cast<FullyShardedOptimizer&>(sam.base());
+    const auto r = static_cast<std::size_t>(rank);
+    trainer.engine().add_algorithm(std::make_shared<OnAfterStep>([&, r] {
+      lrs[r].push_back(sharded.local().param_groups().front().options().get_lr());
+    }));
+    start[r] = test::weights_of(trainer);
+    const FitSummary summary = trainer.fit();
+    end[r] = test::weights_of(trainer);
+    last_loss[r] = summary.final_train_loss;
+  });
+  for (std::size_t r = 0; r < 2; ++r) {
+    ASSERT_EQ(lrs[r].size(), 12u) << "4 steps an epoch for 3 epochs";
+    for (std::size_t t = 0; t < lrs[r].size(); ++t) {
+      EXPECT_DOUBLE_EQ(lrs[r][t], 0.1 * std::min(1.0, static_cast<double>(t) / 4.0)) << "step " << t;
+    }
+    EXPECT_GT(max_difference(start[r], end[r]), 1e-3) << "the shards' optimizer stepped";
+    EXPECT_LT(last_loss[r], std::log(3.0)) << "below chance's loss on 3 classes";
+  }
+}
+
+TEST(ZeroThreeTest, ASingleProcessRunEqualsOneWithoutSharding) {
+  Json config = sam_config(R"({"rho": 0.05})", "zero3");
+  Trainer sharded(config);
+  sharded.fit();
+  config["parallel"]["mode"] = "none";
+  config["algorithms"]["sam"]["sync_ascent"] = true;
+  Trainer plain(config);
+  plain.fit();
+  EXPECT_LE(max_difference(test::weights_of(sharded), test::weights_of(plain)), 1e-6);
+}
+
+int64_t bytes_of(const std::vector<at::Tensor>& tensors) {
+  int64_t bytes = 0;
+  for (const auto& t : tensors) bytes += t.defined() ? t.numel() * static_cast<int64_t>(t.element_size()) : 0;
+  return bytes;
+}
+
+/// Bytes the model's units hold whole (their sizes, whatever their storage holds now).
+std::vector<int64_t> unit_bytes(Model& model) {
+  std::vector<int64_t> bytes;
+  for (torch::nn::Module* unit : model.units()) bytes.push_back(bytes_of(unit->parameters()));
+  return bytes;
+}
+
+// At rest a rank holds its rows of every parameter and nothing whole: the
+// shards, their gradients, Adam's two moments and SAM's backup are about 1/N
+// of ddp's; during a step the whole parameters stay within two units.
+TEST(ZeroThreeTest, ARankHoldsAboutOneNthAtRestAndAtMostTwoUnitsWholeDuringAStep) {
+  for (const int world : {2, 4}) {
+    for (const std::string model : {R"({"name": "mlp", "hidden": [64, 64]})",
+                                    R"({"name": "resnet", "width": 8, "blocks": [1, 1]})"}) {
+      Json config = sam_config(R"({"rho": 0.05, "sync_ascent": true})", "zero3");
+      config["model"] = Json::parse(model);
+      config["optimizer"] = Json::parse(R"({"name": "adam", "lr": 0.01})");
+      config["max_steps"] = 2;
+      std::vector<int64_t> shard(static_cast<std::size_t>(world)), state(shard), backup(shard), grads(shard);
+      std::vector<int64_t> whole_at_rest(shard), peak(shard), total(shard), two_units(shard), largest_unit(shard), root(shard);
+      test::run_ranks(world, [&](int rank, std::shared_ptr<Communicator> communicator) {
+        Trainer trainer(config, {}, {}, communicator);
+        FullyShardedModel& sharded = *trainer.fully_sharded();
+        sharded.reset_peak();
+        trainer.fit();
+        const auto r = static_cast<std::size_t>(rank);
+        auto& sam = dynamic_cast<SAMOptimizer&>(*trainer.state().optimizer);
+        auto& local = dynamic_cast<FullyShardedOptimizer&>(sam.base()).local();
+        shard[r] = sharded.shard_bytes();
+        for (const auto& s : sharded.shards()) grads[r] += bytes_of({s.grad()});
+        for (const auto& p : sharded.parameters()) {
+          EXPECT_FALSE(p.grad().defined()) << "a whole gradient left behind";
+          whole_at_rest[r] += static_cast<int64_t>(p.storage().nbytes());
+          total[r] += p.numel() * static_cast<int64_t>(p.element_size());
+        }
+        state[r] = state_bytes(local);
+        backup[r] = bytes_of(sam.perturbed_buffers());
+        peak[r] = sharded.peak_gathered_bytes();
+        auto units = unit_bytes(trainer.model());
+        std::sort(units.rbegin(), units.rend());
+        two_units[r] = units.at(0) + units.at(1);
+        largest_unit[r] = units.at(0);
+        root[r] = total[r];
+        for (int64_t u : unit_bytes(trainer.model())) root[r] -= u;
+      });
+      const std::string what = model + " at " + std::to_string(world) + " ranks";
+      int64_t shards = 0;
+      for (std::size_t r = 0; r < shard.size(); ++r) {
+        shards += shard[r];
+        EXPECT_EQ(whole_at_rest[r], 0) << what;
+        EXPECT_LE(shard[r], total[r] / world + total[r] / 20) << what << ", rank " << r;
+        EXPECT_EQ(grads[r], shard[r]) << what;
+        EXPECT_EQ(state[r], 2 * shard[r]) << what << ": Adam's two moments, on the shard";
+        EXPECT_EQ(backup[r], shard[r]) << what << ": SAM's backup, of the shard";
+        EXPECT_GE(peak[r], largest_unit[r]) << what << ": every unit was whole once";
+        EXPECT_LE(peak[r], two_units[r] + root[r]) << what << ", rank " << r;
+      }
+      EXPECT_EQ(shards, total[0]) << what << ": the shards cover every parameter once";
+    }
   }
 }
 

@@ -114,9 +114,13 @@ class LookSAM : public SAM {
       }
     }
     if (step.sharded() != nullptr) step.sharded()->broadcast_from_owners(params, orthogonals);
-    // The whole g_v is on every rank now, the same: its norm is too.
+    // The whole g_v is on every rank now, the same: its norm is too. Under
+    // ZeRO-3 each rank holds g_v's rows of its shards: the norm sums them.
     at::Tensor orthogonal_squares = at::zeros({1}, at::TensorOptions(at::kDouble).device(device));
     for (const auto& orthogonal : orthogonals) orthogonal_squares += orthogonal.to(at::kDouble).pow(2).sum();
+    if (step.sharded() != nullptr && step.sharded()->parameters_sharded()) {
+      orthogonal_squares = step.sum_over_shards(orthogonal_squares);
+    }
     orthogonal_norm_ = std::sqrt(orthogonal_squares.item<double>());
     refresh_pending_ = false;
   }

@@ -8,10 +8,12 @@
 #endif
 
 #include "basin/core/parallel/communicator.h"
+#include "basin/core/parallel/flat_tensors.h"
 #include "basin/core/parallel/serial_worker.h"
 #include "basin/core/torch_compat.h"
 
 #include <algorithm>
+#include <functional>
 #include <mutex>
 #include <stdexcept>
 
@@ -47,6 +49,30 @@ class PendingWork : public PendingCollective {
  private:
   std::vector<c10::intrusive_ptr<c10d::Work>> works_;
 };
+
+/// A collective, then what completes it here (copying staged values into place).
+class PendingThen : public PendingCollective {
+ public:
+  PendingThen(std::unique_ptr<PendingCollective> inner, std::function<void()> then)
+      : inner_(std::move(inner)), then_(std::move(then)) {}
+  void wait() override {
+    inner_->wait();
+    if (auto then = std::move(then_)) {
+      then_ = nullptr;
+      then();
+    }
+  }
+
+ private:
+  std::unique_ptr<PendingCollective> inner_;
+  std::function<void()> then_;
+};
+
+int64_t numel_of(const std::vector<at::Tensor>& tensors) {
+  int64_t n = 0;
+  for (const auto& t : tensors) n += t.numel();
+  return n;
+}
 
 class PendingJob : public PendingCollective {
  public:
@@ -158,22 +184,34 @@ class ProcessGroupCommunicator : public Communicator {
     return std::make_unique<PendingWork>(std::move(works));
   }
 
-  std::unique_ptr<PendingCollective> start_all_gather(std::vector<at::Tensor> parts) override {
+  std::unique_ptr<PendingCollective> start_all_gather(std::vector<std::vector<at::Tensor>> pieces) override {
     if (world_size() == 1) return std::make_unique<Finished>();  // this rank's part is every part
-    count(parts, Pattern::kOneToAllOrAllToOne);
-    const bool on_host = std::all_of(parts.begin(), parts.end(), [](const at::Tensor& t) { return t.is_cpu(); });
+    std::vector<at::Tensor> all;
+    for (const auto& part : pieces) all.insert(all.end(), part.begin(), part.end());
+    count(all, Pattern::kOneToAllOrAllToOne);
+    const bool on_host = std::all_of(all.begin(), all.end(), [](const at::Tensor& t) { return t.is_cpu(); });
     if (traits_.ring_reduce_scatter && on_host) {
-      return std::make_unique<PendingJob>(ring_.post([this, parts]() mutable { ring_all_gather(parts); }));
+      return std::make_unique<PendingJob>(ring_.post([this, pieces]() mutable {
+        at::init_num_threads();
+        ring_all_gather(pieces);
+      }));
     }
+    // NCCL's broadcast is a pipelined ring: one per part, staged flat, copied into the pieces once done.
     std::vector<c10::intrusive_ptr<c10d::Work>> works;
-    for (int root = 0; root < world_size(); ++root) {  // NCCL's broadcast is a pipelined ring
-      if (parts[static_cast<std::size_t>(root)].numel() == 0) continue;
-      std::vector<at::Tensor> one{parts[static_cast<std::size_t>(root)]};
+    std::vector<std::pair<at::Tensor, std::size_t>> staged;
+    for (int root = 0; root < world_size(); ++root) {
+      const auto r = static_cast<std::size_t>(root);
+      if (numel_of(pieces[r]) == 0) continue;
+      std::vector<at::Tensor> one{root == rank() ? at::flatten_dense_tensors(pieces[r])
+                                                 : at::empty({numel_of(pieces[r])}, pieces[r].front().options())};
       c10d::BroadcastOptions options;
       options.rootRank = root;
       works.push_back(issue([&] { return group_->broadcast(one, options); }));
+      if (root != rank()) staged.emplace_back(one.front(), r);
     }
-    return std::make_unique<PendingWork>(std::move(works));
+    return std::make_unique<PendingThen>(std::make_unique<PendingWork>(std::move(works)), [staged, pieces] {
+      for (const auto& [flat, r] : staged) copy_from_flat(flat, pieces[r]);
+    });
   }
 
   void barrier() override {
@@ -223,20 +261,24 @@ class ProcessGroupCommunicator : public Communicator {
 
   // N-1 rounds; in round s, rank i passes part (i-s), which it holds, to
   // rank i+1 and receives part (i-s-1) from rank i-1: every part travels the
-  // ring once, (N-1)/N of the bytes sent per rank on average.
-  void ring_all_gather(std::vector<at::Tensor>& parts) {
+  // ring once, (N-1)/N of the bytes sent per rank on average. Each round
+  // stages the part it sends and the one it receives, flat.
+  void ring_all_gather(std::vector<std::vector<at::Tensor>>& pieces) {
     const int n = world_size(), me = rank();
     const int next = (me + 1) % n, previous = (me + n - 1) % n;
     for (int round = 0; round < n - 1; ++round) {
-      const at::Tensor& outgoing = parts[static_cast<std::size_t>(((me - round) % n + n) % n)];
-      at::Tensor& incoming = parts[static_cast<std::size_t>(((me - round - 1) % n + n) % n)];
-      std::vector<at::Tensor> send{outgoing.contiguous()};
-      std::vector<at::Tensor> received{incoming.is_contiguous() ? incoming : at::empty_like(incoming)};
+      const auto& outgoing = pieces[static_cast<std::size_t>(((me - round) % n + n) % n)];
+      const auto& incoming = pieces[static_cast<std::size_t>(((me - round - 1) % n + n) % n)];
       c10::intrusive_ptr<c10d::Work> sent;
-      if (send.front().numel() > 0) sent = issue([&] { return group_->send(send, next, round); });
-      if (incoming.numel() > 0) {
+      std::vector<at::Tensor> send;
+      if (numel_of(outgoing) > 0) {
+        send.push_back(at::flatten_dense_tensors(outgoing));
+        sent = issue([&] { return group_->send(send, next, round); });
+      }
+      if (numel_of(incoming) > 0) {
+        std::vector<at::Tensor> received{at::empty({numel_of(incoming)}, incoming.front().options())};
         issue([&] { return group_->recv(received, previous, round); })->wait();
-        if (!received.front().is_same(incoming)) incoming.copy_(received.front());
+        copy_from_flat(received.front(), incoming);
       }
       if (sent) sent->wait();
     }

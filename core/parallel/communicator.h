@@ -54,13 +54,17 @@ class Communicator {
   /// until the returned collective is waited for; `parts[rank()]` holds the
   /// sum then. Reduce-scatters run in the order they are started.
   virtual std::unique_ptr<PendingCollective> start_reduce_scatter_sum(std::vector<at::Tensor> parts);
-  /// All-gather of uneven parts: `parts[r]` is rank r's part (flat, one
-  /// dtype, the same sizes on every rank; empty parts allowed), this rank
-  /// filling `parts[rank()]`. Starts it and returns at once where the backend
-  /// can run it in the background (ZeRO-3 gathers the next unit while this
-  /// one computes); every part holds its rank's values once it is waited for.
-  /// Runs in order with the reduce-scatters.
-  virtual std::unique_ptr<PendingCollective> start_all_gather(std::vector<at::Tensor> parts) = 0;
+  /// All-gather of uneven parts, each made of pieces: `pieces[r]` are the
+  /// tensors of rank r's part (any shapes, views allowed, one dtype; the
+  /// same shapes on every rank; a part may have none), this rank filling
+  /// `pieces[rank()]`. The pieces may be views into the very tensors the
+  /// values are for (ZeRO-3 gathers into the parameters themselves): only a
+  /// part's worth is staged at a time. Starts it and returns at once where
+  /// the backend can run it in the background (the next unit's gather while
+  /// this one computes); every piece holds its rank's values once it is
+  /// waited for, and the pieces must stay untouched until then. Runs in
+  /// order with the reduce-scatters.
+  virtual std::unique_ptr<PendingCollective> start_all_gather(std::vector<std::vector<at::Tensor>> pieces) = 0;
   virtual void barrier() = 0;
 
   /// Bytes this rank has sent in collectives so far, as a bandwidth-optimal

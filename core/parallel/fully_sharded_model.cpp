@@ -56,8 +56,6 @@ struct FullyShardedModel::Unit {
   at::TensorOptions options;
   bool gathered = false;
   std::unique_ptr<PendingCollective> gathering;
-  std::vector<at::Tensor> gather_parts;
-  int64_t gather_bytes = 0;  // the gather buffer's, while one is in flight
   std::size_t hooked = 0;    // parameters whose accumulator has a hook
   std::size_t fired = 0;     // of which accumulated in this backward
   bool reduce_started = false;
@@ -173,25 +171,27 @@ const at::Tensor& FullyShardedModel::shard_of(const at::Tensor& param) const {
 void FullyShardedModel::start_gather(std::size_t u) {
   Unit& unit = *units_[u];
   if (unit.gathered || unit.gathering || unit.params.empty()) return;
-  const auto me = static_cast<std::size_t>(communicator_->rank());
-  int64_t total = 0;
-  for (const int64_t n : unit.part_numel) total += n;
-  at::Tensor buffer = at::empty({total}, unit.options);
-  unit.gather_parts.clear();
-  int64_t offset = 0;
-  for (const int64_t n : unit.part_numel) {
-    unit.gather_parts.push_back(buffer.narrow(0, offset, n));
-    offset += n;
-  }
+  // Straight into the parameters' own storages: rank r's rows of each are
+  // one contiguous piece of it, so nothing but a part's staging is extra.
+  const int me = communicator_->rank();
+  std::vector<std::vector<at::Tensor>> pieces(static_cast<std::size_t>(communicator_->world_size()));
   at::NoGradGuard no_grad;
-  int64_t at = 0;
   for (const std::size_t i : unit.params) {
-    const int64_t n = shards_[i].numel();
-    if (n > 0) unit.gather_parts[me].narrow(0, at, n).copy_(shards_[i].detach().reshape({-1}));
-    at += n;
+    const at::Tensor& p = full_[i];
+    set_storage_bytes(p, p.nbytes());
+    const at::Tensor whole = writable_alias(p).view({rows_of(p), row_numel(p)});
+    int64_t row = 0;
+    for (std::size_t r = 0; r < pieces.size(); ++r) {
+      const int64_t rows = rows_[i][r];
+      if (rows > 0) {
+        at::Tensor piece = whole.narrow(0, row, rows);
+        if (static_cast<int>(r) == me) piece.copy_(shards_[i].detach().view({rows, row_numel(p)}));
+        pieces[r].push_back(piece);
+      }
+      row += rows;
+    }
   }
-  unit.gather_bytes = buffer.nbytes();
-  unit.gathering = communicator_->start_all_gather(unit.gather_parts);
+  unit.gathering = communicator_->start_all_gather(std::move(pieces));
   note_gathered();
 }
 
@@ -200,31 +200,19 @@ void FullyShardedModel::gather(std::size_t u) {
   if (unit.gathered || unit.params.empty()) return;
   start_gather(u);
   auto pending = std::move(unit.gathering);
+  unit.gathered = true;  // its storages hold bytes: release() frees them, even if the wait throws
   pending->wait();
-  at::NoGradGuard no_grad;
-  std::vector<int64_t> at(unit.part_numel.size(), 0);  // per rank: where the next parameter's rows start
-  for (const std::size_t i : unit.params) {
-    const at::Tensor& p = full_[i];
-    set_storage_bytes(p, p.nbytes());
-    at::Tensor whole = writable_alias(p).view({rows_of(p), row_numel(p)});
-    int64_t row = 0;
-    for (std::size_t r = 0; r < at.size(); ++r) {
-      const int64_t rows = rows_[i][r];
-      if (rows > 0) {
-        whole.narrow(0, row, rows).copy_(unit.gather_parts[r].narrow(0, at[r], rows * row_numel(p)).view({rows, row_numel(p)}));
-      }
-      row += rows;
-      at[r] += rows * row_numel(p);
-    }
-  }
-  unit.gather_parts.clear();
-  unit.gather_bytes = 0;
-  unit.gathered = true;
-  note_gathered();
 }
 
 void FullyShardedModel::release(std::size_t u) {
   Unit& unit = *units_[u];
+  if (unit.gathering) {
+    // A gather issued ahead for a unit that did not run: it writes into the
+    // storages until it is done, so it ends before they are freed.
+    auto pending = std::move(unit.gathering);
+    unit.gathered = true;
+    pending->wait();
+  }
   if (!unit.gathered) return;
   for (const std::size_t i : unit.params) set_storage_bytes(full_[i], 0);
   unit.gathered = false;
@@ -235,7 +223,6 @@ void FullyShardedModel::note_gathered() { peak_gathered_bytes_ = std::max(peak_g
 int64_t FullyShardedModel::gathered_bytes() const {
   int64_t bytes = 0;
   for (const auto& p : full_) bytes += static_cast<int64_t>(p.storage().nbytes());
-  for (const auto& unit : units_) bytes += unit->gather_bytes;
   return bytes;
 }
 
@@ -257,10 +244,7 @@ at::Tensor FullyShardedModel::run_model(const std::function<at::Tensor()>& forwa
   at::Tensor out = forward();
   if (!at::GradMode::is_enabled()) {
     std::lock_guard<std::recursive_mutex> lock(mutex_);
-    release(declared_);
-    for (auto& unit : units_) {  // a gather issued ahead for a unit that did not run
-      if (unit->gathering) unit->gathering->wait(), unit->gathering.reset(), unit->gather_parts.clear(), unit->gather_bytes = 0;
-    }
+    for (std::size_t u = 0; u < units_.size(); ++u) release(u);  // the root, and any gather issued ahead
   }
   return out;
 }
@@ -396,17 +380,15 @@ void FullyShardedModel::finish_backward() {
       if (!failed) failed = std::current_exception();
     }
   }
-  for (auto& unit : units_) {  // gathers issued ahead for units backward did not reach
+  for (std::size_t u = 0; u < units_.size(); ++u) {  // with any gather issued ahead for a unit backward did not reach
     try {
-      if (unit->gathering) unit->gathering->wait();
+      release(u);
     } catch (...) {
       if (!failed) failed = std::current_exception();
+      units_[u]->gathering.reset();
+      release(u);
     }
-    unit->gathering.reset();
-    unit->gather_parts.clear();
-    unit->gather_bytes = 0;
   }
-  for (std::size_t u = 0; u < units_.size(); ++u) release(u);
   if (failed) std::rethrow_exception(failed);
 }
 
