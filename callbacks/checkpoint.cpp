@@ -56,22 +56,34 @@ void CheckpointSaver::save(const State& state) {
   const std::string dir = folder(state.run_dir);
   const std::string path = (fs::path(dir) / checkpoint_file_name(state.timestamp.step)).string();
   std::string failure;
-  if (state.rank == 0) {
+  // Every rank learns whether a write failed, so all stop together.
+  auto agree = [&](const std::string& elsewhere) {
+    if (!state.communicator || state.communicator->world_size() == 1) return;
+    std::vector<at::Tensor> failed{at::full({1}, failure.empty() ? 0.0f : 1.0f).to(state.device)};
+    state.communicator->all_reduce_max(failed);
+    if (failure.empty() && failed.front().item<float>() > 0) failure = elsewhere;
+  };
+  if (state.parameters_sharded) {
+    // ZeRO-3: each rank's own file first; the manifest only once all are written.
+    const std::string mine = (fs::path(dir) / rank_file_name(state.timestamp.step, state.rank)).string();
     try {
-      write_checkpoint_file(path, checkpoint);
+      write_checkpoint_file(mine, checkpoint);
+    } catch (const std::exception& error) {
+      failure = error.what();
+    }
+    agree("another rank could not write its file of checkpoint '" + path + "' (its log says why)");
+  }
+  if (failure.empty() && state.rank == 0) {
+    try {
+      write_checkpoint_file(path, state.parameters_sharded
+                                      ? sharded_manifest(checkpoint, state.timestamp.step, state.world_size)
+                                      : checkpoint);
       if (keep_last_ > 0) remove_old_checkpoints(dir, keep_last_);
     } catch (const std::exception& error) {
       failure = error.what();
     }
   }
-  // Every rank learns whether rank 0's write failed, so all stop together.
-  if (state.communicator && state.communicator->world_size() > 1) {
-    std::vector<at::Tensor> failed{at::full({1}, failure.empty() ? 0.0f : 1.0f).to(state.device)};
-    state.communicator->all_reduce_max(failed);
-    if (failure.empty() && failed.front().item<float>() > 0) {
-      failure = "rank 0 could not write checkpoint '" + path + "' (its log says why)";
-    }
-  }
+  agree("rank 0 could not write checkpoint '" + path + "' (its log says why)");
   if (!failure.empty()) throw CheckpointError(failure + "; training stops rather than run on unprotected");
   unsaved_progress_ = false;
   last_written_ = path;

@@ -21,7 +21,8 @@ class Engine;
 /// at that point. Files go to `dir` inside the run directory (an absolute
 /// `dir` as it is) as step-<step>.pt; the newest `keep_last` are kept (0:
 /// all). Every rank takes part (the optimizer's shards are gathered) and
-/// rank 0 writes. A checkpoint that cannot be written (full disk, no
+/// rank 0 writes; under zero3 each rank writes its own file and rank 0 the
+/// manifest, last (checkpoint_file.h). A checkpoint that cannot be written (full disk, no
 /// permission) stops training with an error naming the file on every rank:
 /// training on unprotected would lose more than it gains. Earlier
 /// checkpoints stay intact.

@@ -31,14 +31,23 @@ std::map<std::string, at::Tensor> named_tensors(torch::nn::Module& model) {
   return tensors;
 }
 
-StateDict model_state(torch::nn::Module& model) {
+std::map<std::string, at::Tensor> named_buffers(torch::nn::Module& model) {
+  std::map<std::string, at::Tensor> tensors;
+  for (const auto& item : model.named_buffers(/*recurse=*/true)) tensors.emplace(item.key(), item.value());
+  return tensors;
+}
+
+// Under ZeRO-3 the parameters hold no bytes here: the trainer's "shards" part saves them.
+StateDict model_state(torch::nn::Module& model, bool parameters_sharded) {
   StateDict state = new_state_dict();
-  for (const auto& [name, tensor] : named_tensors(model)) state.insert(name, tensor.detach().cpu());
+  for (const auto& [name, tensor] : parameters_sharded ? named_buffers(model) : named_tensors(model)) {
+    state.insert(name, tensor.detach().cpu());
+  }
   return state;
 }
 
-void load_model_state(torch::nn::Module& model, const StateDict& saved) {
-  auto tensors = named_tensors(model);
+void load_model_state(torch::nn::Module& model, const StateDict& saved, bool parameters_sharded) {
+  auto tensors = parameters_sharded ? named_buffers(model) : named_tensors(model);
   for (const auto& entry : saved) {
     if (tensors.count(entry.key().toStringRef()) == 0) {
       throw CheckpointError("checkpoint model has tensor '" + entry.key().toStringRef() + "', which this model lacks");
@@ -172,9 +181,10 @@ StateDict capture_checkpoint(Engine& engine) {
   meta.insert("format", kCheckpointFormat);
   meta.insert("torch", std::string(compat::torch_version()));
   meta.insert("world_size", static_cast<int64_t>(state.world_size));
+  if (state.parameters_sharded) meta.insert("rank", static_cast<int64_t>(state.rank));  // this rank's own file
   checkpoint.insert("basin", meta);
   checkpoint.insert("timestamp", timestamp_state(state.timestamp));
-  if (state.model) checkpoint.insert("model", model_state(*state.model));
+  if (state.model) checkpoint.insert("model", model_state(*state.model, state.parameters_sharded));
   if (state.optimizer) checkpoint.insert("optimizer", optimizer_state_dict(*state.optimizer));
   c10::impl::GenericList schedulers(c10::AnyType::get());
   for (const auto& scheduler : state.schedulers) schedulers.push_back(scheduler->state_dict());
@@ -194,7 +204,13 @@ StateDict capture_checkpoint(Engine& engine) {
   }
   checkpoint.insert("callbacks", callbacks);
   for (const auto& extra : engine.checkpoint_parts()) checkpoint.insert(extra.name, extra.save());
-  checkpoint.insert("rng", all_ranks_generators(state));
+  if (state.parameters_sharded) {
+    c10::impl::GenericList own(c10::AnyType::get());  // each rank's file holds its own streams
+    own.push_back(generator_states(state));
+    checkpoint.insert("rng", own);
+  } else {
+    checkpoint.insert("rng", all_ranks_generators(state));
+  }
   return checkpoint;
 }
 
@@ -212,7 +228,18 @@ void restore_checkpoint(Engine& engine, const StateDict& checkpoint) {
   state.timestamp.step = int_of(ts, "timestamp", "step");
   state.timestamp.batch_in_epoch = int_of(ts, "timestamp", "batch_in_epoch");
   state.timestamp.samples = int_of(ts, "timestamp", "samples");
-  if (state.model) loading("model", [&] { load_model_state(*state.model, dict_part(checkpoint, "model")); });
+  if (state.parameters_sharded) {
+    const int64_t saved_rank = meta.contains("rank") && meta.at("rank").isInt() ? meta.at("rank").toInt() : -1;
+    if (saved_rank != state.rank) {
+      throw CheckpointError(saved_rank < 0 ? "this zero3 run resumes from each rank's own file of a sharded "
+                                             "checkpoint, not from a whole one"
+                                           : "checkpoint file of rank " + std::to_string(saved_rank) +
+                                                 " given to rank " + std::to_string(state.rank));
+    }
+  }
+  if (state.model) {
+    loading("model", [&] { load_model_state(*state.model, dict_part(checkpoint, "model"), state.parameters_sharded); });
+  }
   if (state.optimizer) {
     loading("optimizer", [&] { load_optimizer_state_dict(*state.optimizer, dict_part(checkpoint, "optimizer")); });
   }

@@ -34,6 +34,13 @@ inline constexpr int64_t kCheckpointFormat = 1;
 /// Tensors are on the CPU. Collective: every rank calls it at the same point
 /// of the loop (ZeRO-1 gathers the optimizer's shards, every rank's
 /// generators are gathered); rank 0's result is the complete one.
+///
+/// Under ZeRO-3 (State::parameters_sharded) each rank's result is its own
+/// and complete for it: "model" holds the buffers, the trainer's "shards"
+/// part this rank's rows of every parameter, "optimizer" and the rules'
+/// per-parameter state those of its shards, and "basin" its "rank". The
+/// checkpoint callback writes one file per rank and a manifest
+/// (checkpoint_file.h); basin-consolidate joins them into one whole dict.
 StateDict capture_checkpoint(Engine& engine);
 
 /// Restores a captured dict into a run built the same way, between

@@ -180,6 +180,13 @@ LatestCheckpoint read_latest_checkpoint(const std::string& dir) {
   for (const auto& path : list_checkpoint_files(dir)) {
     try {
       latest.checkpoint = read_checkpoint_file(path);
+      if (is_sharded_checkpoint(latest.checkpoint)) {
+        for (const auto& file : rank_files(path, latest.checkpoint)) {
+          if (!fs::exists(file) || !fs::exists(sum_path(file))) {
+            throw CheckpointError("checkpoint '" + path + "' lacks its rank file '" + file + "'");
+          }
+        }
+      }
       latest.path = path;
       return latest;
     } catch (const CheckpointError& error) {
@@ -201,7 +208,71 @@ void remove_old_checkpoints(const std::string& dir, int64_t keep) {
     std::error_code ignored;
     fs::remove(sum_path(path), ignored);  // the sum first: a half-removed checkpoint is never loaded
     fs::remove(path, ignored);
+    // A sharded one's rank files: step-<step>.rank-*.pt and their sums.
+    const std::string stem = fs::path(path).filename().string();
+    const std::string prefix = stem.substr(0, stem.size() - 3) + ".rank-";
+    std::vector<fs::path> ranks;
+    for (fs::directory_iterator it(dir, ignored), end; !ignored && it != end; it.increment(ignored)) {
+      if (it->path().filename().string().rfind(prefix, 0) == 0) ranks.push_back(it->path());
+    }
+    for (const auto& file : ranks) fs::remove(file, ignored);
   }
+}
+
+std::string rank_file_name(int64_t step, int rank) {
+  const std::string whole = checkpoint_file_name(step);
+  return whole.substr(0, whole.size() - 3) + ".rank-" + std::to_string(rank) + ".pt";
+}
+
+StateDict sharded_manifest(const StateDict& rank_zero, int64_t step, int world_size) {
+  StateDict manifest = new_state_dict();
+  StateDict meta = rank_zero.at("basin").toGenericDict().copy();
+  (void)meta.erase("rank");
+  StateDict sharded = new_state_dict();
+  sharded.insert("layout", std::string("rows"));
+  c10::List<std::string> files;
+  for (int r = 0; r < world_size; ++r) files.push_back(rank_file_name(step, r));
+  sharded.insert("files", files);
+  meta.insert("sharded", sharded);
+  manifest.insert("basin", meta);
+  for (const char* part : {"timestamp", "config", "loop"}) {
+    if (rank_zero.contains(part)) manifest.insert(part, rank_zero.at(part));
+  }
+  return manifest;
+}
+
+bool is_sharded_checkpoint(const StateDict& checkpoint) {
+  if (!checkpoint.contains("basin") || !checkpoint.at("basin").isGenericDict()) return false;
+  return checkpoint.at("basin").toGenericDict().contains("sharded");
+}
+
+std::vector<std::string> rank_files(const std::string& manifest_path, const StateDict& manifest) {
+  const auto sharded = manifest.at("basin").toGenericDict().at("sharded");
+  if (!sharded.isGenericDict() || !sharded.toGenericDict().contains("files") ||
+      !sharded.toGenericDict().at("files").isList()) {
+    throw CheckpointError("checkpoint '" + manifest_path + "': its 'basin.sharded' entry lists no rank files");
+  }
+  std::vector<std::string> paths;
+  const fs::path dir = fs::path(manifest_path).parent_path();
+  for (const auto& name : sharded.toGenericDict().at("files").toListRef()) {
+    if (!name.isString() || fs::path(name.toStringRef()).has_parent_path()) {
+      throw CheckpointError("checkpoint '" + manifest_path + "': a rank file entry is not a file name");
+    }
+    paths.push_back((dir / name.toStringRef()).string());
+  }
+  return paths;
+}
+
+StateDict checkpoint_for_rank(const std::string& path, const StateDict& checkpoint, int rank, int world_size) {
+  if (!is_sharded_checkpoint(checkpoint)) return checkpoint;
+  const auto files = rank_files(path, checkpoint);
+  if (static_cast<int>(files.size()) != world_size) {
+    throw CheckpointError("checkpoint '" + path + "' holds the zero3 shards of " + std::to_string(files.size()) +
+                          " ranks and this job has " + std::to_string(world_size) + ": resume with " +
+                          std::to_string(files.size()) + " ranks, or join the shards with basin-consolidate and "
+                          "start a new run from that file (\"init_from\")");
+  }
+  return read_checkpoint_file(files[static_cast<std::size_t>(rank)]);
 }
 
 }  // namespace basin

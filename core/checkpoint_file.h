@@ -47,7 +47,25 @@ struct LatestCheckpoint {
 LatestCheckpoint read_latest_checkpoint(const std::string& dir);
 
 /// Keeps the newest `keep` finished checkpoints in `dir` (and any unfinished
-/// file newer than them) and deletes the older ones.
+/// file newer than them) and deletes the older ones (a sharded one's rank
+/// files with it).
 void remove_old_checkpoints(const std::string& dir, int64_t keep);
+
+/// Sharded checkpoints (ZeRO-3): each rank writes its own whole checkpoint
+/// (core/checkpoint.h) as step-<step>.rank-<rank>.pt, then rank 0 writes
+/// step-<step>.pt, the manifest, last: the run's timestamp, config and loop
+/// and, under "basin", "sharded": {"layout": "rows", "files": [each rank's
+/// file name]}. So a manifest exists only once every rank's file does, and
+/// read_latest_checkpoint skips one whose rank files went missing.
+std::string rank_file_name(int64_t step, int rank);
+/// The manifest for rank 0's capture of a `world_size`-rank checkpoint at `step`.
+StateDict sharded_manifest(const StateDict& rank_zero, int64_t step, int world_size);
+bool is_sharded_checkpoint(const StateDict& checkpoint);
+/// Paths of a manifest's rank files, beside it, in rank order.
+std::vector<std::string> rank_files(const std::string& manifest_path, const StateDict& manifest);
+/// What `rank` of a `world_size`-rank job resumes from: `checkpoint` (read
+/// from `path`) itself, or for a manifest that rank's file, read and verified.
+/// A manifest of another world size is refused, naming both sizes.
+StateDict checkpoint_for_rank(const std::string& path, const StateDict& checkpoint, int rank, int world_size);
 
 }  // namespace basin

@@ -91,6 +91,9 @@ struct State {
 
   int rank = 0;
   int world_size = 1;
+  /// ZeRO-3: the model's parameters hold bytes only while their unit runs;
+  /// each rank's shards are its own, and so is its checkpoint file.
+  bool parameters_sharded = false;
   /// The job's ranks; null in a single process.
   std::shared_ptr<Communicator> communicator;
   /// Where the model and batches live (cuda:LOCAL_RANK for a CUDA job).

@@ -55,10 +55,10 @@ void check_run_dir(const fs::path& dir, bool overwrite) {
 
 // FNV-1a over the bytes of every parameter and buffer: equal digests mean
 // bit-equal models.
-uint64_t weights_digest(torch::nn::Module& model) {
+uint64_t weights_digest(basin::Trainer& trainer) {
   uint64_t hash = 14695981039346656037ULL;
-  auto tensors = model.parameters();
-  for (const auto& b : model.buffers()) tensors.push_back(b);
+  auto tensors = trainer.whole_parameters();  // gathered under zero3: every rank calls it
+  for (const auto& b : trainer.model().buffers()) tensors.push_back(b);
   for (const auto& p : tensors) {
     const at::Tensor bytes = p.detach().contiguous().cpu();
     const auto* data = static_cast<const unsigned char*>(bytes.data_ptr());
@@ -213,6 +213,8 @@ int main(int argc, char** argv) {
       basin::console::info("run directory: " + run_dir);
     }
     if (!resume.empty()) {
+      // A zero3 checkpoint is a manifest: each rank resumes from its own file beside it.
+      checkpoint = basin::checkpoint_for_rank(checkpoint_path, checkpoint, job.rank, job.world_size);
       trainer.resume(checkpoint, allow_config_change);
       checkpoint = basin::new_state_dict();  // its tensors are in the run now
       if (writer) {
@@ -224,7 +226,7 @@ int main(int argc, char** argv) {
     const basin::FitSummary summary = trainer.fit();
     if (job.world_size > 1) {
       basin::console::info("rank " + std::to_string(job.rank) + "/" + std::to_string(job.world_size) +
-                       ": final weights digest " + hex16(weights_digest(trainer.model())));
+                       ": final weights digest " + hex16(weights_digest(trainer)));
     }
     if (summary.interrupted) {
       std::string written;

@@ -1,5 +1,6 @@
 #pragma once
 
+#include <cstdio>
 #include <exception>
 #include <functional>
 #include <memory>
@@ -28,6 +29,10 @@ inline void run_ranks(int world, const std::function<void(int, std::shared_ptr<C
     threads.emplace_back([&, rank] {
       try {
         body(rank, make_gloo_communicator(store, rank, world, std::chrono::seconds(60)));
+      } catch (const std::exception& error) {
+        // Every rank's reason: the first one rethrown may be a peer's "connection closed".
+        std::fprintf(stderr, "rank %d of %d threw: %s\n", rank, world, error.what());
+        errors[static_cast<std::size_t>(rank)] = std::current_exception();
       } catch (...) {
         errors[static_cast<std::size_t>(rank)] = std::current_exception();
       }

@@ -40,6 +40,10 @@ c10::impl::GenericDict read_tensors(const std::string& path) {
     throw ConfigError("config key 'init_from': '" + path + "' does not hold a dict of tensors (a state_dict)");
   }
   auto dict = value.toGenericDict();
+  if (dict.contains("basin") && dict.at("basin").isGenericDict() && dict.at("basin").toGenericDict().contains("sharded")) {
+    throw ConfigError("config key 'init_from': '" + path + "' is the manifest of a zero3 checkpoint, whose weights are "
+                      "in one file per rank: join them with basin-consolidate and start from that file");
+  }
   // A basin checkpoint carries its weights under "model".
   if (dict.contains("basin") && dict.contains("model") && dict.at("model").isGenericDict()) {
     dict = dict.at("model").toGenericDict();

@@ -100,6 +100,9 @@ class Trainer {
   /// The trainer's part of a checkpoint: where it stands in the epoch.
   c10::IValue loop_state() const;
   void load_loop_state(const c10::IValue& saved);
+  /// Under zero3, this rank's rows of every parameter (the checkpoint's "shards").
+  c10::IValue shards_state() const;
+  void load_shards_state(const c10::IValue& saved);
   /// One pass of the closure, its loss kept for the step checks.
   at::Tensor run_pass();
   /// One optimizer step: the optimizer's own passes when it runs the closure

@@ -237,6 +237,9 @@ void Trainer::wrap_for_distribution(Params& optimizer_config) {
                                                              state_.communicator);
     shards_ = optimizer.get();
     state_.optimizer = optimizer;
+    state_.parameters_sharded = true;
+    engine_->add_checkpoint_part({"shards", [this] { return shards_state(); },
+                                  [this](const c10::IValue& saved) { load_shards_state(saved); }});
     return;
   }
   auto sharded = std::make_shared<ShardedOptimizer>(*state_.optimizer, make_local, state_.communicator,

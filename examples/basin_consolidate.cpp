@@ -1,0 +1,33 @@
+// basin-consolidate: joins a zero3 run's sharded checkpoint (a manifest and
+// one file per rank) into one whole file that Python's torch.load opens and
+// "init_from" starts a run from.
+#include <iostream>
+
+#include <CLI/CLI.hpp>
+
+#include "basin/core/checkpoint.h"
+#include "basin/core/checkpoint_file.h"
+#include "basin/core/sharded_checkpoint.h"
+
+int main(int argc, char** argv) {
+  CLI::App app{"basin-consolidate: join a zero3 checkpoint's rank files into one whole checkpoint"};
+  std::string manifest, output;
+  app.add_option("checkpoint", manifest, "the checkpoint's manifest, step-<step>.pt beside its .rank-<r>.pt files")
+      ->required();
+  app.add_option("output", output, "the whole checkpoint to write (with its .sum)")->required();
+  CLI11_PARSE(app, argc, argv);
+  try {
+    const basin::StateDict whole = basin::consolidate_checkpoint(manifest);
+    basin::write_checkpoint_file(output, whole);
+    std::cout << "basin-consolidate: " << whole.at("model").toGenericDict().size() << " tensors of "
+              << whole.at("basin").toGenericDict().at("world_size").toInt() << " ranks joined into " << output
+              << std::endl;
+    return 0;
+  } catch (const basin::CheckpointError& error) {
+    std::cerr << "basin-consolidate: " << error.what() << std::endl;
+    return 2;
+  } catch (const std::exception& error) {
+    std::cerr << "basin-consolidate: error: " << error.what() << std::endl;
+    return 1;
+  }
+}
