@@ -86,6 +86,8 @@ std::vector<char> final_state(const std::string& run_dir) {
   return torch::jit::pickle_save(read_checkpoint_file(final_checkpoint(run_dir)));
 }
 
+bool have_python_torch() { return std::system("/usr/bin/python3 -c 'import torch' > /dev/null 2>&1") == 0; }
+
 // metrics.jsonl's records, timings aside: equal records, one run.
 std::vector<Json> records_of(const std::string& run_dir) {
   std::vector<Json> kept;
@@ -172,6 +174,64 @@ TEST(ResumeProgramTest, ZeroTwoJobWithARankSigkilledMidEpochResumesToTheUninterr
   EXPECT_EQ(records_of(stopped), records_of(whole));
 }
 
+// The same under zero3, where every rank writes its own file: the resumed
+// job's final manifest and rank files equal the uninterrupted job's; the
+// consolidated checkpoint opens in Python and its weights equal a ddp job's.
+TEST(ResumeProgramTest, ZeroThreeJobWithARankSigkilledMidEpochResumesToTheUninterruptedEnd) {
+  test::TempDir dir;
+  Json config = long_config();
+  config["data"]["train_size"] = 8000;
+  config["algorithms"] = Json::parse(R"({"sam": {"rho": 0.05}})");
+  config["parallel"] = Json::parse(R"({"mode": "zero3", "timeout_seconds": 60})");
+  const std::string config_file = dir.file("config.json");
+  test::write_text(config_file, config.dump());
+  const std::string run = BASIN_RUN_EXE;
+  const std::string whole = dir.file("whole"), stopped = dir.file("stopped"), ddp = dir.file("ddp");
+  const auto plain = test::run_command(run + " --nproc 2 -- " + kTrain + " --config " + config_file + " --run-dir " + whole, 300);
+  ASSERT_EQ(plain.exit_code, 0) << plain.output;
+
+  const std::string first = stopped + "/checkpoints/" + checkpoint_file_name(50) + ".sum";
+  const std::string rank_command = kTrain + " --config " + config_file + " --run-dir " + stopped +
+                                   " & pid=$!; if [ \"$RANK\" = 1 ]; then while [ ! -e " + first +
+                                   " ]; do sleep 0.01; done; kill -9 $pid; fi; wait $pid";
+  const auto killed = test::run_command(run + " --nproc 2 --grace 2 -- sh -c '" + rank_command + "'", 300);
+  EXPECT_NE(killed.exit_code, 0) << killed.output;
+  ASSERT_FALSE(fs::exists(stopped + "/summary.json")) << "the job finished before the kill; nothing was tested";
+
+  const auto resumed =
+      test::run_command(run + " --nproc 2 -- " + kTrain + " --run-dir " + stopped + " --resume latest", 300);
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
+  EXPECT_NE(resumed.output.find("resumed from"), std::string::npos) << resumed.output;
+  const std::string manifest = final_checkpoint(stopped);
+  const auto stopped_files = rank_files(manifest, read_checkpoint_file(manifest));
+  const auto whole_files = rank_files(final_checkpoint(whole), read_checkpoint_file(final_checkpoint(whole)));
+  ASSERT_EQ(stopped_files.size(), 2u);
+  EXPECT_TRUE(final_state(stopped) == final_state(whole)) << "the manifests differ";
+  for (std::size_t r = 0; r < 2; ++r) {
+    EXPECT_TRUE(torch::jit::pickle_save(read_checkpoint_file(stopped_files[r])) ==
+                torch::jit::pickle_save(read_checkpoint_file(whole_files[r])))
+        << "rank " << r << "'s resumed file ended elsewhere";
+  }
+  EXPECT_EQ(records_of(stopped), records_of(whole));
+
+  // Joined into one file, Python reads the weights, and they are a ddp job's (to rounding).
+  config["parallel"]["mode"] = "ddp";
+  config["algorithms"]["sam"]["sync_ascent"] = true;  // zero3's ascent
+  test::write_text(config_file, config.dump());
+  const auto replicated = test::run_command(run + " --nproc 2 -- " + kTrain + " --config " + config_file + " --run-dir " + ddp, 300);
+  ASSERT_EQ(replicated.exit_code, 0) << replicated.output;
+  const std::string joined = dir.file("joined.pt");
+  const auto consolidate = test::run_command(std::string(BASIN_CONSOLIDATE_EXE) + " " + manifest + " " + joined);
+  ASSERT_EQ(consolidate.exit_code, 0) << consolidate.output;
+  if (!have_python_torch()) GTEST_SKIP() << "Python's torch is not installed (Debian package python3-torch): not read there";
+  const auto python = test::run_command(
+      "/usr/bin/python3 -c \"import sys, torch; a = torch.load(sys.argv[1])['model']; b = torch.load(sys.argv[2])['model']; "
+      "assert sorted(a) == sorted(b), (sorted(a), sorted(b)); "
+      "d = max((a[k].double() - b[k].double()).abs().max().item() for k in a); "
+      "print('max difference', d); assert d <= 1e-5, d\" " + joined + " " + final_checkpoint(ddp));
+  EXPECT_EQ(python.exit_code, 0) << python.output;
+}
+
 TEST(ResumeProgramTest, ResumeLatestFallsBackPastADamagedCheckpointAndSaysSo) {
   test::TempDir dir;
   const std::string run_dir = dir.file("run");
@@ -222,8 +282,6 @@ TEST(ResumeProgramTest, AFullDiskStopsTrainingAndKeepsTheLastCheckpoint) {
   EXPECT_EQ(resumed.exit_code, 0) << resumed.output;
   EXPECT_EQ(list_checkpoint_files(folder).front(), folder + "/" + checkpoint_file_name(32));
 }
-
-bool have_python_torch() { return std::system("/usr/bin/python3 -c 'import torch' > /dev/null 2>&1") == 0; }
 
 TEST(ResumeProgramTest, PythonOpensACheckpointAndItsWeightsEqualTheProgramsOnes) {
   if (!have_python_torch()) GTEST_SKIP() << "Python's torch is not installed (Debian package python3-torch)";
