@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Runs the data-parallel cost benchmark (ddp, zero1, zero2; SGD and SAM) at
+# Runs the data-parallel cost benchmark (ddp, zero1, zero2, zero3; SGD and SAM) at
 # 2 and 4 local ranks on each model of BASIN_BENCH_MODELS (default: the
 # small CNN, the MLP 784-1024-1024-10 and the resnet).
 # Usage: bash bench/distributed.sh [build-dir]

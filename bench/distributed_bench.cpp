@@ -6,13 +6,14 @@
 //   - bytes per rank per step, as the communicator counts them (what a
 //     bandwidth-optimal ring implementation sends, see Communicator), and
 //     the ratio to data-parallel SGD (rank-local SAM, ZeRO-1 and ZeRO-2:
-//     1.0 plus a few scalars; synced ascent: 2.0)
+//     1.0 plus a few scalars; synced ascent: 2.0; ZeRO-3 SGD: 1.5, a gather
+//     for forward, one for backward and a reduce-scatter; ZeRO-3 SAM: 3.0)
 //   - bytes per rank per step as measured on the loopback interface
 //     (/proc/net/dev; all ranks share it, so it is their total over N): what
 //     Gloo's own algorithms really send, TCP headers included
 //   - peak bytes held during training above what was held before it
-//   - bytes each rank holds after training of gradients, of optimizer state
-//     and of SAM's backup (the most and the fewest over ranks)
+//   - bytes each rank holds after training of parameters, of gradients, of
+//     optimizer state and of SAM's backup (the most and the fewest over ranks)
 //   - median step time
 // Threads per rank: BASIN_BENCH_THREADS (default 1).
 
@@ -31,6 +32,8 @@
 
 #include "basin/algorithms/sam/sam_optimizer.h"
 #include "basin/core/callback.h"
+#include "basin/core/parallel/fully_sharded_model.h"
+#include "basin/core/parallel/fully_sharded_optimizer.h"
 #include "basin/core/parallel/sharded_optimizer.h"
 #include "basin/core/parallel/communicator.h"
 #include "basin/core/parallel/rendezvous.h"
@@ -91,26 +94,35 @@ struct Result {
   double peak_min = 0;
   double step_ms = 0;
   // Held after training, by this rank, then the most and fewest over ranks.
-  std::array<double, 3> held{};      // gradients, optimizer state, SAM's backup
-  std::array<double, 3> held_max{};
-  std::array<double, 3> held_min{};
+  std::array<double, 4> held{};      // parameters, gradients, optimizer state, SAM's backup
+  std::array<double, 4> held_max{};
+  std::array<double, 4> held_min{};
 };
 
 double bytes_of(const at::Tensor& t) { return t.defined() ? static_cast<double>(t.numel() * t.element_size()) : 0; }
 
-// Gradients, optimizer state and SAM's backup this rank holds now.
-std::array<double, 3> held_bytes(basin::Trainer& trainer) {
-  std::array<double, 3> held{};
-  for (const auto& p : trainer.model().parameters()) held[0] += bytes_of(p.grad());
+// Parameters, gradients, optimizer state and SAM's backup this rank holds
+// now (between steps: under zero3 the shards, the model's own holding none).
+std::array<double, 4> held_bytes(basin::Trainer& trainer) {
+  std::array<double, 4> held{};
+  for (const auto& p : trainer.model().parameters()) {
+    held[0] += static_cast<double>(p.storage().nbytes());
+    held[1] += bytes_of(p.grad());
+  }
+  if (const basin::FullyShardedModel* sharded = trainer.fully_sharded()) {
+    held[0] += static_cast<double>(sharded->shard_bytes());
+    for (const auto& shard : sharded->shards()) held[1] += bytes_of(shard.grad());
+  }
   torch::optim::Optimizer* stepping = trainer.state().optimizer.get();
   if (auto* sam = dynamic_cast<basin::SAMOptimizer*>(stepping)) {
-    for (const auto& b : sam->perturbed_buffers()) held[2] += bytes_of(b);
+    for (const auto& b : sam->perturbed_buffers()) held[3] += bytes_of(b);
     stepping = &sam->base();
   }
   if (auto* sharded = dynamic_cast<basin::ShardedOptimizer*>(stepping)) stepping = &sharded->local();
+  if (auto* sharded = dynamic_cast<basin::FullyShardedOptimizer*>(stepping)) stepping = &sharded->local();
   for (const auto& [key, state] : stepping->state()) {  // SGD's momentum: the benchmark's optimizer
     if (const auto* sgd = dynamic_cast<const torch::optim::SGDParamState*>(state.get())) {
-      held[1] += bytes_of(sgd->momentum_buffer());
+      held[2] += bytes_of(sgd->momentum_buffer());
     }
   }
   return held;
@@ -153,15 +165,15 @@ Result measure(const Mode& mode, const std::string& model, int threads,
   r.held = held_bytes(trainer);
   // Every rank's figures to every rank: one slot each in a summed matrix.
   const int ranks = communicator != nullptr ? communicator->world_size() : 1;
-  std::vector<at::Tensor> figures{at::zeros({4, ranks}, at::kDouble)};
+  std::vector<at::Tensor> figures{at::zeros({5, ranks}, at::kDouble)};
   const int me = communicator != nullptr ? communicator->rank() : 0;
   figures.front()[0][me] = r.peak_bytes;
-  for (int k = 0; k < 3; ++k) figures.front()[k + 1][me] = r.held[static_cast<std::size_t>(k)];
+  for (int k = 0; k < 4; ++k) figures.front()[k + 1][me] = r.held[static_cast<std::size_t>(k)];
   if (communicator != nullptr) communicator->all_reduce_sum(figures);
   const at::Tensor most = std::get<0>(figures.front().max(1)), fewest = std::get<0>(figures.front().min(1));
   r.peak_max = most[0].item<double>();
   r.peak_min = fewest[0].item<double>();
-  for (int k = 0; k < 3; ++k) {
+  for (int k = 0; k < 4; ++k) {
     r.held_max[static_cast<std::size_t>(k)] = most[k + 1].item<double>();
     r.held_min[static_cast<std::size_t>(k)] = fewest[k + 1].item<double>();
   }
@@ -185,11 +197,14 @@ int main() {
       {"ddp sgd", "ddp", "{}"},
       {"ddp sam, rank-local ascent", "ddp", R"({"sam": {"sync_ascent": false}})"},
       {"ddp sam, synced ascent", "ddp", R"({"sam": {"sync_ascent": true}})"},
+      {"zero1 sgd", "zero1", "{}"},
       {"zero1 sam, rank-local ascent", "zero1", R"({"sam": {"sync_ascent": false}})"},
       {"zero1 sam, synced ascent", "zero1", R"({"sam": {"sync_ascent": true}})"},
       {"zero2 sgd", "zero2", "{}"},
       {"zero2 sam, rank-local ascent", "zero2", R"({"sam": {"sync_ascent": false}})"},
       {"zero2 sam, synced ascent", "zero2", R"({"sam": {"sync_ascent": true}})"},
+      {"zero3 sgd", "zero3", "{}"},
+      {"zero3 sam, synced ascent", "zero3", R"({"sam": {"sync_ascent": true}})"},
   };
   // One rendezvous for all modes: each trainer gets the same communicator.
   const auto communicator = job.world_size > 1 ? basin::connect_job(job, std::chrono::seconds(120)) : nullptr;
@@ -210,11 +225,12 @@ int main() {
                r.peak_min / (1 << 20), r.step_ms);
   }
   fmt::print("\nheld per rank after training, MiB (max / min over ranks)\n");
-  fmt::print("{:<30} {:>17} {:>17} {:>17}\n", "mode", "gradients", "optimizer state", "SAM's backup");
+  fmt::print("{:<30} {:>17} {:>17} {:>17} {:>17}\n", "mode", "parameters", "gradients", "optimizer state",
+             "SAM's backup");
   for (const auto& mode : modes) {
     const Result& r = results[mode.name];
     fmt::print("{:<30}", mode.name);
-    for (std::size_t k = 0; k < 3; ++k) {
+    for (std::size_t k = 0; k < 4; ++k) {
       fmt::print(" {:>8.3f} / {:>6.3f}", r.held_max[k] / (1 << 20), r.held_min[k] / (1 << 20));
     }
     fmt::print("\n");

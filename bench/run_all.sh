@@ -5,7 +5,7 @@
 #     (basin-bench-sam);
 #   - each algorithm of the SAM family against SGD, time and memory
 #     (basin-bench-sam-family);
-#   - bytes, memory and time per step by parallel mode (ddp, zero1, zero2)
+#   - bytes, memory and time per step by parallel mode (ddp, zero1, zero2, zero3)
 #     at 1, 2 and 4 ranks, on the small CNN, the MLP 784-1024-1024-10 and the
 #     resnet (basin-bench-distributed under basin-run);
 #   - with --peers, basin against the Python SAMs on the same LibTorch
