@@ -101,6 +101,20 @@ TEST(ZeroThreeTest, RankLocalAscentIsRefusedNamingSyncAscent) {
   }
 }
 
+// MESA's teacher is the moving average of the whole model, swapped in for
+// a forward: it needs every parameter whole, so zero3 refuses it by name.
+TEST(ZeroThreeTest, MesaIsRefusedNamingItsKeyAndTheMode) {
+  Json config = sam_config("{}", "zero3");
+  config["algorithms"] = Json::parse(R"({"mesa": {}})");
+  try {
+    test::run_ranks(2, [&](int, std::shared_ptr<Communicator> communicator) { Trainer trainer(config, {}, {}, communicator); });
+    FAIL() << "mesa under zero3 was accepted";
+  } catch (const ConfigError& error) {
+    EXPECT_NE(std::string(error.what()).find("algorithms.mesa"), std::string::npos) << error.what();
+    EXPECT_NE(std::string(error.what()).find("zero3"), std::string::npos) << error.what();
+  }
+}
+
 // Every SAM-family algorithm, with its (synced) ascent, every parameter
 // perturbed or the weights alone.
 class VariantZeroThreeTest : public ::testing::TestWithParam<std::pair<std::string, std::string>> {};

@@ -1,6 +1,8 @@
 #pragma once
 
+#include <algorithm>
 #include <cstdio>
+#include <string>
 #include <exception>
 #include <functional>
 #include <memory>
@@ -24,14 +26,14 @@ namespace basin::test {
 inline void run_ranks(int world, const std::function<void(int, std::shared_ptr<Communicator>)>& body) {
   auto store = c10::make_intrusive<c10d::HashStore>();
   std::vector<std::exception_ptr> errors(static_cast<std::size_t>(world));
+  std::vector<std::string> messages(static_cast<std::size_t>(world));
   std::vector<std::thread> threads;
   for (int rank = 0; rank < world; ++rank) {
     threads.emplace_back([&, rank] {
       try {
         body(rank, make_gloo_communicator(store, rank, world, std::chrono::seconds(60)));
       } catch (const std::exception& error) {
-        // Every rank's reason: the first one rethrown may be a peer's "connection closed".
-        std::fprintf(stderr, "rank %d of %d threw: %s\n", rank, world, error.what());
+        messages[static_cast<std::size_t>(rank)] = error.what();
         errors[static_cast<std::size_t>(rank)] = std::current_exception();
       } catch (...) {
         errors[static_cast<std::size_t>(rank)] = std::current_exception();
@@ -39,6 +41,19 @@ inline void run_ranks(int world, const std::function<void(int, std::shared_ptr<C
     });
   }
   for (auto& t : threads) t.join();
+  // Ranks that failed differently: each one's reason, since the one rethrown
+  // may be a peer's "connection closed".
+  std::vector<std::string> distinct;
+  for (const auto& m : messages) {
+    if (!m.empty() && std::find(distinct.begin(), distinct.end(), m) == distinct.end()) distinct.push_back(m);
+  }
+  if (distinct.size() > 1) {
+    for (int rank = 0; rank < world; ++rank) {
+      if (!messages[static_cast<std::size_t>(rank)].empty()) {
+        std::fprintf(stderr, "rank %d of %d threw: %s\n", rank, world, messages[static_cast<std::size_t>(rank)].c_str());
+      }
+    }
+  }
   for (auto& e : errors) {
     if (e) std::rethrow_exception(e);
   }
