@@ -141,19 +141,13 @@ TEST(ResumeProgramTest, SigkillMidEpochThenResumeLatestEqualsTheUninterruptedRun
   expect_stopped_run_resumes_to_the_same_end(SIGKILL);
 }
 
-// Two ranks under zero2 (basin-run): rank 1 is SIGKILLed mid-epoch once the
-// first checkpoint exists, the job fails, and `--resume latest` under
-// basin-run ends where the uninterrupted job ends.
-TEST(ResumeProgramTest, ZeroTwoJobWithARankSigkilledMidEpochResumesToTheUninterruptedEnd) {
-  test::TempDir dir;
-  Json config = long_config();
-  config["data"]["train_size"] = 8000;  // 250 steps an epoch on two ranks
-  config["algorithms"] = Json::parse(R"({"sam": {"rho": 0.05, "sync_ascent": true}})");
-  config["parallel"] = Json::parse(R"({"mode": "zero2", "timeout_seconds": 60})");
-  const std::string config_file = dir.file("config.json");
+/// A two-process basin-run job of `config` run whole into `whole`, and run
+/// into `stopped` with rank 1 SIGKILLed once the first checkpoint (step 50)
+/// exists, then resumed there with `--resume latest`.
+void kill_a_rank_and_resume(const Json& config, const std::string& config_file, const std::string& whole,
+                            const std::string& stopped) {
   test::write_text(config_file, config.dump());
   const std::string run = BASIN_RUN_EXE;
-  const std::string whole = dir.file("whole"), stopped = dir.file("stopped");
   const auto plain = test::run_command(run + " --nproc 2 -- " + kTrain + " --config " + config_file + " --run-dir " + whole, 300);
   ASSERT_EQ(plain.exit_code, 0) << plain.output;
 
@@ -170,6 +164,20 @@ TEST(ResumeProgramTest, ZeroTwoJobWithARankSigkilledMidEpochResumesToTheUninterr
       test::run_command(run + " --nproc 2 -- " + kTrain + " --run-dir " + stopped + " --resume latest", 300);
   ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
   EXPECT_NE(resumed.output.find("resumed from"), std::string::npos) << resumed.output;
+}
+
+// Two ranks under zero2 (basin-run): rank 1 is SIGKILLed mid-epoch once the
+// first checkpoint exists, the job fails, and `--resume latest` under
+// basin-run ends where the uninterrupted job ends.
+TEST(ResumeProgramTest, ZeroTwoJobWithARankSigkilledMidEpochResumesToTheUninterruptedEnd) {
+  test::TempDir dir;
+  Json config = long_config();
+  config["data"]["train_size"] = 8000;  // 250 steps an epoch on two ranks
+  config["algorithms"] = Json::parse(R"({"sam": {"rho": 0.05, "sync_ascent": true}})");
+  config["parallel"] = Json::parse(R"({"mode": "zero2", "timeout_seconds": 60})");
+  const std::string whole = dir.file("whole"), stopped = dir.file("stopped");
+  kill_a_rank_and_resume(config, dir.file("config.json"), whole, stopped);
+  if (HasFatalFailure()) return;
   EXPECT_TRUE(final_state(stopped) == final_state(whole)) << "the resumed job ended elsewhere";
   EXPECT_EQ(records_of(stopped), records_of(whole));
 }
@@ -184,24 +192,10 @@ TEST(ResumeProgramTest, ZeroThreeJobWithARankSigkilledMidEpochResumesToTheUninte
   config["algorithms"] = Json::parse(R"({"sam": {"rho": 0.05}})");
   config["parallel"] = Json::parse(R"({"mode": "zero3", "timeout_seconds": 60})");
   const std::string config_file = dir.file("config.json");
-  test::write_text(config_file, config.dump());
-  const std::string run = BASIN_RUN_EXE;
   const std::string whole = dir.file("whole"), stopped = dir.file("stopped"), ddp = dir.file("ddp");
-  const auto plain = test::run_command(run + " --nproc 2 -- " + kTrain + " --config " + config_file + " --run-dir " + whole, 300);
-  ASSERT_EQ(plain.exit_code, 0) << plain.output;
-
-  const std::string first = stopped + "/checkpoints/" + checkpoint_file_name(50) + ".sum";
-  const std::string rank_command = kTrain + " --config " + config_file + " --run-dir " + stopped +
-                                   " & pid=$!; if [ \"$RANK\" = 1 ]; then while [ ! -e " + first +
-                                   " ]; do sleep 0.01; done; kill -9 $pid; fi; wait $pid";
-  const auto killed = test::run_command(run + " --nproc 2 --grace 2 -- sh -c '" + rank_command + "'", 300);
-  EXPECT_NE(killed.exit_code, 0) << killed.output;
-  ASSERT_FALSE(fs::exists(stopped + "/summary.json")) << "the job finished before the kill; nothing was tested";
-
-  const auto resumed =
-      test::run_command(run + " --nproc 2 -- " + kTrain + " --run-dir " + stopped + " --resume latest", 300);
-  ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
-  EXPECT_NE(resumed.output.find("resumed from"), std::string::npos) << resumed.output;
+  kill_a_rank_and_resume(config, config_file, whole, stopped);
+  if (HasFatalFailure()) return;
+  const std::string run = BASIN_RUN_EXE;
   const std::string manifest = final_checkpoint(stopped);
   const auto stopped_files = rank_files(manifest, read_checkpoint_file(manifest));
   const auto whole_files = rank_files(final_checkpoint(whole), read_checkpoint_file(final_checkpoint(whole)));
