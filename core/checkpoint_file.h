@@ -56,7 +56,7 @@ void remove_old_checkpoints(const std::string& dir, int64_t keep);
 /// step-<step>.pt, the manifest, last: the run's timestamp, config and loop
 /// and, under "basin", "sharded": {"layout": "rows", "files": [each rank's
 /// file name]}. So a manifest exists only once every rank's file does, and
-/// read_latest_checkpoint skips one whose rank files went missing.
+/// read_latest_checkpoint skips one whose rank files are missing or damaged.
 std::string rank_file_name(int64_t step, int rank);
 /// The manifest for rank 0's capture of a `world_size`-rank checkpoint at `step`.
 StateDict sharded_manifest(const StateDict& rank_zero, int64_t step, int world_size);

@@ -36,7 +36,13 @@ StateDict consolidate_checkpoint(const std::string& manifest_path) {
   }
   const auto files = rank_files(manifest_path, manifest);
   std::vector<StateDict> ranks;
-  for (const auto& file : files) ranks.push_back(read_checkpoint_file(file));
+  for (std::size_t r = 0; r < files.size(); ++r) {
+    ranks.push_back(read_checkpoint_file(files[r]));
+    const auto meta = ranks.back().contains("basin") ? ranks.back().at("basin").toGenericDict() : new_state_dict();
+    if (!meta.contains("rank") || meta.at("rank").toInt() != static_cast<int64_t>(r)) {
+      throw CheckpointError("checkpoint '" + files[r] + "' is not rank " + std::to_string(r) + "'s file");
+    }
+  }
 
   // The parameters: rank r's rows of each, joined in rank order.
   std::vector<StateDict> shards;

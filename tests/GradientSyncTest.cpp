@@ -51,9 +51,17 @@ using test::max_difference;
 using test::Weights;
 using test::weights_of;
 
+/// The head's weights, whole (gathered under zero3: collective then).
 Weights extra_of(Trainer& trainer) {
+  const auto extra = dynamic_cast<GatedMLP&>(trainer.model()).extra_parameters();
+  const auto all = trainer.model().parameters();
+  const Weights whole = trainer.whole_parameters();
   Weights out;
-  for (const auto& p : dynamic_cast<GatedMLP&>(trainer.model()).extra_parameters()) out.push_back(p.detach().clone());
+  for (std::size_t i = 0; i < all.size(); ++i) {
+    for (const auto& p : extra) {
+      if (p.is_same(all[i])) out.push_back(whole[i]);
+    }
+  }
   return out;
 }
 
@@ -103,7 +111,7 @@ TEST_P(UnusedParameterTest, HeadNoRankUsesStaysUntouchedAndTrainingMatchesOnePro
   EXPECT_LE(max_difference(weights[0], weights_of(one)), 1e-5);
 }
 
-INSTANTIATE_TEST_SUITE_P(Modes, UnusedParameterTest, ::testing::Values("none", "ddp", "zero1", "zero2"),
+INSTANTIATE_TEST_SUITE_P(Modes, UnusedParameterTest, ::testing::Values("none", "ddp", "zero1", "zero2", "zero3"),
                          [](const auto& info) { return info.param; });
 
 class UsedOnOneRankTest : public ::testing::TestWithParam<std::string> {};
@@ -146,7 +154,7 @@ TEST_P(UsedOnOneRankTest, CountsAsZeroOnTheOtherRank) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Modes, UsedOnOneRankTest, ::testing::Values("ddp", "zero1", "zero2"),
+INSTANTIATE_TEST_SUITE_P(Modes, UsedOnOneRankTest, ::testing::Values("ddp", "zero1", "zero2", "zero3"),
                          [](const auto& info) { return info.param; });
 
 // Bytes per step as the communicator counts them (the ring model): ZeRO-1

@@ -191,7 +191,10 @@ class ProcessGroupCommunicator : public Communicator {
     count(all, Pattern::kOneToAllOrAllToOne);
     const bool on_host = std::all_of(all.begin(), all.end(), [](const at::Tensor& t) { return t.is_cpu(); });
     if (traits_.ring_reduce_scatter && on_host) {
-      return std::make_unique<PendingJob>(ring_.post([this, pieces]() mutable {
+      // A worker of their own: each rank starts gathers in one order and
+      // reduce-scatters in one order, but backward may interleave the two
+      // streams differently on different ranks (a gradient missing on one).
+      return std::make_unique<PendingJob>(gather_ring_.post([this, pieces]() mutable {
         at::init_num_threads();
         ring_all_gather(pieces);
       }));
@@ -271,22 +274,26 @@ class ProcessGroupCommunicator : public Communicator {
       const auto& incoming = pieces[static_cast<std::size_t>(((me - round - 1) % n + n) % n)];
       c10::intrusive_ptr<c10d::Work> sent;
       std::vector<at::Tensor> send;
+      const int tag = kGatherTags + round;  // apart from the reduce-scatters' sends, which may run meanwhile
       if (numel_of(outgoing) > 0) {
         send.push_back(at::flatten_dense_tensors(outgoing));
-        sent = issue([&] { return group_->send(send, next, round); });
+        sent = issue([&] { return group_->send(send, next, tag); });
       }
       if (numel_of(incoming) > 0) {
         std::vector<at::Tensor> received{at::empty({numel_of(incoming)}, incoming.front().options())};
-        issue([&] { return group_->recv(received, previous, round); })->wait();
+        issue([&] { return group_->recv(received, previous, tag); })->wait();
         copy_from_flat(received.front(), incoming);
       }
       if (sent) sent->wait();
     }
   }
 
+  static constexpr int kGatherTags = 1 << 20;  // the all-gathers' send/receive tags start here
+
   c10::intrusive_ptr<compat::CollectiveBackend> group_;
   BackendTraits traits_;
-  SerialWorker ring_;  // destroyed first: its last job still uses the group
+  SerialWorker ring_;         // reduce-scatters; destroyed first: its last job still uses the group
+  SerialWorker gather_ring_;  // all-gathers
 };
 
 }  // namespace

@@ -62,8 +62,10 @@ class Communicator {
   /// part's worth is staged at a time. Starts it and returns at once where
   /// the backend can run it in the background (the next unit's gather while
   /// this one computes); every piece holds its rank's values once it is
-  /// waited for, and the pieces must stay untouched until then. Runs in
-  /// order with the reduce-scatters.
+  /// waited for, and the pieces must stay untouched until then. Gathers run
+  /// in the order they are started, apart from the reduce-scatters (on Gloo
+  /// a thread of their own): each stream must be started in one order on
+  /// every rank, the two may interleave differently.
   virtual std::unique_ptr<PendingCollective> start_all_gather(std::vector<std::vector<at::Tensor>> pieces) = 0;
   virtual void barrier() = 0;
 

@@ -56,6 +56,7 @@ struct FullyShardedModel::Unit {
   at::TensorOptions options;
   bool gathered = false;
   std::unique_ptr<PendingCollective> gathering;
+  bool mixed = false;        // frozen and trainable parameters (the root only): whole to backward's end
   std::size_t hooked = 0;    // parameters whose accumulator has a hook
   std::size_t fired = 0;     // of which accumulated in this backward
   bool reduce_started = false;
@@ -86,7 +87,8 @@ FullyShardedModel::FullyShardedModel(torch::nn::Module& model, const std::vector
   std::unordered_map<const c10::TensorImpl*, std::size_t> unit_of_param;
   for (std::size_t u = 0; u < units.size(); ++u) {
     for (const auto& p : units[u]->parameters(/*recurse=*/true)) {
-      if (!unit_of_param.emplace(p.unsafeGetTensorImpl(), u).second) {
+      const auto placed = unit_of_param.emplace(p.unsafeGetTensorImpl(), u);
+      if (!placed.second && placed.first->second != u) {
         throw std::invalid_argument("zero3: a parameter of unit '" + units[u]->name() +
                                     "' is in another unit too; units must be disjoint blocks");
       }
@@ -101,6 +103,7 @@ FullyShardedModel::FullyShardedModel(torch::nn::Module& model, const std::vector
 
   at::NoGradGuard no_grad;
   for (const auto& p : model.parameters(/*recurse=*/true)) {
+    if (index_.count(p.unsafeGetTensorImpl()) != 0) continue;  // a tied weight: one shard
     if (!p.is_contiguous() || p.storage_offset() != 0 || p.storage().nbytes() != p.nbytes()) {
       throw std::invalid_argument("zero3: every parameter must own its storage whole (contiguous, offset 0)");
     }
@@ -142,6 +145,18 @@ FullyShardedModel::FullyShardedModel(torch::nn::Module& model, const std::vector
     if (trains && u != declared_) reduce_order_.push_back(u);
   }
   if (!units_[declared_]->params.empty()) reduce_order_.push_back(declared_);
+  for (std::size_t u = 0; u < units_.size(); ++u) {
+    // A unit is freed once its gradients are in: a frozen parameter's
+    // backward could still run after that and find no bytes. The root
+    // then stays whole to the end of backward instead.
+    const auto& params = units_[u]->params;
+    const auto trains = std::count_if(params.begin(), params.end(), [&](std::size_t i) { return full_[i].requires_grad(); });
+    units_[u]->mixed = trains != 0 && trains != static_cast<std::ptrdiff_t>(params.size());
+    if (units_[u]->mixed && u != declared_) {
+      throw std::invalid_argument("zero3: unit '" + units_[u]->name + "' mixes frozen and trainable parameters; "
+                                  "declare the frozen ones as a unit of their own");
+    }
+  }
   for (std::size_t i = 0; i < full_.size(); ++i) {
     if (!full_[i].requires_grad()) continue;
     auto accumulator = torch::autograd::impl::grad_accumulator(full_[i]);
@@ -284,7 +299,10 @@ void FullyShardedModel::mark_ready(std::size_t i) {
     throw std::logic_error("zero3: a backward that is not synced (a rank-local pass); under zero3 every backward "
                            "reduce-scatters its gradients to the shards");
   }
-  ++units_[unit_of_[i]]->fired;
+  Unit& unit = *units_[unit_of_[i]];
+  // Its every gradient is in: no backward node of the unit needs its
+  // parameters any more (a unit's parameters all train: checked).
+  if (++unit.fired == unit.hooked && !unit.mixed) release(unit_of_[i]);
   if (overlap_) start_ready_reduces();
 }
 
@@ -332,7 +350,13 @@ void FullyShardedModel::start_reduce(std::size_t u) {
     }
     grad.reset();  // the whole gradient lives on in the parts only
   }
-  release(u);
+  if (!unit.mixed) release(u);
+  // The reduce-scatter before this one ran while this unit's backward
+  // computed: it ends now, so a rank holds every rank's part of at most two
+  // units' gradients, not of the whole model's, until backward ends.
+  for (const std::size_t earlier : reduce_order_) {
+    if (earlier != u && units_[earlier]->reducing) finish_reduce(earlier);
+  }
   unit.reduce_started = true;
   unit.reducing = communicator_->start_reduce_scatter_sum(unit.reduce_parts);
 }
@@ -402,21 +426,6 @@ std::vector<at::Tensor> FullyShardedModel::whole_parameters() {
     if (!was) release(u);
   }
   return whole;
-}
-
-void FullyShardedModel::load_whole_parameters(const std::vector<at::Tensor>& values) {
-  if (values.size() != full_.size()) {
-    throw std::invalid_argument("zero3: " + std::to_string(values.size()) + " values for " +
-                                std::to_string(full_.size()) + " parameters");
-  }
-  at::NoGradGuard no_grad;
-  const int world = communicator_->world_size(), me = communicator_->rank();
-  for (std::size_t i = 0; i < full_.size(); ++i) {
-    const int64_t rows = rows_of(full_[i]), each = (rows + world - 1) / world;
-    const int64_t mine = rows_[i][static_cast<std::size_t>(me)];
-    if (mine == 0) continue;
-    shards_[i].copy_(values[i].reshape({rows, row_numel(full_[i])}).narrow(0, me * each, mine).view(shards_[i].sizes()));
-  }
 }
 
 }  // namespace basin

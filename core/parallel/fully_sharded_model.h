@@ -69,8 +69,6 @@ class FullyShardedModel : public UnitRunner {
 
   /// Every parameter whole, cloned, in the model's order. Collective.
   std::vector<at::Tensor> whole_parameters();
-  /// Copies `values` (whole, one per parameter, in order) into the shards.
-  void load_whole_parameters(const std::vector<at::Tensor>& values);
 
   /// Bytes of parameters held whole on this rank now, and the most since
   /// reset_peak (read from the parameters' storages).
