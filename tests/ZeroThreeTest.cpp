@@ -24,17 +24,58 @@ namespace {
 
 using test::max_difference;
 using test::sam_config;
-using test::train_on_ranks;
 
-/// Trains `config` under ddp and under zero3 on `world` ranks: zero3 follows
-/// ddp to 1e-5 and its ranks stay bit-identical.
+/// What one rank holds after training: the weights gathered whole, its own
+/// shards and its buffers (BatchNorm's statistics, replicated).
+struct RankHeld {
+  test::Weights whole, shards, buffers;
+};
+
+std::vector<RankHeld> train_and_hold(int world, const Json& config) {
+  std::vector<RankHeld> held(static_cast<std::size_t>(world));
+  test::run_ranks(world, [&](int rank, std::shared_ptr<Communicator> communicator) {
+    Trainer trainer(config, {}, {}, communicator);
+    trainer.fit();
+    RankHeld& mine = held[static_cast<std::size_t>(rank)];
+    mine.whole = test::weights_of(trainer);
+    if (trainer.fully_sharded() != nullptr) {
+      for (const auto& s : trainer.fully_sharded()->shards()) mine.shards.push_back(s.detach().clone());
+    }
+    for (const auto& b : trainer.model().buffers()) mine.buffers.push_back(b.detach().clone());
+  });
+  return held;
+}
+
+/// Rank `rank`'s rows of `whole` on `world` ranks, by the layout's formula:
+/// c = ceil(d / N) rows each, rank r from row r c (a 0-dim tensor is one row).
+at::Tensor rows_of_rank(const at::Tensor& whole, int rank, int world) {
+  const int64_t d = whole.dim() == 0 ? 1 : whole.size(0), c = (d + world - 1) / world;
+  const int64_t start = std::min<int64_t>(d, rank * c), n = std::clamp<int64_t>(d - rank * c, 0, c);
+  return whole.reshape({d, -1}).narrow(0, start, n);
+}
+
+/// Trains `config` under ddp and under zero3 on `world` ranks: each rank's
+/// own shards hold ddp's rows of every weight to 1e-5, its buffers are ddp's
+/// (bit-identical on every rank), and the weights gathered whole follow ddp.
 void expect_zero_three_follows_ddp(Json config, const std::string& what, int world = 2) {
   config["parallel"]["mode"] = "ddp";
-  const auto replicated = train_on_ranks(world, config);
+  const auto replicated = train_and_hold(world, config);
   config["parallel"]["mode"] = "zero3";
-  const auto sharded = train_on_ranks(world, config);
-  EXPECT_LE(max_difference(sharded[0], replicated[0]), 1e-5) << what;
-  for (int r = 1; r < world; ++r) EXPECT_EQ(max_difference(sharded[0], sharded[static_cast<std::size_t>(r)]), 0.0) << what;
+  const auto sharded = train_and_hold(world, config);
+  EXPECT_LE(max_difference(sharded[0].whole, replicated[0].whole), 1e-5) << what;
+  for (int r = 0; r < world; ++r) {
+    const RankHeld& rank = sharded[static_cast<std::size_t>(r)];
+    ASSERT_EQ(rank.shards.size(), replicated[0].whole.size()) << what;
+    for (std::size_t i = 0; i < rank.shards.size(); ++i) {
+      const at::Tensor expected = rows_of_rank(replicated[0].whole[i], r, world);
+      ASSERT_EQ(rank.shards[i].numel(), expected.numel()) << what << ", rank " << r << ", parameter " << i;
+      if (expected.numel() == 0) continue;
+      EXPECT_LE((rank.shards[i].reshape(expected.sizes()) - expected).abs().max().item<double>(), 1e-5)
+          << what << ", rank " << r << "'s rows of parameter " << i;
+    }
+    EXPECT_EQ(max_difference(rank.buffers, sharded[0].buffers), 0.0) << what << ": rank " << r << "'s buffers";
+  }
+  EXPECT_LE(max_difference(sharded[0].buffers, replicated[0].buffers), 1e-5) << what << ": buffers";
 }
 
 /// Runs `call` after every step, before the schedulers move the lr on.
@@ -217,6 +258,58 @@ TEST(ZeroThreeTest, ASingleProcessRunEqualsOneWithoutSharding) {
   Trainer plain(config);
   plain.fit();
   EXPECT_LE(max_difference(test::weights_of(sharded), test::weights_of(plain)), 1e-6);
+}
+
+/// One hand-written forward and synced backward of the resnet (its stem's
+/// BatchNorm is in the root unit) under zero3 on 2 ranks, with `between`
+/// run after the forward; each rank's shards' gradients.
+std::vector<test::Weights> hand_step_gradients(const std::function<void(Model&, const at::Tensor&)>& between) {
+  Json config = sam_config("{}", "zero3");
+  config["algorithms"] = Json::object();
+  config["model"] = Json::parse(R"({"name": "resnet", "width": 4, "blocks": [1]})");
+  std::vector<test::Weights> grads(2);
+  test::run_ranks(2, [&](int rank, std::shared_ptr<Communicator> communicator) {
+    Trainer trainer(config, {}, {}, communicator);
+    FullyShardedModel& sharded = *trainer.fully_sharded();
+    const at::Tensor x = at::ones({4, 1, 6, 6}).mul(rank + 1).add(at::arange(36).view({1, 1, 6, 6}).div(36.0));
+    const at::Tensor loss = trainer.model().run(x).pow(2).mean();
+    between(trainer.model(), x);
+    sharded.prepare_for_backward();
+    loss.backward();
+    sharded.finish_backward();
+    for (const auto& s : sharded.shards()) grads[static_cast<std::size_t>(rank)].push_back(s.grad().clone());
+  });
+  return grads;
+}
+
+// An evaluation (a forward without a graph) between a forward and its
+// backward frees what it gathered, but not the root, which that backward
+// still reads (the stem's BatchNorm saved its weight's storage).
+TEST(ZeroThreeTest, AnEvaluationBetweenAForwardAndItsBackwardLeavesTheGradientsAsTheyWere) {
+  const auto plain = hand_step_gradients([](Model&, const at::Tensor&) {});
+  const auto evaluated = hand_step_gradients([](Model& model, const at::Tensor& x) {
+    at::NoGradGuard no_grad;
+    model.run(x.flip(0));
+  });
+  for (std::size_t r = 0; r < 2; ++r) EXPECT_EQ(max_difference(evaluated[r], plain[r]), 0.0) << "rank " << r;
+}
+
+// A forward that throws (here: inputs of the wrong shape) leaves nothing
+// gathered, and the next step runs as if it never happened.
+TEST(ZeroThreeTest, AFailedForwardHoldsNothingWholeAndTheNextStepIsUnchanged) {
+  const auto plain = hand_step_gradients([](Model&, const at::Tensor&) {});
+  const auto after_failure = hand_step_gradients([](Model& model, const at::Tensor& x) {
+    at::NoGradGuard no_grad;
+    EXPECT_THROW(model.run(x.view({4, 36})), std::exception);
+  });
+  for (std::size_t r = 0; r < 2; ++r) EXPECT_EQ(max_difference(after_failure[r], plain[r]), 0.0) << "rank " << r;
+  Json config = sam_config("{}", "zero3");
+  config["model"] = Json::parse(R"({"name": "mlp", "hidden": [16, 16]})");
+  test::run_ranks(2, [&](int, std::shared_ptr<Communicator> communicator) {
+    Trainer trainer(config, {}, {}, communicator);
+    EXPECT_THROW(trainer.model().run(at::ones({4, 5})), std::exception);  // the first Linear wants 36 inputs
+    EXPECT_EQ(trainer.fully_sharded()->gathered_bytes(), 0) << "a failed forward left parameters whole";
+  });
 }
 
 int64_t bytes_of(const std::vector<at::Tensor>& tensors) {

@@ -231,6 +231,7 @@ void FullyShardedModel::release(std::size_t u) {
   if (!unit.gathered) return;
   for (const std::size_t i : unit.params) set_storage_bytes(full_[i], 0);
   unit.gathered = false;
+  if (u == declared_) root_awaits_backward_ = false;
 }
 
 void FullyShardedModel::note_gathered() { peak_gathered_bytes_ = std::max(peak_gathered_bytes_, gathered_bytes()); }
@@ -252,15 +253,29 @@ c10::Device FullyShardedModel::device() const {
 }
 
 at::Tensor FullyShardedModel::run_model(const std::function<at::Tensor()>& forward) {
+  const bool graph = at::GradMode::is_enabled();
   {
     std::lock_guard<std::recursive_mutex> lock(mutex_);
     gather(declared_);  // the root: whole until its backward (or the forward's end, without autograd)
+    if (graph) root_awaits_backward_ = true;
   }
-  at::Tensor out = forward();
-  if (!at::GradMode::is_enabled()) {
+  // Without a graph, or when the forward failed, nothing stays whole but a
+  // root that an earlier forward's backward still needs (an evaluation
+  // between a forward and its backward must not free what backward reads).
+  auto release_all = [this] {
     std::lock_guard<std::recursive_mutex> lock(mutex_);
-    for (std::size_t u = 0; u < units_.size(); ++u) release(u);  // the root, and any gather issued ahead
+    for (std::size_t u = 0; u < units_.size(); ++u) {
+      if (u != declared_ || !root_awaits_backward_) release(u);  // with any gather issued ahead
+    }
+  };
+  at::Tensor out;
+  try {
+    out = forward();
+  } catch (...) {
+    release_all();
+    throw;
   }
+  if (!graph) release_all();
   return out;
 }
 
@@ -271,7 +286,15 @@ at::Tensor FullyShardedModel::run_unit(std::size_t u, const std::function<at::Te
     gather(u);
     if (overlap_ && u + 1 < declared_) start_gather(u + 1);  // one unit ahead, while this one computes
   }
-  at::Tensor out = forward();
+  at::Tensor out;
+  try {
+    out = forward();
+  } catch (...) {  // the unit, and the next one's gather issued ahead, freed: a failed forward holds nothing
+    std::lock_guard<std::recursive_mutex> lock(mutex_);
+    release(u);
+    if (u + 1 < declared_) release(u + 1);
+    throw;
+  }
   if (at::GradMode::is_enabled() && out.requires_grad() && out.grad_fn()) {
     // Backward reaches the unit's output before any of the unit's own
     // operations: the parameters they saved are gathered again then.
@@ -288,6 +311,18 @@ at::Tensor FullyShardedModel::run_unit(std::size_t u, const std::function<at::Te
 
 void FullyShardedModel::prepare_for_backward() {
   std::lock_guard<std::recursive_mutex> lock(mutex_);
+  if (armed_) {
+    // The backward before failed (and its step with it): its reduce-scatters
+    // end here, discarded, so none writes into this one's buffers.
+    for (auto& unit : units_) {
+      try {
+        if (unit->reducing) unit->reducing->wait();
+      } catch (...) {  // that step already failed
+      }
+      unit->reducing.reset();
+      unit->reduce_parts.clear();
+    }
+  }
   armed_ = true;
   next_reduce_ = 0;
   for (auto& unit : units_) unit->fired = 0, unit->reduce_started = false;

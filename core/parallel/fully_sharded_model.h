@@ -105,6 +105,7 @@ class FullyShardedModel : public UnitRunner {
   std::vector<std::size_t> reduce_order_;     // backward's: the last declared first, the root last
   std::size_t next_reduce_ = 0;
   bool armed_ = false;
+  bool root_awaits_backward_ = false;  // a forward with a graph gathered the root; its backward frees it
   std::vector<std::shared_ptr<torch::autograd::Node>> accumulators_;
   std::vector<uintptr_t> hook_keys_;
   std::recursive_mutex mutex_;  // hooks may run on autograd's device threads
