@@ -78,7 +78,11 @@ void CheckpointSaver::save(const State& state) {
       write_checkpoint_file(path, state.parameters_sharded
                                       ? sharded_manifest(checkpoint, state.timestamp.step, state.world_size)
                                       : checkpoint);
-      if (keep_last_ > 0) remove_old_checkpoints(dir, keep_last_);
+      if (keep_last_ > 0) {
+        remove_old_checkpoints(dir, keep_last_);
+      } else if (state.parameters_sharded) {
+        remove_orphaned_rank_files(dir);  // keeping every checkpoint, but no half-written one
+      }
     } catch (const std::exception& error) {
       failure = error.what();
     }

@@ -215,6 +215,27 @@ void remove_old_checkpoints(const std::string& dir, int64_t keep) {
     }
     for (const auto& file : ranks) fs::remove(file, ignored);
   }
+  remove_orphaned_rank_files(dir);
+}
+
+void remove_orphaned_rank_files(const std::string& dir) {
+  // Rank files older than the newest manifest whose own manifest never came
+  // (a job that died between its ranks' files and rank 0's manifest). The
+  // newer ones may be a checkpoint being written now.
+  const auto manifests = list_checkpoint_files(dir);
+  if (manifests.empty()) return;
+  const std::string newest = fs::path(manifests.front()).filename().string();
+  static const std::regex rank_file(R"((step-\d{12})\.rank-\d+\.pt(\.sum)?)");
+  std::vector<fs::path> orphans;
+  std::error_code ignored;
+  for (fs::directory_iterator it(dir, ignored), end; !ignored && it != end; it.increment(ignored)) {
+    std::smatch match;
+    const std::string name = it->path().filename().string();
+    if (!std::regex_match(name, match, rank_file)) continue;
+    const std::string manifest = match[1].str() + ".pt";
+    if (manifest < newest && !fs::exists(fs::path(dir) / manifest)) orphans.push_back(it->path());
+  }
+  for (const auto& file : orphans) fs::remove(file, ignored);
 }
 
 std::string rank_file_name(int64_t step, int rank) {

@@ -50,6 +50,10 @@ LatestCheckpoint read_latest_checkpoint(const std::string& dir);
 /// file newer than them) and deletes the older ones (a sharded one's rank
 /// files with it).
 void remove_old_checkpoints(const std::string& dir, int64_t keep);
+/// Deletes rank files (and sums) of steps before the newest manifest that
+/// have no manifest: a sharded checkpoint a job died writing. Called by
+/// remove_old_checkpoints.
+void remove_orphaned_rank_files(const std::string& dir);
 
 /// Sharded checkpoints (ZeRO-3): each rank writes its own whole checkpoint
 /// (core/checkpoint.h) as step-<step>.rank-<rank>.pt, then rank 0 writes

@@ -1,7 +1,10 @@
 // basin-consolidate: joins a zero3 run's sharded checkpoint (a manifest and
 // one file per rank) into one whole file that Python's torch.load opens and
 // "init_from" starts a run from.
+#include <filesystem>
 #include <iostream>
+#include <string>
+#include <vector>
 
 #include <CLI/CLI.hpp>
 
@@ -18,6 +21,16 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
   try {
     const basin::StateDict whole = basin::consolidate_checkpoint(manifest);
+    // Writing over one of the files it joins would lose the sharded checkpoint.
+    std::vector<std::string> inputs{manifest};
+    for (const auto& file : basin::rank_files(manifest, basin::read_checkpoint_file(manifest))) inputs.push_back(file);
+    std::error_code ignored;
+    for (const auto& input : inputs) {
+      if (std::filesystem::weakly_canonical(input, ignored) == std::filesystem::weakly_canonical(output, ignored)) {
+        throw basin::CheckpointError("the output '" + output + "' is '" + input +
+                                     "', one of the files it joins; name a new file");
+      }
+    }
     basin::write_checkpoint_file(output, whole);
     std::cout << "basin-consolidate: " << whole.at("model").toGenericDict().size() << " tensors of "
               << whole.at("basin").toGenericDict().at("world_size").toInt() << " ranks joined into " << output

@@ -17,6 +17,7 @@
 #include "basin/core/checkpoint_file.h"
 #include "basin/core/engine.h"
 #include "basin/core/optimizer_state.h"
+#include "basin/core/parallel/fully_sharded_optimizer.h"
 #include "basin/core/sharded_checkpoint.h"
 #include "basin/core/torch_compat.h"
 #include "distributed_util.h"
@@ -323,6 +324,26 @@ TEST(CheckpointTest, ResumedZeroThreeRunFromEachRanksFileEqualsTheUninterruptedR
   }
 }
 
+// A job that died between its ranks' files and rank 0's manifest left rank
+// files no manifest names: the next cleanup removes them, but never a newer
+// step's (a checkpoint being written) or a kept manifest's.
+TEST(CheckpointTest, RankFilesWithoutTheirManifestAreRemovedOnceANewerCheckpointIsComplete) {
+  test::TempDir dir;
+  auto touch = [&](const std::string& name) { std::ofstream(dir.file(name)) << "x"; };
+  touch(checkpoint_file_name(4));
+  touch(checkpoint_file_name(4) + ".sum");
+  touch(rank_file_name(4, 0));
+  touch(rank_file_name(2, 0));  // orphans: step 2's manifest never came
+  touch(rank_file_name(2, 1) + ".sum");
+  touch(rank_file_name(6, 0));  // newer than every manifest: maybe being written
+  remove_old_checkpoints(dir.path().string(), 3);
+  EXPECT_FALSE(fs::exists(dir.file(rank_file_name(2, 0))));
+  EXPECT_FALSE(fs::exists(dir.file(rank_file_name(2, 1) + ".sum")));
+  EXPECT_TRUE(fs::exists(dir.file(rank_file_name(4, 0)))) << "a kept manifest's rank file";
+  EXPECT_TRUE(fs::exists(dir.file(rank_file_name(6, 0)))) << "a newer checkpoint's";
+  EXPECT_TRUE(fs::exists(dir.file(checkpoint_file_name(4))));
+}
+
 TEST(CheckpointTest, AZeroThreeCheckpointIsRefusedAtAnotherWorldSizeNamingBoth) {
   test::TempDir dir;
   Json config = test::smoke_config();
@@ -356,10 +377,19 @@ TEST(CheckpointTest, AConsolidatedZeroThreeCheckpointHoldsTheWholeWeightsAndOpti
   std::vector<at::Tensor> whole;
   std::vector<std::string> names;
   std::vector<std::vector<int64_t>> shapes;
+  std::vector<std::vector<at::Tensor>> moments(3);  // per rank: exp_avg of each of its shards
   test::run_ranks(3, [&](int rank, std::shared_ptr<Communicator> communicator) {
     Trainer trainer(config, {}, {}, communicator);
     trainer.fit();
     auto gathered = trainer.whole_parameters();  // collective
+    auto& local = dynamic_cast<FullyShardedOptimizer&>(*trainer.state().optimizer).local();
+    const ParameterNumbering numbering(local);
+    const ParameterStates mine = parameter_states(local, numbering);
+    for (std::size_t i = 0; i < numbering.parameters().size(); ++i) {
+      const auto key = static_cast<int64_t>(i);
+      moments[static_cast<std::size_t>(rank)].push_back(
+          mine.contains(key) ? mine.at(key).toGenericDict().at("exp_avg").toTensor() : at::Tensor());
+    }
     if (rank != 0) return;
     whole = gathered;
     for (const auto& item : trainer.model().named_parameters()) {
@@ -379,7 +409,14 @@ TEST(CheckpointTest, AConsolidatedZeroThreeCheckpointHoldsTheWholeWeightsAndOpti
   ASSERT_EQ(state.size(), names.size());
   for (std::size_t i = 0; i < names.size(); ++i) {
     const StateDict entry = state.at(static_cast<int64_t>(i)).toGenericDict();
-    EXPECT_EQ(entry.at("exp_avg").toTensor().sizes().vec(), shapes[i]) << names[i];
+    const at::Tensor joined_moment = entry.at("exp_avg").toTensor();
+    ASSERT_EQ(joined_moment.sizes().vec(), shapes[i]) << names[i];
+    // The ranks' own rows, in rank order (a rank with no rows of it holds none).
+    std::vector<at::Tensor> rows;
+    for (const auto& rank : moments) {
+      if (rank.at(i).defined() && rank.at(i).numel() > 0) rows.push_back(rank.at(i).reshape({-1}));
+    }
+    EXPECT_TRUE(at::equal(joined_moment.reshape({-1}), at::cat(rows))) << names[i] << "'s exp_avg";
   }
 }
 

@@ -215,6 +215,11 @@ TEST(ResumeProgramTest, ZeroThreeJobWithARankSigkilledMidEpochResumesToTheUninte
   const auto replicated = test::run_command(run + " --nproc 2 -- " + kTrain + " --config " + config_file + " --run-dir " + ddp, 300);
   ASSERT_EQ(replicated.exit_code, 0) << replicated.output;
   const std::string joined = dir.file("joined.pt");
+  const auto before = torch::jit::pickle_save(read_checkpoint_file(manifest));
+  const auto over_itself = test::run_command(std::string(BASIN_CONSOLIDATE_EXE) + " " + manifest + " " + manifest);
+  EXPECT_EQ(over_itself.exit_code, 2) << over_itself.output;
+  EXPECT_NE(over_itself.output.find("one of the files it joins"), std::string::npos) << over_itself.output;
+  EXPECT_TRUE(torch::jit::pickle_save(read_checkpoint_file(manifest)) == before) << "the manifest was overwritten";
   const auto consolidate = test::run_command(std::string(BASIN_CONSOLIDATE_EXE) + " " + manifest + " " + joined);
   ASSERT_EQ(consolidate.exit_code, 0) << consolidate.output;
   if (!have_python_torch()) GTEST_SKIP() << "Python's torch is not installed (Debian package python3-torch): not read there";
