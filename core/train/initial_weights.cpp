@@ -1,8 +1,6 @@
 #include "basin/core/train/initial_weights.h"
 
 #include <algorithm>
-#include <fstream>
-#include <iterator>
 #include <map>
 #include <sstream>
 #include <vector>
@@ -11,7 +9,7 @@
 
 #include "basin/core/config.h"
 #include "basin/core/config_error.h"
-#include "basin/core/serialization/safe_unpickle.h"
+#include "basin/core/serialization/torch_save_file.h"
 
 namespace basin {
 
@@ -25,17 +23,7 @@ std::string some_names(const std::vector<std::string>& names) {
 }
 
 c10::impl::GenericDict read_tensors(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw ConfigError("config key 'init_from': cannot read '" + path + "'");
-  const std::vector<char> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  c10::IValue value;
-  try {
-    value = safe_pickle_load(bytes);
-  } catch (const std::exception& error) {
-    const std::string what = error.what();  // LibTorch's messages carry a backtrace: the first line says enough
-    throw ConfigError("config key 'init_from': '" + path + "' cannot be read as a torch.save file (" +
-                      what.substr(0, std::min<std::size_t>(what.find('\n'), 200)) + ")");
-  }
+  const c10::IValue value = read_torch_save_file(path, "init_from");
   if (!value.isGenericDict()) {
     throw ConfigError("config key 'init_from': '" + path + "' does not hold a dict of tensors (a state_dict)");
   }
