@@ -233,7 +233,8 @@ void remove_orphaned_rank_files(const std::string& dir) {
     const std::string name = it->path().filename().string();
     if (!std::regex_match(name, match, rank_file)) continue;
     const std::string manifest = match[1].str() + ".pt";
-    if (manifest < newest && !fs::exists(fs::path(dir) / manifest)) orphans.push_back(it->path());
+    std::error_code missing;
+    if (manifest < newest && !fs::exists(fs::path(dir) / manifest, missing) && !missing) orphans.push_back(it->path());
   }
   for (const auto& file : orphans) fs::remove(file, ignored);
 }

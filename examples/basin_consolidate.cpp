@@ -20,17 +20,19 @@ int main(int argc, char** argv) {
   app.add_option("output", output, "the whole checkpoint to write (with its .sum)")->required();
   CLI11_PARSE(app, argc, argv);
   try {
-    const basin::StateDict whole = basin::consolidate_checkpoint(manifest);
-    // Writing over one of the files it joins would lose the sharded checkpoint.
+    // Writing over a file it joins (or its sum) would lose the sharded checkpoint.
     std::vector<std::string> inputs{manifest};
     for (const auto& file : basin::rank_files(manifest, basin::read_checkpoint_file(manifest))) inputs.push_back(file);
-    std::error_code ignored;
+    for (const auto& input : std::vector<std::string>(inputs)) inputs.push_back(input + ".sum");
     for (const auto& input : inputs) {
-      if (std::filesystem::weakly_canonical(input, ignored) == std::filesystem::weakly_canonical(output, ignored)) {
+      std::error_code a, b, c;
+      const bool same_name = std::filesystem::weakly_canonical(input, a) == std::filesystem::weakly_canonical(output, b) && !a && !b;
+      if (same_name || std::filesystem::equivalent(input, output, c)) {
         throw basin::CheckpointError("the output '" + output + "' is '" + input +
                                      "', one of the files it joins; name a new file");
       }
     }
+    const basin::StateDict whole = basin::consolidate_checkpoint(manifest);
     basin::write_checkpoint_file(output, whole);
     std::cout << "basin-consolidate: " << whole.at("model").toGenericDict().size() << " tensors of "
               << whole.at("basin").toGenericDict().at("world_size").toInt() << " ranks joined into " << output

@@ -80,8 +80,8 @@ TEST(TensorFilesTest, FilesSavedInPythonAreReadAsPythonWroteThemAndSamLearnsFrom
   EXPECT_GT(summary.test_accuracy, 0.6) << "3 classes: chance is 1/3";
 }
 
-// LibTorch's own files train the same as the tensors given in memory would:
-// two runs of one config and seed give the same numbers.
+// Files written by LibTorch, with the pipeline's subset and label noise: two
+// runs of one config and seed give the same numbers.
 TEST(TensorFilesTest, ARunOnTensorFilesIsDeterministic) {
   test::TempDir dir;
   save_task(dir.file("train.pt"), 128, 1);
@@ -127,7 +127,7 @@ TEST(TensorFilesTest, FilesThatDoNotFitAreRefusedNamingTheKeyTheFileAndWhy) {
          at::Tensor x = at::randn({8, 3});
          x[2][1] = NAN;
          save(p, x, at::zeros({8}, at::kLong));
-       }, "x holds 1 values that are not finite"},
+       }, "x holds non-finite values (NaN or inf), 1 of them"},
       {"negative.pt", [](const std::string& p) { save(p, at::randn({8, 3}), at::full({8}, -1, at::kLong)); },
        "y holds label -1"},
       {"one_dim.pt", [](const std::string& p) { save(p, at::randn({8}), at::zeros({8}, at::kLong)); },

@@ -263,7 +263,8 @@ TEST(ZeroThreeTest, ASingleProcessRunEqualsOneWithoutSharding) {
 /// One hand-written forward and synced backward of the resnet (its stem's
 /// BatchNorm is in the root unit) under zero3 on 2 ranks, with `between`
 /// run after the forward; each rank's shards' gradients.
-std::vector<test::Weights> hand_step_gradients(const std::function<void(Model&, const at::Tensor&)>& between) {
+std::vector<test::Weights> hand_step_gradients(const std::function<void(Model&, const at::Tensor&)>& between,
+                                               const std::function<void(Trainer&, const at::Tensor&)>& before = {}) {
   Json config = sam_config("{}", "zero3");
   config["algorithms"] = Json::object();
   config["model"] = Json::parse(R"({"name": "resnet", "width": 4, "blocks": [1]})");
@@ -272,6 +273,7 @@ std::vector<test::Weights> hand_step_gradients(const std::function<void(Model&, 
     Trainer trainer(config, {}, {}, communicator);
     FullyShardedModel& sharded = *trainer.fully_sharded();
     const at::Tensor x = at::ones({4, 1, 6, 6}).mul(rank + 1).add(at::arange(36).view({1, 1, 6, 6}).div(36.0));
+    if (before) before(trainer, x);
     const at::Tensor loss = trainer.model().run(x).pow(2).mean();
     between(trainer.model(), x);
     sharded.prepare_for_backward();
@@ -303,13 +305,35 @@ TEST(ZeroThreeTest, AFailedForwardHoldsNothingWholeAndTheNextStepIsUnchanged) {
     EXPECT_THROW(model.run(x.view({4, 36})), std::exception);
   });
   for (std::size_t r = 0; r < 2; ++r) EXPECT_EQ(max_difference(after_failure[r], plain[r]), 0.0) << "rank " << r;
+  // With a graph too: the root (the stem's BatchNorm) is freed, no backward being due.
   Json config = sam_config("{}", "zero3");
-  config["model"] = Json::parse(R"({"name": "mlp", "hidden": [16, 16]})");
+  config["model"] = Json::parse(R"({"name": "resnet", "width": 4, "blocks": [1]})");
   test::run_ranks(2, [&](int, std::shared_ptr<Communicator> communicator) {
     Trainer trainer(config, {}, {}, communicator);
-    EXPECT_THROW(trainer.model().run(at::ones({4, 5})), std::exception);  // the first Linear wants 36 inputs
+    EXPECT_THROW(trainer.model().run(at::ones({4, 36})), std::exception);  // the stem wants images
     EXPECT_EQ(trainer.fully_sharded()->gathered_bytes(), 0) << "a failed forward left parameters whole";
   });
+}
+
+// A backward that throws (here from a hook on the first unit's weight, once
+// later units' reduce-scatters are under way) is abandoned: nothing of it is
+// left whole, and the next step's gradients are as if it never ran.
+TEST(ZeroThreeTest, ABackwardThatThrowsIsAbandonedAndTheNextStepIsUnchanged) {
+  const auto plain = hand_step_gradients([](Model&, const at::Tensor&) {});
+  const auto after_failure = hand_step_gradients([](Model&, const at::Tensor&) {}, [](Trainer& trainer, const at::Tensor& x) {
+    FullyShardedModel& sharded = *trainer.fully_sharded();
+    const at::Tensor loss = trainer.model().run(x).pow(2).mean();
+    at::Tensor first = trainer.model().units().front()->parameters().front();
+    const auto hook = first.register_hook([](const at::Tensor&) -> at::Tensor { throw std::runtime_error("injected"); });
+    sharded.prepare_for_backward();
+    EXPECT_THROW(loss.backward(), std::exception);
+    first.remove_hook(hook);
+    sharded.abandon_backward();
+    EXPECT_EQ(sharded.gathered_bytes(), 0) << "an abandoned backward left parameters whole";
+    for (const auto& p : sharded.parameters()) EXPECT_FALSE(p.grad().defined()) << "a whole gradient left behind";
+    for (const auto& s : sharded.shards()) at::Tensor(s).mutable_grad().reset();  // as zero_grad after a failed step
+  });
+  for (std::size_t r = 0; r < 2; ++r) EXPECT_EQ(max_difference(after_failure[r], plain[r]), 0.0) << "rank " << r;
 }
 
 int64_t bytes_of(const std::vector<at::Tensor>& tensors) {

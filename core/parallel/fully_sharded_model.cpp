@@ -234,6 +234,18 @@ void FullyShardedModel::release(std::size_t u) {
   if (u == declared_) root_awaits_backward_ = false;
 }
 
+void FullyShardedModel::drop(std::size_t u) noexcept {
+  try {
+    release(u);
+  } catch (...) {  // its gather failed: whatever it wrote is freed unread
+    units_[u]->gathering.reset();
+    try {
+      release(u);
+    } catch (...) {
+    }
+  }
+}
+
 void FullyShardedModel::note_gathered() { peak_gathered_bytes_ = std::max(peak_gathered_bytes_, gathered_bytes()); }
 
 int64_t FullyShardedModel::gathered_bytes() const {
@@ -254,22 +266,25 @@ c10::Device FullyShardedModel::device() const {
 
 at::Tensor FullyShardedModel::run_model(const std::function<at::Tensor()>& forward) {
   const bool graph = at::GradMode::is_enabled();
-  {
-    std::lock_guard<std::recursive_mutex> lock(mutex_);
-    gather(declared_);  // the root: whole until its backward (or the forward's end, without autograd)
-    if (graph) root_awaits_backward_ = true;
-  }
+  bool awaited = false;  // by an earlier forward's backward
   // Without a graph, or when the forward failed, nothing stays whole but a
   // root that an earlier forward's backward still needs (an evaluation
   // between a forward and its backward must not free what backward reads).
-  auto release_all = [this] {
+  auto release_all = [&] {
     std::lock_guard<std::recursive_mutex> lock(mutex_);
+    root_awaits_backward_ = awaited;
     for (std::size_t u = 0; u < units_.size(); ++u) {
-      if (u != declared_ || !root_awaits_backward_) release(u);  // with any gather issued ahead
+      if (u != declared_ || !awaited) drop(u);  // with any gather issued ahead
     }
   };
   at::Tensor out;
   try {
+    {
+      std::lock_guard<std::recursive_mutex> lock(mutex_);
+      awaited = root_awaits_backward_;
+      gather(declared_);  // the root: whole until its backward (or the forward's end, without autograd)
+      if (graph) root_awaits_backward_ = true;
+    }
     out = forward();
   } catch (...) {
     release_all();
@@ -281,18 +296,18 @@ at::Tensor FullyShardedModel::run_model(const std::function<at::Tensor()>& forwa
 
 at::Tensor FullyShardedModel::run_unit(std::size_t u, const std::function<at::Tensor()>& forward) {
   if (u >= declared_) throw std::logic_error("zero3: unit " + std::to_string(u) + " was never declared");
-  {
-    std::lock_guard<std::recursive_mutex> lock(mutex_);
-    gather(u);
-    if (overlap_ && u + 1 < declared_) start_gather(u + 1);  // one unit ahead, while this one computes
-  }
   at::Tensor out;
   try {
+    {
+      std::lock_guard<std::recursive_mutex> lock(mutex_);
+      gather(u);
+      if (overlap_ && u + 1 < declared_) start_gather(u + 1);  // one unit ahead, while this one computes
+    }
     out = forward();
   } catch (...) {  // the unit, and the next one's gather issued ahead, freed: a failed forward holds nothing
     std::lock_guard<std::recursive_mutex> lock(mutex_);
-    release(u);
-    if (u + 1 < declared_) release(u + 1);
+    drop(u);
+    if (u + 1 < declared_) drop(u + 1);
     throw;
   }
   if (at::GradMode::is_enabled() && out.requires_grad() && out.grad_fn()) {
@@ -309,20 +324,27 @@ at::Tensor FullyShardedModel::run_unit(std::size_t u, const std::function<at::Te
   return out;
 }
 
+void FullyShardedModel::abandon_backward() noexcept {
+  std::lock_guard<std::recursive_mutex> lock(mutex_);
+  // Its reduce-scatters end here, discarded (each rank must abandon at the
+  // same point, as it failed); every whole gradient and parameter is freed.
+  for (auto& unit : units_) {
+    try {
+      if (unit->reducing) unit->reducing->wait();
+    } catch (...) {  // that step already failed
+    }
+    unit->reducing.reset();
+    unit->reduce_parts.clear();
+  }
+  for (std::size_t u = 0; u < units_.size(); ++u) drop(u);
+  for (auto& p : full_) p.mutable_grad().reset();
+  root_awaits_backward_ = false;
+  armed_ = false;
+}
+
 void FullyShardedModel::prepare_for_backward() {
   std::lock_guard<std::recursive_mutex> lock(mutex_);
-  if (armed_) {
-    // The backward before failed (and its step with it): its reduce-scatters
-    // end here, discarded, so none writes into this one's buffers.
-    for (auto& unit : units_) {
-      try {
-        if (unit->reducing) unit->reducing->wait();
-      } catch (...) {  // that step already failed
-      }
-      unit->reducing.reset();
-      unit->reduce_parts.clear();
-    }
-  }
+  if (armed_) abandon_backward();  // the backward before failed and nobody said so
   armed_ = true;
   next_reduce_ = 0;
   for (auto& unit : units_) unit->fired = 0, unit->reduce_started = false;

@@ -66,6 +66,11 @@ class FullyShardedModel : public UnitRunner {
   /// adds each row's mean over ranks to its shard's gradient (a parameter
   /// with a gradient on no rank leaves its shard's as it was).
   void finish_backward();
+  /// After a backward that threw (on every rank, as collectives fail
+  /// together): drops its reduce-scatters, whole gradients and gathered
+  /// parameters. The shards' gradients may hold part of it: zero them, as
+  /// after any failed step. The trainer's closure calls it.
+  void abandon_backward() noexcept;
 
   /// Every parameter whole, cloned, in the model's order. Collective.
   std::vector<at::Tensor> whole_parameters();
@@ -87,6 +92,7 @@ class FullyShardedModel : public UnitRunner {
   void start_gather(std::size_t unit);
   void gather(std::size_t unit);
   void release(std::size_t unit);
+  void drop(std::size_t unit) noexcept;  // release(), even after a failed gather
   void mark_ready(std::size_t param);
   void start_ready_reduces();
   void start_reduce(std::size_t unit);

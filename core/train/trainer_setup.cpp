@@ -166,6 +166,9 @@ void Trainer::build(const Json& config, std::vector<std::shared_ptr<Callback>> c
       state_, *engine_, *model_, loss, microbatches_,
       TrainingClosure::Sync{[this](GradientSync sync) { prepare_gradient_sync(sync); },
                             [this](GradientSync sync) { finish_gradient_sync(sync); },
+                            [this] {
+                              if (fully_sharded_) fully_sharded_->abandon_backward();
+                            },
                             /*every_microbatch=*/parallel_mode_ == "zero3"});
 
   for (std::size_t i = 0; i < schedulers.size(); ++i) {

@@ -69,8 +69,13 @@ at::Tensor TrainingClosure::operator()() {
     // (under ZeRO-3 in each one's, onto the shards).
     const bool syncs = (i + 1 == inputs.size() || sync_.every_microbatch) && request.sync != GradientSync::kNone;
     if (syncs && sync_.prepare) sync_.prepare(request.sync);
-    (state_.scaler ? state_.scaler->scale(state_.loss) : state_.loss).backward();
-    if (syncs && sync_.finish) sync_.finish(request.sync);
+    try {
+      (state_.scaler ? state_.scaler->scale(state_.loss) : state_.loss).backward();
+      if (syncs && sync_.finish) sync_.finish(request.sync);
+    } catch (...) {
+      if (syncs && sync_.abandon) sync_.abandon();
+      throw;
+    }
     engine_.run(Event::AFTER_BACKWARD);
   }
   pass_loss_ = total;

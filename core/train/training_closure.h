@@ -30,6 +30,8 @@ class TrainingClosure {
   struct Sync {
     std::function<void(GradientSync)> prepare;
     std::function<void(GradientSync)> finish;
+    /// When a synced backward (or its finish) threw: drop what it left.
+    std::function<void()> abandon;
     /// Every microbatch's backward syncs (ZeRO-3: gradients accumulate on
     /// the shards, never whole), not just the last one's.
     bool every_microbatch = false;

@@ -4,7 +4,8 @@
 //
 //     {"data": {"name": "tensors", "train": "train.pt", "test": "test.pt", "num_classes": 10}}
 //
-// "num_classes" defaults to the largest label of both splits plus one. The
+// "num_classes" defaults to the largest label of both splits plus one (at
+// least 2). The
 // files go through the checks init_from's do (core/serialization); what
 // does not fit (a dtype, a shape, x and y of different lengths, a label out
 // of range, a non-finite input) is a ConfigError naming the key, the file
@@ -51,10 +52,10 @@ TensorDataset read_split(Params& params, const std::string& key) {
                       std::to_string(y.size(0)) + "; expected one label per sample");
   }
   if (x.size(0) == 0) throw ConfigError(where + " holds no samples");
-  const at::Tensor inputs = x.to(at::kFloat).contiguous();
+  const at::Tensor inputs = x.detach().to(at::kFloat).contiguous();
   const int64_t non_finite = inputs.isfinite().logical_not().sum().item<int64_t>();
-  if (non_finite > 0) throw ConfigError(where + ": x holds " + std::to_string(non_finite) + " values that are not finite");
-  const at::Tensor labels = y.to(at::kLong).contiguous();
+  if (non_finite > 0) throw ConfigError(where + ": x holds non-finite values (NaN or inf), " + std::to_string(non_finite) + " of them");
+  const at::Tensor labels = y.detach().to(at::kLong).contiguous();
   if (labels.min().item<int64_t>() < 0) {
     throw ConfigError(where + ": y holds label " + std::to_string(labels.min().item<int64_t>()) +
                       "; expected labels 0, 1, ...");
