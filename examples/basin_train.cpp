@@ -240,6 +240,9 @@ int main(int argc, char** argv) {
       }
       return basin::kExitInterrupted;
     }
+    // The trained model for Python: state_dict.pt, and model.pt for a TorchScript model (collective under zero3).
+    if (writer) fs::create_directories(run_dir);
+    trainer.export_model(run_dir);
     if (!writer) return 0;
     write_json(fs::path(run_dir) / "summary.json", summary.to_json());
     std::cout << "test accuracy " << summary.test_accuracy << " after " << summary.steps << " steps ("

@@ -171,6 +171,14 @@ TEST_P(VariantZeroThreeTest, ZeroThreeEqualsDataParallel) {
     config["algorithms"][name]["perturb"] = perturb;
     expect_zero_three_follows_ddp(config, name + " perturb " + perturb);
   }
+  // The cnn and the resnet (BatchNorm; its stem's in the root unit), every parameter perturbed.
+  config["algorithms"][name]["perturb"] = "";
+  config["max_steps"] = 3;
+  for (const char* model : {R"({"name": "cnn", "channels": [4, 6], "hidden": 8})",
+                            R"({"name": "resnet", "width": 4, "blocks": [1]})"}) {
+    config["model"] = Json::parse(model);
+    expect_zero_three_follows_ddp(config, name + " on " + model);
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Variants, VariantZeroThreeTest, ::testing::ValuesIn(test::sam_family()),
@@ -210,9 +218,12 @@ TEST(ZeroThreeTest, Bf16MicrobatchesAndClippingEqualDataParallel) {
   config["grad_clip_norm"] = 0.05;  // below the gradients' norm: every step clips
   config["optimizer"] = two_groups("sgd");
   expect_zero_three_follows_ddp(config, "bf16, microbatches, clipping");
-  config["model"] = Json::parse(R"({"name": "resnet", "width": 4, "blocks": [1]})");
   config["max_steps"] = 2;
-  expect_zero_three_follows_ddp(config, "bf16, microbatches, clipping, resnet");
+  for (const char* model : {R"({"name": "cnn", "channels": [4, 6], "hidden": 8})",
+                            R"({"name": "resnet", "width": 4, "blocks": [1]})"}) {
+    config["model"] = Json::parse(model);
+    expect_zero_three_follows_ddp(config, std::string("bf16, microbatches, clipping, ") + model);
+  }
 }
 
 // The failure that started it all, under full sharding: SAM wraps on

@@ -25,7 +25,9 @@ namespace {
 /// would bump (and backward would then refuse the saved tensors).
 void set_storage_bytes(const at::Tensor& param, std::size_t bytes) {
   c10::StorageImpl* storage = param.storage().unsafeGetStorageImpl();
-  storage->set_data_ptr_noswap(storage->allocator()->allocate(bytes));
+  // A storage read from a file (TorchScript's) has no allocator of its own.
+  c10::Allocator* allocator = storage->allocator() != nullptr ? storage->allocator() : c10::GetAllocator(param.device().type());
+  storage->set_data_ptr_noswap(allocator->allocate(bytes));
   storage->set_nbytes(bytes);
 }
 
@@ -469,6 +471,22 @@ void FullyShardedModel::finish_backward() {
       units_[u]->gathering.reset();
       release(u);
     }
+  }
+  if (failed) std::rethrow_exception(failed);
+}
+
+void FullyShardedModel::with_whole_parameters(const std::function<void()>& use) {
+  std::lock_guard<std::recursive_mutex> lock(mutex_);
+  std::vector<bool> was(units_.size());
+  for (std::size_t u = 0; u < units_.size(); ++u) was[u] = units_[u]->gathered, gather(u);
+  std::exception_ptr failed;
+  try {
+    use();
+  } catch (...) {
+    failed = std::current_exception();
+  }
+  for (std::size_t u = 0; u < units_.size(); ++u) {
+    if (!was[u]) drop(u);
   }
   if (failed) std::rethrow_exception(failed);
 }

@@ -74,6 +74,9 @@ class FullyShardedModel : public UnitRunner {
 
   /// Every parameter whole, cloned, in the model's order. Collective.
   std::vector<at::Tensor> whole_parameters();
+  /// Runs `use` with every parameter whole in the model itself, then frees
+  /// them again. Collective.
+  void with_whole_parameters(const std::function<void()>& use);
 
   /// Bytes of parameters held whole on this rank now, and the most since
   /// reset_peak (read from the parameters' storages).

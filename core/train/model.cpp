@@ -1,7 +1,11 @@
 #include "basin/core/train/model.h"
 
 #include <algorithm>
+#include <fstream>
 #include <stdexcept>
+
+#include <ATen/ATen.h>
+#include <torch/csrc/jit/serialization/pickle.h>
 
 namespace basin {
 
@@ -24,6 +28,18 @@ at::Tensor Model::unit(torch::nn::Module& block, const std::function<at::Tensor(
     throw std::logic_error("Model: '" + block.name() + "' runs as a unit but was never declared (declare_unit)");
   }
   return runner_->run_unit(static_cast<std::size_t>(found - units_.begin()), forward);
+}
+
+void Model::export_trained(const std::string& dir) {
+  c10::Dict<std::string, at::Tensor> state;
+  at::NoGradGuard no_grad;
+  for (const auto& p : named_parameters(/*recurse=*/true)) state.insert(p.key(), p.value().detach().cpu().clone());
+  for (const auto& b : named_buffers(/*recurse=*/true)) state.insert(b.key(), b.value().detach().cpu().clone());
+  const std::vector<char> bytes = torch::jit::pickle_save(state);
+  const std::string path = dir + "/state_dict.pt";
+  std::ofstream out(path, std::ios::binary);
+  out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+  if (!out.flush()) throw std::runtime_error("cannot write '" + path + "'");
 }
 
 Registry<Model, const DatasetInfo&>& model_registry() {

@@ -1,6 +1,7 @@
 #pragma once
 
 #include <functional>
+#include <string>
 #include <vector>
 
 #include <torch/nn/module.h>
@@ -34,6 +35,11 @@ class Model : public torch::nn::Module {
 
   /// The declared units, in declaration order (which should be forward's).
   const std::vector<torch::nn::Module*>& units() const { return units_; }
+  /// Writes the trained model where Python reads it back: `state_dict.pt`
+  /// (every parameter and buffer by name, for model.load_state_dict(
+  /// torch.load(path))); a TorchScript model also writes `model.pt`. Its
+  /// parameters must be whole (Trainer::export_model sees to it).
+  virtual void export_trained(const std::string& dir);
   /// Installed by fully sharded training; null runs units as plain calls.
   void set_unit_runner(UnitRunner* runner) { runner_ = runner; }
 

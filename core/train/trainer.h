@@ -75,6 +75,9 @@ class Trainer {
   /// The model's parameters whole, cloned, in its order: under zero3 its
   /// own hold no bytes between units (collective then); else copies of them.
   std::vector<at::Tensor> whole_parameters();
+  /// Rank 0 writes the trained model into `dir` (Model::export_trained);
+  /// collective under zero3, which gathers every parameter for it.
+  void export_model(const std::string& dir);
   /// The zero3 model's shards and units, when parallel.mode is zero3.
   FullyShardedModel* fully_sharded() { return fully_sharded_.get(); }
 

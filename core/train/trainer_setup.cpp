@@ -154,7 +154,9 @@ void Trainer::build(const Json& config, std::vector<std::shared_ptr<Callback>> c
   state_.microbatch_count = microbatches_;
 
   at::manual_seed(static_cast<uint64_t>(state_.seed));  // the weights depend on the seed, not on the data's draws
-  model_ = model_registry().create(model.string("name"), model, data_.info);
+  // A TorchScript file names its own kind: {"torchscript": "model.pt"}.
+  const std::string model_name = model.has("torchscript") && !model.has("name") ? "torchscript" : model.string("name");
+  model_ = model_registry().create(model_name, model, data_.info);
   seeded.unlock();
   if (initial_weights) load_initial_weights(*model_, *initial_weights);
   model_->to(state_.device);
@@ -306,6 +308,17 @@ bool Trainer::sharded_mode() const { return parallel_mode_ == "zero1" || paralle
 }  // namespace basin
 
 namespace basin {
+
+void Trainer::export_model(const std::string& dir) {
+  auto write = [&] {
+    if (state_.rank == 0) model_->export_trained(dir);
+  };
+  if (fully_sharded_) {
+    fully_sharded_->with_whole_parameters(write);  // collective
+  } else {
+    write();
+  }
+}
 
 std::vector<at::Tensor> Trainer::whole_parameters() {
   if (fully_sharded_) return fully_sharded_->whole_parameters();

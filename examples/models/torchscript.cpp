@@ -1,0 +1,88 @@
+// A model from Python: torch.jit.script(model).save("model.pt").
+//
+//     {"model": {"torchscript": "model.pt"}}
+//
+// Its parameters and buffers are the module's own tensors, under the
+// module's own (PyTorch's) names: basin trains them in place, so every
+// algorithm, precision, parallel mode and checkpoint sees them as it sees a
+// C++ model's. It declares no units: under zero3 it is one unit (1/N at
+// rest, whole during a step). At the end basin-train saves it as
+// TorchScript again (model.pt in the run directory) beside its state_dict.
+#include <algorithm>
+#include <cstdio>
+#include <string>
+
+#include <torch/csrc/jit/api/module.h>
+#include <torch/csrc/jit/serialization/import.h>
+
+#include "basin/core/config_error.h"
+#include "basin/core/train/model.h"
+
+namespace basin {
+namespace {
+
+std::string first_line(const std::string& text) { return text.substr(0, std::min<std::size_t>(text.find('\n'), 200)); }
+
+class TorchScriptModel : public Model {
+ public:
+  TorchScriptModel(Params& params, const DatasetInfo& /*info*/) {
+    const std::string key = params.path_of("torchscript");
+    path_ = params.string("torchscript");
+    (void)params.string("name", "torchscript");
+    const std::string where = "config key '" + key + "': '" + path_ + "'";
+    if (FILE* file = std::fopen(path_.c_str(), "rb")) {
+      std::fclose(file);
+    } else {
+      throw ConfigError(where + " cannot be read");
+    }
+    try {
+      module_ = torch::jit::load(path_);
+    } catch (const std::exception& error) {
+      throw ConfigError(where + " is not a TorchScript file (torch.jit.save's): " + first_line(error.what()));
+    }
+    if (!module_.find_method("forward")) {
+      throw ConfigError(where + " has no forward method; basin calls forward(x) with a batch of inputs");
+    }
+    mirror(module_, *this);
+  }
+
+  at::Tensor forward(const at::Tensor& inputs) override {
+    const c10::IValue out = module_.forward({inputs});
+    if (!out.isTensor()) {
+      throw ConfigError("config key 'model.torchscript': '" + path_ + "''s forward returned " + out.tagKind() +
+                        "; expected a tensor of logits [batch, classes]");
+    }
+    return out.toTensor();
+  }
+
+  void train(bool on) override {
+    Model::train(on);
+    module_.train(on);  // its own flag: dropout and BatchNorm read it
+  }
+
+  void export_trained(const std::string& dir) override {
+    Model::export_trained(dir);
+    module_.save(dir + "/model.pt");
+  }
+
+ private:
+  /// The module's tensors registered here under the same names: one tensor
+  /// each, so a step or a load here is one in the module.
+  static void mirror(const torch::jit::Module& from, torch::nn::Module& to) {
+    for (const auto& p : from.named_parameters(/*recurse=*/false)) to.register_parameter(p.name, p.value, p.value.requires_grad());
+    for (const auto& b : from.named_buffers(/*recurse=*/false)) to.register_buffer(b.name, b.value);
+    for (const auto& child : from.named_children()) {
+      auto holder = std::make_shared<torch::nn::Module>(child.name);
+      mirror(child.value, *holder);
+      to.register_module(child.name, holder);
+    }
+  }
+
+  std::string path_;
+  torch::jit::Module module_;
+};
+
+BASIN_REGISTER(model_registry(), "torchscript", TorchScriptModel);
+
+}  // namespace
+}  // namespace basin

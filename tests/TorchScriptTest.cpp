@@ -1,0 +1,169 @@
+// "model": {"torchscript": ...}: a model scripted in Python, trained by
+// basin-train with SAM (one process and two), handed back to Python as
+// TorchScript and as a state_dict; one SAM step against Python's own.
+#include <gtest/gtest.h>
+
+#include <ATen/ATen.h>
+
+#include "basin/core/config.h"
+#include "test_util.h"
+
+namespace basin {
+namespace {
+
+const std::string kTrain = BASIN_TRAIN_EXE;
+const std::string kRun = BASIN_RUN_EXE;
+
+bool have_python_torch() { return std::system("/usr/bin/python3 -c 'import torch' > /dev/null 2>&1") == 0; }
+
+// The Python side's models: a small CNN with BatchNorm, and an MLP.
+const char* kModels = R"(import torch
+class Net(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = torch.nn.Conv2d(1, 4, 3, padding=1)
+        self.bn = torch.nn.BatchNorm2d(4)
+        self.head = torch.nn.Linear(64, 3)
+    def forward(self, x):
+        return self.head(torch.relu(self.bn(self.conv(x))).flatten(1))
+class Mlp(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = torch.nn.Linear(16, 8)
+        self.out = torch.nn.Linear(8, 3)
+    def forward(self, x):
+        return self.out(torch.tanh(self.fc(x.flatten(1))))
+)";
+
+/// Writes models.py, the scripted models net.pt and mlp.pt, and a learnable
+/// task train.pt / test.pt (1x4x4 inputs, 3 classes) into `dir`.
+void write_python_inputs(const test::TempDir& dir) {
+  test::write_text(dir.file("models.py"), kModels);
+  const auto python = test::run_command(
+      "env -C " + dir.path().string() + " /usr/bin/python3 -c \"import torch, models\n"
+      "torch.manual_seed(0)\n"
+      "torch.jit.script(models.Net()).save('net.pt'); torch.jit.script(models.Mlp()).save('mlp.pt')\n"
+      "w = torch.randn(16, 3)\n"
+      "for name, n in (('train', 256), ('test', 128)):\n"
+      "  x = torch.randn(n, 1, 4, 4)\n"
+      "  torch.save({'x': x, 'y': (x.reshape(n, 16) @ w).argmax(1)}, name + '.pt')\"");
+  ASSERT_EQ(python.exit_code, 0) << python.output;
+}
+
+Json config_for(const test::TempDir& dir, const std::string& model) {
+  Json config = test::smoke_config();
+  config["model"] = {{"torchscript", dir.file(model)}};
+  config["data"] = {{"name", "tensors"}, {"train", dir.file("train.pt")}, {"test", dir.file("test.pt")}, {"batch_size", 32}};
+  config["algorithms"] = Json::parse(R"({"sam": {"rho": 0.05}})");
+  config["max_epochs"] = 3;
+  return config;
+}
+
+/// Python loads the run's model.pt and state_dict.pt: the scripted module
+/// and the eager class with the state_dict give the same outputs, bit for
+/// bit, and the test accuracy basin reported; training moved the weights and
+/// BatchNorm's statistics.
+void expect_python_reads_the_trained_model(const test::TempDir& dir, const std::string& run_dir) {
+  const auto python = test::run_command(
+      "env -C " + dir.path().string() + " /usr/bin/python3 -c \"import sys, json, torch, models\n"
+      "run = sys.argv[1]\n"
+      "m = torch.jit.load(run + '/model.pt').eval()\n"
+      "n = models.Net(); n.load_state_dict(torch.load(run + '/state_dict.pt')); n.eval()\n"
+      "d = torch.load('test.pt')\n"
+      "with torch.no_grad(): a, b = m(d['x']), n(d['x'])\n"
+      "assert torch.equal(a, b), (a - b).abs().max()\n"
+      "accuracy = (a.argmax(1) == d['y']).double().mean().item()\n"
+      "reported = json.load(open(run + '/summary.json'))['test_accuracy']\n"
+      "assert abs(accuracy - reported) < 1e-12, (accuracy, reported)\n"
+      "start = torch.jit.load('net.pt')\n"
+      "assert not torch.equal(start.head.weight, m.head.weight)\n"
+      "assert not torch.equal(start.bn.running_mean, m.bn.running_mean)\n"
+      "print('python: test accuracy', accuracy)\" " + run_dir);
+  EXPECT_EQ(python.exit_code, 0) << python.output;
+}
+
+TEST(TorchScriptTest, ABatchNormCnnScriptedInPythonTrainsWithSamAndComesBackToPython) {
+  if (!have_python_torch()) GTEST_SKIP() << "Python's torch is not installed (Debian package python3-torch)";
+  test::TempDir dir;
+  write_python_inputs(dir);
+  if (HasFatalFailure()) return;
+  test::write_text(dir.file("config.json"), config_for(dir, "net.pt").dump());
+  const auto run = test::run_command(kTrain + " --config " + dir.file("config.json") + " --run-dir " + dir.file("run"));
+  ASSERT_EQ(run.exit_code, 0) << run.output;
+  expect_python_reads_the_trained_model(dir, dir.file("run"));
+  // Two ranks (ddp, then zero3, where the module is one unit): the same, read back in Python.
+  for (const std::string mode : {"ddp", "zero3"}) {
+    Json config = config_for(dir, "net.pt");
+    config["parallel"] = {{"mode", mode}, {"timeout_seconds", 60}};
+    test::write_text(dir.file("config.json"), config.dump());
+    const std::string run_dir = dir.file("run-" + mode);
+    const auto ranks = test::run_command(kRun + " --nproc 2 -- " + kTrain + " --config " + dir.file("config.json") +
+                                         " --run-dir " + run_dir, 300);
+    ASSERT_EQ(ranks.exit_code, 0) << mode << "\n" << ranks.output;
+    expect_python_reads_the_trained_model(dir, run_dir);
+  }
+}
+
+// One SAM step (SGD, the whole training set as one batch) on the scripted
+// MLP equals Python's: g at w, e = rho g / ||g||, g' at w + e, w - lr g'.
+TEST(TorchScriptTest, OneSamStepEqualsTheStepComputedInPythonWithSamsFormula) {
+  if (!have_python_torch()) GTEST_SKIP() << "Python's torch is not installed (Debian package python3-torch)";
+  test::TempDir dir;
+  write_python_inputs(dir);
+  if (HasFatalFailure()) return;
+  Json config = config_for(dir, "mlp.pt");
+  config["data"]["batch_size"] = 256;
+  config["optimizer"] = Json::parse(R"({"name": "sgd", "lr": 0.5})");
+  config["max_steps"] = 1;
+  test::write_text(dir.file("config.json"), config.dump());
+  const auto run = test::run_command(kTrain + " --config " + dir.file("config.json") + " --run-dir " + dir.file("run"));
+  ASSERT_EQ(run.exit_code, 0) << run.output;
+  const auto python = test::run_command(
+      "env -C " + dir.path().string() + " /usr/bin/python3 -c \"import sys, torch\n"
+      "m = torch.jit.load('mlp.pt'); d = torch.load('train.pt'); p = list(m.parameters())\n"
+      "loss = lambda: torch.nn.functional.cross_entropy(m(d['x']), d['y'])\n"
+      "g = torch.autograd.grad(loss(), p)\n"
+      "norm = torch.sqrt(sum((t.double() ** 2).sum() for t in g)).item()\n"
+      "e = [0.05 * t / (norm + 1e-12) for t in g]\n"
+      "with torch.no_grad():\n"
+      "  for w, s in zip(p, e): w.add_(s)\n"
+      "g2 = torch.autograd.grad(loss(), p)\n"
+      "with torch.no_grad():\n"
+      "  for w, s, t in zip(p, e, g2): w.sub_(s).sub_(0.5 * t)\n"
+      "basin = torch.load(sys.argv[1] + '/state_dict.pt')\n"
+      "worst = max((basin[k] - v).abs().max().item() for k, v in m.state_dict().items())\n"
+      "moved = max((torch.jit.load('mlp.pt').state_dict()[k] - v).abs().max().item() for k, v in m.state_dict().items())\n"
+      "print('python: largest difference', worst, 'step', moved)\n"
+      "assert moved > 1e-3 and worst <= 1e-5, (worst, moved)\" " + dir.file("run"));
+  EXPECT_EQ(python.exit_code, 0) << python.output;
+}
+
+TEST(TorchScriptTest, AFileThatIsNotTorchScriptOrAModuleWithoutForwardIsOneLineAndExitTwo) {
+  test::TempDir dir;
+  Json config = test::smoke_config();
+  test::write_text(dir.file("text.pt"), "not TorchScript");
+  std::vector<std::pair<std::string, std::string>> cases = {
+      {dir.file("text.pt"), "is not a TorchScript file"}, {dir.file("missing.pt"), "cannot be read"}};
+  if (have_python_torch()) {
+    // TorchScript compiles from source files: the class goes in one.
+    test::write_text(dir.file("no_forward.py"), "import torch\nclass NoForward(torch.nn.Module):\n"
+                                                "    @torch.jit.export\n    def f(self, x):\n        return x\n");
+    const auto python = test::run_command("env -C " + dir.path().string() + " /usr/bin/python3 -c \"import torch, no_forward\n"
+                                          "torch.jit.script(no_forward.NoForward()).save('no_forward.pt')\"");
+    ASSERT_EQ(python.exit_code, 0) << python.output;
+    cases.emplace_back(dir.file("no_forward.pt"), "has no forward method");
+  }
+  for (const auto& [file, says] : cases) {
+    config["model"] = {{"torchscript", file}};
+    test::write_text(dir.file("config.json"), config.dump());
+    const auto run = test::run_command(kTrain + " --config " + dir.file("config.json") + " --run-dir " + dir.file("run"));
+    EXPECT_EQ(run.exit_code, 2) << run.output;
+    EXPECT_NE(run.output.find("'model.torchscript'"), std::string::npos) << run.output;
+    EXPECT_NE(run.output.find(file), std::string::npos) << run.output;
+    EXPECT_NE(run.output.find(says), std::string::npos) << run.output;
+    EXPECT_EQ(std::count(run.output.begin(), run.output.end(), '\n'), 1) << run.output;
+  }
+}
+
+}  // namespace
+}  // namespace basin
