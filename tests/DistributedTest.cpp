@@ -453,6 +453,26 @@ TEST(DistributedTest, NcclCommunicatorTrainsOnOneRank) {
   }
 }
 
+// zero3 over NCCL on one GPU: its gathers (broadcasts into the parameters'
+// storages) and reduce-scatters run on the device, and the run equals one
+// without sharding on the same device.
+TEST(DistributedTest, NcclZeroThreeOnOneRankEqualsAnUnshardedRunOnTheDevice) {
+  if (!nccl_available()) GTEST_SKIP() << "this build has no NCCL (Debian's LibTorch is CPU-only)";
+  if (!at::hasCUDA()) GTEST_SKIP() << "no CUDA device: NCCL runs on a GPU machine";
+  Json config = sam_config(R"({"rho": 0.05, "sync_ascent": true})", "zero3");
+  config["device"] = "cuda";
+  config["model"] = Json::parse(R"({"name": "resnet", "width": 4, "blocks": [1]})");
+  Trainer sharded(config, {}, {},
+                  make_nccl_communicator(c10::make_intrusive<c10d::HashStore>(), 0, 1, std::chrono::seconds(60)));
+  EXPECT_EQ(sharded.fit().steps, 5);
+  config["parallel"]["mode"] = "none";
+  Trainer plain(config);
+  plain.fit();
+  const auto whole = sharded.whole_parameters();
+  for (const auto& p : whole) EXPECT_TRUE(p.is_cuda());
+  EXPECT_LE(max_difference(whole, test::weights_of(plain)), 1e-5);
+}
+
 TEST(DistributedTest, PartitionIsGreedyBySizeAndNeverSplitsATensor) {
   EXPECT_EQ(ShardedOptimizer::partition({10, 7, 5, 3, 1}, 2), (std::vector<int>{0, 1, 1, 0, 1}));
   EXPECT_EQ(ShardedOptimizer::partition({4, 4, 4}, 3), (std::vector<int>{0, 1, 2}));
