@@ -240,11 +240,10 @@ int main(int argc, char** argv) {
       }
       return basin::kExitInterrupted;
     }
+    if (writer) write_json(fs::path(run_dir) / "summary.json", summary.to_json());
     // The trained model for Python: state_dict.pt, and model.pt for a TorchScript model (collective under zero3).
-    if (writer) fs::create_directories(run_dir);
     trainer.export_model(run_dir);
     if (!writer) return 0;
-    write_json(fs::path(run_dir) / "summary.json", summary.to_json());
     std::cout << "test accuracy " << summary.test_accuracy << " after " << summary.steps << " steps ("
               << summary.epochs << " epochs, " << summary.wall_seconds << " s); run directory " << run_dir
               << std::endl;

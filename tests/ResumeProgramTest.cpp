@@ -300,6 +300,12 @@ TEST(ResumeProgramTest, PythonOpensACheckpointAndItsWeightsEqualTheProgramsOnes)
       "torch.save(c['model'], sys.argv[2]); print('python read', len(c['model']), 'tensors')\" " +
       checkpoint + " " + copy);
   ASSERT_EQ(python.exit_code, 0) << python.output;
+  // The run's state_dict.pt: what torch.load reads with weights_only=True (PyTorch 2.6's default), the final weights.
+  const auto weights_only = test::run_command(
+      "/usr/bin/python3 -c \"import sys, torch; s = torch.load(sys.argv[1], weights_only=True); "
+      "m = torch.load(sys.argv[2])['model']; assert sorted(s) == sorted(m), (sorted(s), sorted(m)); "
+      "assert all(torch.equal(s[k], m[k]) for k in s)\" " + run_dir + "/state_dict.pt " + checkpoint);
+  EXPECT_EQ(weights_only.exit_code, 0) << weights_only.output;
   std::ifstream in(copy, std::ios::binary);
   const std::vector<char> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   const auto from_python = torch::jit::pickle_load(bytes).toGenericDict();

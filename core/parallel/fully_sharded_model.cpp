@@ -478,9 +478,10 @@ void FullyShardedModel::finish_backward() {
 void FullyShardedModel::with_whole_parameters(const std::function<void()>& use) {
   std::lock_guard<std::recursive_mutex> lock(mutex_);
   std::vector<bool> was(units_.size());
-  for (std::size_t u = 0; u < units_.size(); ++u) was[u] = units_[u]->gathered, gather(u);
+  for (std::size_t u = 0; u < units_.size(); ++u) was[u] = units_[u]->gathered;
   std::exception_ptr failed;
   try {
+    for (std::size_t u = 0; u < units_.size(); ++u) gather(u);
     use();
   } catch (...) {
     failed = std::current_exception();

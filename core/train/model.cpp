@@ -1,11 +1,11 @@
 #include "basin/core/train/model.h"
 
 #include <algorithm>
-#include <fstream>
 #include <stdexcept>
 
 #include <ATen/ATen.h>
-#include <torch/csrc/jit/serialization/pickle.h>
+
+#include "basin/core/serialization/torch_save_file.h"
 
 namespace basin {
 
@@ -35,11 +35,7 @@ void Model::export_trained(const std::string& dir) {
   at::NoGradGuard no_grad;
   for (const auto& p : named_parameters(/*recurse=*/true)) state.insert(p.key(), p.value().detach().cpu().clone());
   for (const auto& b : named_buffers(/*recurse=*/true)) state.insert(b.key(), b.value().detach().cpu().clone());
-  const std::vector<char> bytes = torch::jit::pickle_save(state);
-  const std::string path = dir + "/state_dict.pt";
-  std::ofstream out(path, std::ios::binary);
-  out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-  if (!out.flush()) throw std::runtime_error("cannot write '" + path + "'");
+  write_torch_save_file(dir + "/state_dict.pt", state);
 }
 
 Registry<Model, const DatasetInfo&>& model_registry() {

@@ -10,6 +10,7 @@
 // TorchScript again (model.pt in the run directory) beside its state_dict.
 #include <algorithm>
 #include <cstdio>
+#include <stdexcept>
 #include <string>
 
 #include <torch/csrc/jit/api/module.h>
@@ -26,7 +27,8 @@ std::string first_line(const std::string& text) { return text.substr(0, std::min
 class TorchScriptModel : public Model {
  public:
   TorchScriptModel(Params& params, const DatasetInfo& /*info*/) {
-    const std::string key = params.path_of("torchscript");
+    key_ = params.path_of("torchscript");
+    const std::string& key = key_;
     path_ = params.string("torchscript");
     (void)params.string("name", "torchscript");
     const std::string where = "config key '" + key + "': '" + path_ + "'";
@@ -36,7 +38,7 @@ class TorchScriptModel : public Model {
       throw ConfigError(where + " cannot be read");
     }
     try {
-      module_ = torch::jit::load(path_);
+      module_ = torch::jit::load(path_, c10::Device(c10::kCPU));  // a file saved from a GPU loads here too
     } catch (const std::exception& error) {
       throw ConfigError(where + " is not a TorchScript file (torch.jit.save's): " + first_line(error.what()));
     }
@@ -49,7 +51,7 @@ class TorchScriptModel : public Model {
   at::Tensor forward(const at::Tensor& inputs) override {
     const c10::IValue out = module_.forward({inputs});
     if (!out.isTensor()) {
-      throw ConfigError("config key 'model.torchscript': '" + path_ + "''s forward returned " + out.tagKind() +
+      throw ConfigError("config key '" + key_ + "': the forward of '" + path_ + "' returned " + out.tagKind() +
                         "; expected a tensor of logits [batch, classes]");
     }
     return out.toTensor();
@@ -62,7 +64,19 @@ class TorchScriptModel : public Model {
 
   void export_trained(const std::string& dir) override {
     Model::export_trained(dir);
-    module_.save(dir + "/model.pt");
+    // In eval mode, as Python would use it; through a temporary file, so a failed write leaves none.
+    const bool training = is_training();
+    module_.train(false);
+    const std::string path = dir + "/model.pt", temporary = path + ".tmp";
+    try {
+      module_.save(temporary);
+    } catch (...) {
+      module_.train(training);
+      std::remove(temporary.c_str());
+      throw;
+    }
+    module_.train(training);
+    if (std::rename(temporary.c_str(), path.c_str()) != 0) throw std::runtime_error("cannot write '" + path + "'");
   }
 
  private:
@@ -78,7 +92,7 @@ class TorchScriptModel : public Model {
     }
   }
 
-  std::string path_;
+  std::string key_, path_;
   torch::jit::Module module_;
 };
 
