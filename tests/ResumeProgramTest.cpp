@@ -86,8 +86,6 @@ std::vector<char> final_state(const std::string& run_dir) {
   return torch::jit::pickle_save(read_checkpoint_file(final_checkpoint(run_dir)));
 }
 
-bool have_python_torch() { return std::system("/usr/bin/python3 -c 'import torch' > /dev/null 2>&1") == 0; }
-
 // metrics.jsonl's records, timings aside: equal records, one run.
 std::vector<Json> records_of(const std::string& run_dir) {
   std::vector<Json> kept;
@@ -222,7 +220,7 @@ TEST(ResumeProgramTest, ZeroThreeJobWithARankSigkilledMidEpochResumesToTheUninte
   EXPECT_TRUE(torch::jit::pickle_save(read_checkpoint_file(manifest)) == before) << "the manifest was overwritten";
   const auto consolidate = test::run_command(std::string(BASIN_CONSOLIDATE_EXE) + " " + manifest + " " + joined);
   ASSERT_EQ(consolidate.exit_code, 0) << consolidate.output;
-  if (!have_python_torch()) GTEST_SKIP() << "Python's torch is not installed (Debian package python3-torch): not read there";
+  if (!test::have_python_torch()) GTEST_SKIP() << "Python's torch is not installed (Debian package python3-torch): not read there";
   const auto python = test::run_command(
       "/usr/bin/python3 -c \"import sys, torch; a = torch.load(sys.argv[1])['model']; b = torch.load(sys.argv[2])['model']; "
       "assert sorted(a) == sorted(b), (sorted(a), sorted(b)); "
@@ -283,7 +281,7 @@ TEST(ResumeProgramTest, AFullDiskStopsTrainingAndKeepsTheLastCheckpoint) {
 }
 
 TEST(ResumeProgramTest, PythonOpensACheckpointAndItsWeightsEqualTheProgramsOnes) {
-  if (!have_python_torch()) GTEST_SKIP() << "Python's torch is not installed (Debian package python3-torch)";
+  if (!test::have_python_torch()) GTEST_SKIP() << "Python's torch is not installed (Debian package python3-torch)";
   test::TempDir dir;
   const std::string run_dir = dir.file("run");
   const auto run = test::run_command(kTrain + " --config " + std::string(BASIN_SOURCE_DIR) +
@@ -317,7 +315,7 @@ TEST(ResumeProgramTest, PythonOpensACheckpointAndItsWeightsEqualTheProgramsOnes)
 }
 
 TEST(ResumeProgramTest, PythonWeightsStartARunAndTheFirstForwardEqualsPythons) {
-  if (!have_python_torch()) GTEST_SKIP() << "Python's torch is not installed (Debian package python3-torch)";
+  if (!test::have_python_torch()) GTEST_SKIP() << "Python's torch is not installed (Debian package python3-torch)";
   test::TempDir dir;
   const std::string ordered = dir.file("ordered.pt"), weights = dir.file("weights.pt"), probe = dir.file("probe.pt");
   // basin's mlp, written in Python: flatten, Linear+ReLU, Linear; the same names.

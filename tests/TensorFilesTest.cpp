@@ -18,8 +18,6 @@
 namespace basin {
 namespace {
 
-bool have_python_torch() { return std::system("/usr/bin/python3 -c 'import torch' > /dev/null 2>&1") == 0; }
-
 void save(const std::string& path, const at::Tensor& x, const at::Tensor& y) {
   c10::Dict<std::string, at::Tensor> dict;
   if (x.defined()) dict.insert("x", x);
@@ -52,7 +50,7 @@ void save_task(const std::string& path, int64_t n, uint64_t seed) {
 // Python's own files (float64 inputs and int32 labels, converted): the
 // splits hold Python's values, and SAM learns the task from them.
 TEST(TensorFilesTest, FilesSavedInPythonAreReadAsPythonWroteThemAndSamLearnsFromThem) {
-  if (!have_python_torch()) GTEST_SKIP() << "Python's torch is not installed (Debian package python3-torch)";
+  if (!test::have_python_torch()) GTEST_SKIP() << "Python's torch is not installed (Debian package python3-torch)";
   test::TempDir dir;
   const std::string train = dir.file("train.pt"), test_file = dir.file("test.pt");
   const auto python = test::run_command(

@@ -14,8 +14,6 @@ namespace {
 const std::string kTrain = BASIN_TRAIN_EXE;
 const std::string kRun = BASIN_RUN_EXE;
 
-bool have_python_torch() { return std::system("/usr/bin/python3 -c 'import torch' > /dev/null 2>&1") == 0; }
-
 // The Python side's models: a small CNN with BatchNorm, and an MLP.
 const char* kModels = R"(import torch
 class Net(torch.nn.Module):
@@ -83,7 +81,7 @@ void expect_python_reads_the_trained_model(const test::TempDir& dir, const std::
 }
 
 TEST(TorchScriptTest, ABatchNormCnnScriptedInPythonTrainsWithSamAndComesBackToPython) {
-  if (!have_python_torch()) GTEST_SKIP() << "Python's torch is not installed (Debian package python3-torch)";
+  if (!test::have_python_torch()) GTEST_SKIP() << "Python's torch is not installed (Debian package python3-torch)";
   test::TempDir dir;
   write_python_inputs(dir);
   if (HasFatalFailure()) return;
@@ -107,7 +105,7 @@ TEST(TorchScriptTest, ABatchNormCnnScriptedInPythonTrainsWithSamAndComesBackToPy
 // One SAM step (SGD, the whole training set as one batch) on the scripted
 // MLP equals Python's: g at w, e = rho g / ||g||, g' at w + e, w - lr g'.
 TEST(TorchScriptTest, OneSamStepEqualsTheStepComputedInPythonWithSamsFormula) {
-  if (!have_python_torch()) GTEST_SKIP() << "Python's torch is not installed (Debian package python3-torch)";
+  if (!test::have_python_torch()) GTEST_SKIP() << "Python's torch is not installed (Debian package python3-torch)";
   test::TempDir dir;
   write_python_inputs(dir);
   if (HasFatalFailure()) return;
@@ -144,7 +142,7 @@ TEST(TorchScriptTest, AFileThatIsNotTorchScriptOrAModuleWithoutForwardIsOneLineA
   test::write_text(dir.file("text.pt"), "not TorchScript");
   std::vector<std::pair<std::string, std::string>> cases = {
       {dir.file("text.pt"), "is not a TorchScript file"}, {dir.file("missing.pt"), "cannot be read"}};
-  if (have_python_torch()) {
+  if (test::have_python_torch()) {
     // TorchScript compiles from source files: the class goes in one.
     test::write_text(dir.file("no_forward.py"), "import torch\nclass NoForward(torch.nn.Module):\n"
                                                 "    @torch.jit.export\n    def f(self, x):\n        return x\n");

@@ -57,6 +57,9 @@ struct RunResult {
 };
 
 /// Runs `command` with a time limit (coreutils timeout), capturing its output.
+/// Debian's python3-torch is there (the Python cross-checks skip, saying so, when not).
+inline bool have_python_torch() { return std::system("/usr/bin/python3 -c 'import torch' > /dev/null 2>&1") == 0; }
+
 inline RunResult run_command(const std::string& command, int timeout_seconds = 120) {
   TempDir dir;
   const std::string out = dir.file("output.txt");
