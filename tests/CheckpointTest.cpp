@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <iostream>
 
 #include <unistd.h>
 
@@ -172,7 +173,8 @@ TEST_P(WrittenBeforeTheRulesTest, ResumesAndEndsWhereTodaysUninterruptedRunEnds)
   config["algorithms"][name] = Json::parse(name == "sam" ? R"({"rho": 0.05})" : keys->second);
   config["algorithms"][name]["interval"] = 2;  // the fixture stopped at step 5: the interval's phase too
   auto losses = std::make_shared<test::LossRecorder>();
-  Trainer whole(config, {losses});
+  auto at_five = std::make_shared<CaptureAt>(5, -1);  // where the fixture was captured
+  Trainer whole(config, {losses, at_five});
   const Outcome uninterrupted = finish(whole, losses);
   // Floats differ between LibTorch versions: each build resumes the files its version wrote.
   const std::string version = compat::torch_version();
@@ -185,7 +187,38 @@ TEST_P(WrittenBeforeTheRulesTest, ResumesAndEndsWhereTodaysUninterruptedRunEnds)
   const std::string path =
       std::string(BASIN_SOURCE_DIR) + "/tests/fixtures/checkpoints-7cdec9a/" + folder + "/" + name + ".basin";
   ASSERT_TRUE(fs::exists(path)) << path;
-  expect_resumed_run_ends_as(config, path, uninterrupted);
+  // The same LibTorch computes other last bits on another CPU (PyPI's wheel
+  // picks its kernels by the machine): bit for bit only where today's run
+  // reaches the fixture's step-5 weights exactly; elsewhere the old file
+  // still resumes, to float noise.
+  const StateDict fixture = read_checkpoint_file(path).at("model").toGenericDict();
+  const StateDict today = torch::jit::pickle_load(at_five->bytes).toGenericDict().at("model").toGenericDict();
+  double apart = 0;
+  for (const auto& entry : today) {
+    ASSERT_TRUE(fixture.contains(entry.key())) << entry.key().toStringRef();
+    const at::Tensor a = entry.value().toTensor(), b = fixture.at(entry.key()).toTensor();
+    ASSERT_EQ(a.sizes(), b.sizes()) << entry.key().toStringRef();
+    apart = std::max(apart, (a.to(at::kDouble) - b.to(at::kDouble)).abs().max().item<double>());
+  }
+  if (apart == 0) {
+    expect_resumed_run_ends_as(config, path, uninterrupted);
+    return;
+  }
+  std::cout << "note: this machine's step-5 weights differ from the fixture's by " << apart
+            << " (its CPU's kernels): checking the resume to float noise, not bit for bit" << std::endl;
+  EXPECT_LE(apart, 1e-5) << "the fixture's step 5 is not this run's step 5";
+  auto resumed_losses = std::make_shared<test::LossRecorder>();
+  Trainer resumed(config, {resumed_losses});
+  resumed.resume(read_checkpoint_file(path));
+  const int64_t resumed_at = resumed.state().timestamp.step;
+  const Outcome continued = finish(resumed, resumed_losses);
+  ASSERT_EQ(resumed_at + static_cast<int64_t>(continued.losses.size()), static_cast<int64_t>(uninterrupted.losses.size()));
+  for (std::size_t i = 0; i < continued.losses.size(); ++i) {
+    EXPECT_NEAR(continued.losses[i], uninterrupted.losses[static_cast<std::size_t>(resumed_at) + i], 1e-4) << "step " << i;
+  }
+  const auto end_resumed = resumed.whole_parameters(), end_whole = whole.whole_parameters();
+  EXPECT_LE(test::max_difference(end_resumed, end_whole), 1e-4) << "the resumed run ended elsewhere";
+  EXPECT_EQ(continued.summary.steps, uninterrupted.summary.steps);
 }
 
 INSTANTIATE_TEST_SUITE_P(Variants, WrittenBeforeTheRulesTest,
