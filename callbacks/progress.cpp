@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cmath>
 #include <string>
 
 #include <fmt/format.h>
@@ -64,9 +65,12 @@ bool Progress::on_batch_end(const State& state, Logger&) {
 }
 
 bool Progress::on_epoch_end(const State& state, Logger&) {
-  fmt::print(stderr, "{}epoch {}/{} done: test_accuracy {:.4f} test_loss {:.4f} ({} elapsed)\n",
-             terminal_ ? "\r\033[K" : "", state.timestamp.epoch + 1, state.max_epochs, state.test_accuracy,
-             state.test_loss, clock_text(std::chrono::duration<double>(Clock::now() - start_).count()));
+  // No accuracy (NaN) where the model's forward needs the targets ("loss": "model").
+  const std::string accuracy =
+      std::isnan(state.test_accuracy) ? "" : fmt::format("test_accuracy {:.4f} ", state.test_accuracy);
+  const double elapsed = std::chrono::duration<double>(Clock::now() - start_).count();
+  fmt::print(stderr, "{}epoch {}/{} done: {}test_loss {:.4f} ({} elapsed)\n", terminal_ ? "\r\033[K" : "",
+             state.timestamp.epoch + 1, state.max_epochs, accuracy, state.test_loss, clock_text(elapsed));
   return false;
 }
 

@@ -80,6 +80,9 @@ struct State {
   /// microbatch count when they are equal).
   double microbatch_divisor = 1;
   at::Tensor outputs;
+  /// Whether the closure leaves the model's logits in `outputs`: not under
+  /// "loss": "model", where the model returns its loss instead.
+  bool outputs_given = true;
   at::Tensor loss;   // loss of the current microbatch, already divided by microbatch_divisor
   Pass pass = Pass::kPlain;
 

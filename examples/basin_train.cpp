@@ -3,6 +3,7 @@
 // run directory; --resume continues a run from its checkpoint.
 
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <ctime>
 #include <filesystem>
@@ -244,7 +245,13 @@ int main(int argc, char** argv) {
     // The trained model for Python: state_dict.pt, and model.pt for a TorchScript model (collective under zero3).
     trainer.export_model(run_dir);
     if (!writer) return 0;
-    std::cout << "test accuracy " << summary.test_accuracy << " after " << summary.steps << " steps ("
+    // A model whose forward needs the targets gives no logits to measure an accuracy with: its loss says it.
+    if (std::isnan(summary.test_accuracy)) {
+      std::cout << "test loss " << summary.test_loss;
+    } else {
+      std::cout << "test accuracy " << summary.test_accuracy;
+    }
+    std::cout << " after " << summary.steps << " steps ("
               << summary.epochs << " epochs, " << summary.wall_seconds << " s); run directory " << run_dir
               << std::endl;
     return 0;

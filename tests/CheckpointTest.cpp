@@ -20,6 +20,7 @@
 #include "basin/core/optimizer_state.h"
 #include "basin/core/torch_compat.h"
 #include "distributed_util.h"
+#include "python_models.h"
 #include "test_util.h"
 
 namespace basin {
@@ -294,6 +295,21 @@ TEST(CheckpointTest, ResumedZeroOneRunEqualsTheUninterruptedRun) {
   config["optimizer"] = Json::parse(R"({"name": "adam", "lr": 0.01})");
   config["algorithms"] = Json::parse(R"({"sam": {"rho": 0.05}})");
   expect_distributed_resume_matches(config, 3);
+}
+
+// A module scripted in Python resumes as basin's own models do (its tensors
+// are the model's): one process with Adam and SAM, and two ranks under zero2.
+TEST(CheckpointTest, ResumedTorchScriptRunEqualsTheUninterruptedRun) {
+  if (!test::have_python_torch()) GTEST_SKIP() << "Python's torch is not installed (Debian package python3-torch)";
+  test::TempDir dir;
+  test::write_python_inputs(dir);
+  if (HasFatalFailure()) return;
+  Json config = test::python_model_config(dir, "net.pt");
+  config["optimizer"] = Json::parse(R"({"name": "adam", "lr": 0.01})");
+  config["max_epochs"] = 2;
+  expect_resume_matches(config, 5);  // 8 steps an epoch
+  config["parallel"] = Json::parse(R"({"mode": "zero2", "timeout_seconds": 60})");
+  expect_distributed_resume_matches(config, 3);  // 4 steps an epoch on two ranks
 }
 
 // The rules that keep per-parameter state resume under zero2 too: LookSAM's

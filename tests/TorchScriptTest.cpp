@@ -6,6 +6,7 @@
 #include <ATen/ATen.h>
 
 #include "basin/core/config.h"
+#include "python_models.h"
 #include "test_util.h"
 
 namespace basin {
@@ -14,61 +15,21 @@ namespace {
 const std::string kTrain = BASIN_TRAIN_EXE;
 const std::string kRun = BASIN_RUN_EXE;
 
-// The Python side's models: a small CNN with BatchNorm, and an MLP.
-const char* kModels = R"(import torch
-class Net(torch.nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.conv = torch.nn.Conv2d(1, 4, 3, padding=1)
-        self.bn = torch.nn.BatchNorm2d(4)
-        self.head = torch.nn.Linear(64, 3)
-    def forward(self, x):
-        return self.head(torch.relu(self.bn(self.conv(x))).flatten(1))
-class Mlp(torch.nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.fc = torch.nn.Linear(16, 8)
-        self.out = torch.nn.Linear(8, 3)
-    def forward(self, x):
-        return self.out(torch.tanh(self.fc(x.flatten(1))))
-)";
-
-/// Writes models.py, the scripted models net.pt and mlp.pt, and a learnable
-/// task train.pt / test.pt (1x4x4 inputs, 3 classes) into `dir`.
-void write_python_inputs(const test::TempDir& dir) {
-  test::write_text(dir.file("models.py"), kModels);
-  const auto python = test::run_command(
-      "env -C " + dir.path().string() + " /usr/bin/python3 -c \"import torch, models\n"
-      "torch.manual_seed(0)\n"
-      "torch.jit.script(models.Net()).save('net.pt'); torch.jit.script(models.Mlp()).save('mlp.pt')\n"
-      "w = torch.randn(16, 3)\n"
-      "for name, n in (('train', 256), ('test', 128)):\n"
-      "  x = torch.randn(n, 1, 4, 4)\n"
-      "  torch.save({'x': x, 'y': (x.reshape(n, 16) @ w).argmax(1)}, name + '.pt')\"");
-  ASSERT_EQ(python.exit_code, 0) << python.output;
-}
-
-Json config_for(const test::TempDir& dir, const std::string& model) {
-  Json config = test::smoke_config();
-  config["model"] = {{"torchscript", dir.file(model)}};
-  config["data"] = {{"name", "tensors"}, {"train", dir.file("train.pt")}, {"test", dir.file("test.pt")}, {"batch_size", 32}};
-  config["algorithms"] = Json::parse(R"({"sam": {"rho": 0.05}})");
-  config["max_epochs"] = 3;
-  return config;
-}
-
 /// Python loads the run's model.pt and state_dict.pt: the scripted module
 /// and the eager class with the state_dict give the same outputs, bit for
 /// bit, and the test accuracy basin reported; training moved the weights and
-/// BatchNorm's statistics.
-void expect_python_reads_the_trained_model(const test::TempDir& dir, const std::string& run_dir) {
+/// BatchNorm's statistics. `autocast` ("bfloat16") evaluates as basin did
+/// under amp_bf16.
+void expect_python_reads_the_trained_model(const test::TempDir& dir, const std::string& run_dir,
+                                           const std::string& autocast = "") {
   const auto python = test::run_command(
-      "env -C " + dir.path().string() + " /usr/bin/python3 -c \"import sys, json, torch, models\n"
+      "env -C " + dir.path().string() + " /usr/bin/python3 -c \"import sys, json, torch, models, contextlib\n"
       "run = sys.argv[1]\n"
       "m = torch.jit.load(run + '/model.pt').eval()\n"
       "n = models.Net(); n.load_state_dict(torch.load(run + '/state_dict.pt', weights_only=True)); n.eval()\n"
       "d = torch.load('test.pt')\n"
-      "with torch.no_grad(): a, b = m(d['x']), n(d['x'])\n"
+      "cast = " + (autocast.empty() ? "contextlib.nullcontext()" : "torch.autocast('cpu', dtype=torch." + autocast + ")") + "\n"
+      "with torch.no_grad(), cast: a, b = m(d['x']), n(d['x'])\n"
       "assert torch.equal(a, b), (a - b).abs().max()\n"
       "accuracy = (a.argmax(1) == d['y']).double().mean().item()\n"
       "reported = json.load(open(run + '/summary.json'))['test_accuracy']\n"
@@ -83,15 +44,15 @@ void expect_python_reads_the_trained_model(const test::TempDir& dir, const std::
 TEST(TorchScriptTest, ABatchNormCnnScriptedInPythonTrainsWithSamAndComesBackToPython) {
   if (!test::have_python_torch()) GTEST_SKIP() << "Python's torch is not installed (Debian package python3-torch)";
   test::TempDir dir;
-  write_python_inputs(dir);
+  test::write_python_inputs(dir);
   if (HasFatalFailure()) return;
-  test::write_text(dir.file("config.json"), config_for(dir, "net.pt").dump());
+  test::write_text(dir.file("config.json"), test::python_model_config(dir, "net.pt").dump());
   const auto run = test::run_command(kTrain + " --config " + dir.file("config.json") + " --run-dir " + dir.file("run"));
   ASSERT_EQ(run.exit_code, 0) << run.output;
   expect_python_reads_the_trained_model(dir, dir.file("run"));
-  // Two ranks (ddp, then zero3, where the module is one unit): the same, read back in Python.
-  for (const std::string mode : {"ddp", "zero3"}) {
-    Json config = config_for(dir, "net.pt");
+  // Two ranks (ddp, zero1, zero2, then zero3, where the module is one unit): the same, read back in Python.
+  for (const std::string mode : {"ddp", "zero1", "zero2", "zero3"}) {
+    Json config = test::python_model_config(dir, "net.pt");
     config["parallel"] = {{"mode", mode}, {"timeout_seconds", 60}};
     test::write_text(dir.file("config.json"), config.dump());
     const std::string run_dir = dir.file("run-" + mode);
@@ -102,14 +63,46 @@ TEST(TorchScriptTest, ABatchNormCnnScriptedInPythonTrainsWithSamAndComesBackToPy
   }
 }
 
+// amp_bf16: the module's forward runs under basin's autocast, and Python's
+// torch.autocast (bf16) gives the same outputs and accuracy; init_from
+// starts a run from that run's state_dict.pt (lr 0: its parameters stay).
+TEST(TorchScriptTest, UnderAmpBf16AndFromInitFromTheModuleTrainsAndComesBack) {
+  if (!test::have_python_torch()) GTEST_SKIP() << "Python's torch is not installed (Debian package python3-torch)";
+  test::TempDir dir;
+  test::write_python_inputs(dir);
+  if (HasFatalFailure()) return;
+  Json config = test::python_model_config(dir, "net.pt");
+  config["precision"] = "amp_bf16";
+  test::write_text(dir.file("config.json"), config.dump());
+  auto run = test::run_command(kTrain + " --config " + dir.file("config.json") + " --run-dir " + dir.file("bf16"));
+  ASSERT_EQ(run.exit_code, 0) << run.output;
+  expect_python_reads_the_trained_model(dir, dir.file("bf16"), "bfloat16");
+
+  config = test::python_model_config(dir, "net.pt");
+  config.erase("algorithms");
+  config["optimizer"] = Json::parse(R"({"name": "sgd", "lr": 0})");
+  config["init_from"] = dir.file("bf16/state_dict.pt");
+  test::write_text(dir.file("config.json"), config.dump());
+  run = test::run_command(kTrain + " --config " + dir.file("config.json") + " --run-dir " + dir.file("init"));
+  ASSERT_EQ(run.exit_code, 0) << run.output;
+  const auto python = test::run_command(
+      "env -C " + dir.path().string() + " /usr/bin/python3 -c \"import torch\n"
+      "trained = torch.load('bf16/state_dict.pt', weights_only=True)\n"
+      "started = torch.jit.load('init/model.pt')\n"
+      "for name, p in started.named_parameters(): assert torch.equal(p, trained[name]), name\n"
+      "assert not torch.equal(torch.jit.load('net.pt').head.weight, started.head.weight)\n"
+      "print('python: init_from took the trained parameters')\"");
+  EXPECT_EQ(python.exit_code, 0) << python.output;
+}
+
 // One SAM step (SGD, the whole training set as one batch) on the scripted
 // MLP equals Python's: g at w, e = rho g / ||g||, g' at w + e, w - lr g'.
 TEST(TorchScriptTest, OneSamStepEqualsTheStepComputedInPythonWithSamsFormula) {
   if (!test::have_python_torch()) GTEST_SKIP() << "Python's torch is not installed (Debian package python3-torch)";
   test::TempDir dir;
-  write_python_inputs(dir);
+  test::write_python_inputs(dir);
   if (HasFatalFailure()) return;
-  Json config = config_for(dir, "mlp.pt");
+  Json config = test::python_model_config(dir, "mlp.pt");
   config["data"]["batch_size"] = 256;
   config["optimizer"] = Json::parse(R"({"name": "sgd", "lr": 0.5})");
   config["max_steps"] = 1;

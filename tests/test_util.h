@@ -71,6 +71,14 @@ inline RunResult run_command(const std::string& command, int timeout_seconds = 1
   return result;
 }
 
+/// The lines of `text`, without their newlines.
+inline std::vector<std::string> lines_of(const std::string& text) {
+  std::vector<std::string> lines;
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);) lines.push_back(line);
+  return lines;
+}
+
 /// The message of the ConfigError `action` throws, or "(no error)".
 inline std::string config_error_of(const std::function<void()>& action) {
   try {

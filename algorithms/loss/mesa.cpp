@@ -17,6 +17,7 @@ MESA::MESA(Params& params) : TrajectoryLoss(params, 0.8), loaded_(new_state_dict
 
 bool MESA::match(Event event, const State& state) const {
   switch (event) {
+    case Event::INIT: return !state.outputs_given;                // refused there
     case Event::AFTER_SHARDING: return state.parameters_sharded;  // refused there
     case Event::FIT_START:
     case Event::AFTER_STEP: return true;
@@ -29,6 +30,7 @@ bool MESA::match(Event event, const State& state) const {
 
 void MESA::apply(Event event, State& state, Logger& /*logger*/) {
   switch (event) {
+    case Event::INIT: require_outputs(state); break;
     case Event::AFTER_SHARDING:
       throw ConfigError("config key 'algorithms.mesa': not under parallel.mode zero3, whose ranks hold rows of the "
                         "parameters only: its teacher (the moving average of the whole model, swapped in for a "

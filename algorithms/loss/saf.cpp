@@ -10,11 +10,12 @@ namespace basin {
 
 SAF::SAF(Params& params) : TrajectoryLoss(params, 0.3) { epochs_ago_ = params.integer("epochs_ago", 2, 1); }
 
-bool SAF::match(Event event, const State& /*state*/) const {
-  return event == Event::AFTER_LOSS || event == Event::AFTER_STEP;
+bool SAF::match(Event event, const State& state) const {
+  return event == Event::AFTER_LOSS || event == Event::AFTER_STEP || (event == Event::INIT && !state.outputs_given);
 }
 
 void SAF::apply(Event event, State& state, Logger& /*logger*/) {
+  if (event == Event::INIT) require_outputs(state);  // refused there
   if (event == Event::AFTER_STEP) {
     write_recorded(state);
     return;

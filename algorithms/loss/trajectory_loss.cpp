@@ -24,4 +24,10 @@ void TrajectoryLoss::add_term(State& state, const at::Tensor& reference, const a
   state.loss = state.loss + term(state.outputs, reference, lambda_, temperature_, counted) / state.microbatch_divisor;
 }
 
+void TrajectoryLoss::require_outputs(const State& state) const {
+  if (state.outputs_given) return;
+  throw ConfigError("config key '" + path_ + "': compares the model's outputs (logits), and \"loss\": \"model\" "
+                    "gives none (the model returns its loss); use the config's loss");
+}
+
 }  // namespace basin

@@ -38,6 +38,9 @@ class TrajectoryLoss : public Algorithm {
   /// Adds the term for `reference` (outputs of state.microbatch's samples)
   /// to state.loss, divided like the loss by state.microbatch_divisor.
   void add_term(State& state, const at::Tensor& reference, const at::Tensor& counted = {}) const;
+  /// Refuses a run whose closure gives no outputs ("loss": "model"): the
+  /// term compares them. Subclasses call it on INIT.
+  void require_outputs(const State& state) const;
   /// "config key 'algorithms.<name>.<key>'", for messages.
   std::string key(const std::string& name) const { return "config key '" + path_ + "." + name + "'"; }
 

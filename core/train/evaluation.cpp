@@ -1,6 +1,7 @@
 #include "basin/core/train/evaluation.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include <ATen/ATen.h>
 
@@ -20,12 +21,15 @@ EvalResult evaluate(Model& model, const TensorDataset& test, const Loss& loss, i
   for (int64_t begin = 0; begin < test.size(); begin += batch_size) {
     const Batch batch = test.slice(begin, std::min(begin + batch_size, test.size()));
     const at::Tensor targets = batch.targets.to(state.device);
-    at::Tensor logits;
-    {
-      AutocastGuard autocast(state.precision, state.device.type());
-      logits = model.run(batch.inputs.to(state.device));
+    const at::Tensor inputs = batch.inputs.to(state.device);
+    AutocastGuard autocast(state.precision, state.device.type());
+    if (loss.from_model()) {
+      // The model's mean loss over the batch; logits, when forward(x) alone gives them, for the accuracy.
+      loss_sum += model.run_loss(inputs, targets).to(at::kDouble).item<double>() * static_cast<double>(batch.size());
+      if (model.gives_logits()) correct += model.run(inputs).argmax(1).eq(targets).sum().item<int64_t>();
+      continue;
     }
-    logits = logits.to(at::kFloat);
+    const at::Tensor logits = model.run(inputs).to(at::kFloat);
     loss_sum += loss.sum(logits, targets).item<double>();
     correct += logits.argmax(1).eq(targets).sum().item<int64_t>();
   }
@@ -33,6 +37,7 @@ EvalResult evaluate(Model& model, const TensorDataset& test, const Loss& loss, i
   EvalResult result;
   result.samples = test.size();
   result.accuracy = test.size() > 0 ? static_cast<double>(correct) / static_cast<double>(test.size()) : 0.0;
+  if (loss.from_model() && !model.gives_logits()) result.accuracy = std::nan("");  // not measured: no logits
   result.loss = test.size() > 0 ? loss_sum / static_cast<double>(test.size()) : 0.0;
   state.test_accuracy = result.accuracy;
   state.test_loss = result.loss;

@@ -13,7 +13,7 @@ class Model;
 
 /// Test-set figures of one evaluation.
 struct EvalResult {
-  double accuracy = 0;
+  double accuracy = 0;  // NaN where it cannot be measured: a model whose forward needs the targets
   double loss = 0;  // mean over the samples, of the run's loss
   int64_t samples = 0;
 };
@@ -21,7 +21,9 @@ struct EvalResult {
 /// Accuracy and mean loss of `model` on `test`, in batches of `batch_size`,
 /// without grad and in eval mode (training mode again after), under the
 /// run's autocast; fires EVAL_START and EVAL_END and leaves the figures in
-/// the state (test_accuracy, test_loss).
+/// the state (test_accuracy, test_loss). Under "loss": "model" the loss is
+/// the model's (forward_loss), and the accuracy comes from forward(x) where
+/// the model gives logits without the targets (else it is NaN: JSON null).
 EvalResult evaluate(Model& model, const TensorDataset& test, const Loss& loss, int64_t batch_size, State& state,
                     Engine& engine);
 

@@ -14,6 +14,15 @@ at::Tensor Model::run(const at::Tensor& inputs) {
   return runner_->run_model([&] { return forward(inputs); });
 }
 
+at::Tensor Model::forward_loss(const at::Tensor& /*inputs*/, const at::Tensor& /*targets*/) {
+  throw std::logic_error("Model: forward_loss called on a model that computes no loss of its own");
+}
+
+at::Tensor Model::run_loss(const at::Tensor& inputs, const at::Tensor& targets) {
+  if (runner_ == nullptr) return forward_loss(inputs, targets);
+  return runner_->run_model([&] { return forward_loss(inputs, targets); });
+}
+
 void Model::declare_unit(torch::nn::Module& block) {
   if (std::find(units_.begin(), units_.end(), &block) != units_.end()) {
     throw std::logic_error("Model: unit '" + block.name() + "' declared twice");

@@ -33,6 +33,16 @@ class Model : public torch::nn::Module {
   /// forward(inputs) as the trainer runs it: under zero3, through the units' runner.
   at::Tensor run(const at::Tensor& inputs);
 
+  /// A model that computes its own loss ("loss": "model"): forward(inputs,
+  /// targets) returns the batch's mean loss, a scalar.
+  virtual bool computes_loss() const { return false; }
+  virtual at::Tensor forward_loss(const at::Tensor& inputs, const at::Tensor& targets);
+  /// Whether forward(inputs) alone gives logits [batch, classes]; a model
+  /// that computes its own loss may need the targets for every forward.
+  virtual bool gives_logits() const { return true; }
+  /// forward_loss as the trainer runs it (see run).
+  at::Tensor run_loss(const at::Tensor& inputs, const at::Tensor& targets);
+
   /// The declared units, in declaration order (which should be forward's).
   const std::vector<torch::nn::Module*>& units() const { return units_; }
   /// Writes the trained model where Python reads it back: `state_dict.pt`

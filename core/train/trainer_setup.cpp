@@ -31,6 +31,7 @@
 #include "basin/core/train/generator_lock.h"
 #include "basin/core/train/initial_weights.h"
 #include "basin/core/train/model.h"
+#include "basin/core/train/model_check.h"
 #include "basin/core/train/optimizers.h"
 #include "basin/core/train/step_checks.h"
 #include "basin/core/train/training_closure.h"
@@ -160,6 +161,8 @@ void Trainer::build(const Json& config, std::vector<std::shared_ptr<Callback>> c
   seeded.unlock();
   if (initial_weights) load_initial_weights(*model_, *initial_weights);
   model_->to(state_.device);
+  check_model_fits_data(*model_, data_, loss, batch_size_ / microbatches_);
+  state_.outputs_given = !loss.from_model();
   state_.model = model_;
   state_.forward = [model = model_.get()](const at::Tensor& inputs) { return model->run(inputs); };
   state_.optimizer = make_optimizer(optimizer, *model_);

@@ -49,16 +49,20 @@ at::Tensor TrainingClosure::operator()() {
       AutocastGuard autocast(state_.precision, state_.device.type());
       at::AutoGradMode grad_mode(request.backward);
       engine_.run(Event::BEFORE_FORWARD);
-      state_.outputs = model_.run(state_.microbatch.inputs);
+      // A model that computes its own loss gives no outputs: the loss stands for them.
+      const at::Tensor own_loss = loss_.from_model() ? model_loss() : at::Tensor();
+      state_.outputs = own_loss.defined() ? at::Tensor() : model_.run(state_.microbatch.inputs);
       engine_.run(Event::AFTER_FORWARD);
       engine_.run(Event::BEFORE_LOSS);
-      const at::Tensor outputs = state_.outputs.to(at::kFloat);  // the loss is fp32
-      if (request.per_sample_losses) {
+      if (own_loss.defined()) {
+        state_.loss = own_loss / state_.microbatch_divisor;
+      } else if (request.per_sample_losses) {
+        const at::Tensor outputs = state_.outputs.to(at::kFloat);  // the loss is fp32
         const at::Tensor each = loss_.per_sample(outputs, state_.microbatch.targets);
         sample_losses.push_back(each.detach());
         state_.loss = each.mean() / state_.microbatch_divisor;
       } else {
-        state_.loss = loss_.mean(outputs, state_.microbatch.targets) / state_.microbatch_divisor;
+        state_.loss = loss_.mean(state_.outputs.to(at::kFloat), state_.microbatch.targets) / state_.microbatch_divisor;
       }
       engine_.run(Event::AFTER_LOSS);
     }
@@ -80,6 +84,20 @@ at::Tensor TrainingClosure::operator()() {
   }
   pass_loss_ = total;
   return request.per_sample_losses ? at::cat(sample_losses) : total;
+}
+
+at::Tensor TrainingClosure::model_loss() {
+  if (state_.request.per_sample_losses) {
+    throw ConfigError("config key 'loss': \"model\" gives one loss per batch, and an algorithm asked for each "
+                      "sample's (ESAM's data selection, gamma < 1); use the config's loss, or gamma 1");
+  }
+  at::Tensor loss = model_.run_loss(state_.microbatch.inputs, state_.microbatch.targets);
+  if (loss.dim() != 0 || !at::isFloatingType(loss.scalar_type())) {
+    throw ConfigError("config key 'loss': \"model\": the model's forward(x, y) returned a " +
+                      std::string(c10::toString(loss.scalar_type())) + " tensor of " + std::to_string(loss.dim()) +
+                      " dimensions; expected the batch's mean loss, a floating-point scalar");
+  }
+  return loss.to(at::kFloat);  // the loss is fp32
 }
 
 }  // namespace basin

@@ -45,6 +45,9 @@ class TrainingClosure {
   const at::Tensor& pass_loss() const { return pass_loss_; }
 
  private:
+  /// "loss": "model": the microbatch's loss as the model computes it.
+  at::Tensor model_loss();
+
   State& state_;
   Engine& engine_;
   Model& model_;

@@ -8,6 +8,11 @@
 // C++ model's. It declares no units: under zero3 it is one unit (1/N at
 // rest, whole during a step). At the end basin-train saves it as
 // TorchScript again (model.pt in the run directory) beside its state_dict.
+//
+// Its forward is called forward(x) for logits; a module that computes its
+// own loss ("loss": "model") takes forward(x, y) and returns the batch's
+// mean loss; with forward(self, x, y: Optional[Tensor] = None) it gives
+// both, and the test accuracy is measured from forward(x).
 #include <algorithm>
 #include <cstdio>
 #include <stdexcept>
@@ -45,16 +50,29 @@ class TorchScriptModel : public Model {
     if (!module_.find_method("forward")) {
       throw ConfigError(where + " has no forward method; basin calls forward(x) with a batch of inputs");
     }
+    // forward(x) gives logits; forward(x, y) may return the loss ("loss": "model"), and forward(x, y=None) both.
+    const auto& arguments = module_.get_method("forward").function().getSchema().arguments();
+    int64_t required = 0;
+    for (std::size_t i = 1; i < arguments.size(); ++i) required += arguments[i].default_value().has_value() ? 0 : 1;
+    takes_targets_ = arguments.size() >= 3;
+    gives_logits_ = required <= 1;
+    if (arguments.size() < 2 || required > 2) {
+      throw ConfigError(where + ": forward takes " + std::to_string(arguments.size() - 1) + " arguments (" +
+                        std::to_string(required) + " required); basin calls forward(x), or forward(x, y) under "
+                        "\"loss\": \"model\"");
+    }
     mirror(module_, *this);
   }
 
+  bool computes_loss() const override { return takes_targets_; }
+  bool gives_logits() const override { return gives_logits_; }
+
+  at::Tensor forward_loss(const at::Tensor& inputs, const at::Tensor& targets) override {
+    return tensor_from(module_.forward({inputs, targets}), "the loss, a scalar");
+  }
+
   at::Tensor forward(const at::Tensor& inputs) override {
-    const c10::IValue out = module_.forward({inputs});
-    if (!out.isTensor()) {
-      throw ConfigError("config key '" + key_ + "': the forward of '" + path_ + "' returned " + out.tagKind() +
-                        "; expected a tensor of logits [batch, classes]");
-    }
-    return out.toTensor();
+    return tensor_from(module_.forward({inputs}), "a tensor of logits [batch, classes]");
   }
 
   void train(bool on) override {
@@ -80,6 +98,14 @@ class TorchScriptModel : public Model {
   }
 
  private:
+  at::Tensor tensor_from(const c10::IValue& out, const std::string& expected) const {
+    if (!out.isTensor()) {
+      throw ConfigError("config key '" + key_ + "': the forward of '" + path_ + "' returned " + out.tagKind() +
+                        "; expected " + expected);
+    }
+    return out.toTensor();
+  }
+
   /// The module's tensors registered here under the same names: one tensor
   /// each, so a step or a load here is one in the module.
   static void mirror(const torch::jit::Module& from, torch::nn::Module& to) {
@@ -94,6 +120,7 @@ class TorchScriptModel : public Model {
 
   std::string key_, path_;
   torch::jit::Module module_;
+  bool takes_targets_ = false, gives_logits_ = true;
 };
 
 BASIN_REGISTER(model_registry(), "torchscript", TorchScriptModel);
