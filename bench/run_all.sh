@@ -5,6 +5,8 @@
 #     (basin-bench-sam);
 #   - each algorithm of the SAM family against SGD, time and memory
 #     (basin-bench-sam-family);
+#   - image decoding for data "image_folder", images per second per thread
+#     (basin-bench-decode);
 #   - bytes, memory and time per step by parallel mode (ddp, zero1, zero2, zero3)
 #     at 1, 2 and 4 ranks, on the small CNN, the MLP 784-1024-1024-10 and the
 #     resnet (basin-bench-distributed under basin-run);
@@ -36,15 +38,16 @@ done
 source scripts/build_dir.sh
 : "${BASIN_BENCH_BUILT:=0}"
 if [ "$BASIN_BENCH_BUILT" != 1 ]; then
-  bash scripts/build.sh --target basin-bench-sam basin-bench-sam-family basin-bench-distributed basin-run > /dev/null
+  bash scripts/build.sh --target basin-bench-sam basin-bench-sam-family basin-bench-decode basin-bench-distributed basin-run > /dev/null
 fi
 [ -n "$out" ] || out=$([ $smoke = 1 ] && echo "$build_dir/benchmarks-smoke.md" || echo docs/benchmarks.md)
 mkdir -p "$(dirname "$out")"
 
-pairs=15 ranks="1 2 4" models="cnn mlp1024 resnet" gbench=()
+pairs=15 ranks="1 2 4" models="cnn mlp1024 resnet" gbench=() decode=()
 if [ $smoke = 1 ]; then
   pairs=1 ranks="1 2" models="cnn"
   gbench=(--benchmark_filter=OptimizerSide)  # the train-step pairs take half a minute
+  decode=(--benchmark_filter='Decode/jpeg/32|ReadImageFolder/2' --benchmark_min_time=0.05)
 fi
 # Torch_DIR is <torch>/share/cmake/Torch; a PyPI torch says its version in <torch>/version.py.
 torch_dir=$(sed -n 's/^Torch_DIR:PATH=//p' "$build_dir/CMakeCache.txt")
@@ -76,6 +79,8 @@ section "SAM against SGD: train step, optimizer-side work, peak memory" \
   env BASIN_BENCH_THREADS=1 "$build_dir/bench/basin-bench-sam" "${gbench[@]}"
 section "The SAM family against SGD ($pairs interleaved pairs each)" \
   env BASIN_BENCH_THREADS=1 BASIN_BENCH_PAIRS=$pairs "$build_dir/bench/basin-bench-sam-family"
+section "Image decoding for data \"image_folder\" (images per second per thread)" \
+  env BASIN_BENCH_THREADS=1 "$build_dir/bench/basin-bench-decode" "${decode[@]}"
 distributed() {
   for model in $models; do
     for n in $ranks; do

@@ -8,8 +8,10 @@ packages=(
   build-essential cmake ninja-build ccache pkg-config
   libtorch-dev libgloo-dev nlohmann-json3-dev libboost-dev libgtest-dev
   zlib1g-dev libspdlog-dev libcli11-dev libbenchmark-dev
+  libpng-dev libturbojpeg0-dev  # data "image_folder": PNG and JPEG decoding
   dataset-fashion-mnist
   python3-torch  # the tests open checkpoints with Python's torch.load
+  python3-pil    # ... and read the image-folder test's images in Python
   gnuplot-nox    # the study's plots (scripts/study.py), smoke-tested
   "$@"
 )
