@@ -4,11 +4,14 @@
 //   - Decode/<format>/<side>/<channels>: decode_image alone, one thread;
 //     the images are noise with smooth gradients (JPEG quality 90, PNG at
 //     libpng's default compression), so their sizes are a photo's, roughly
-//   - ReadImageFolder/<threads>: 512 JPEGs of 96x96 RGB resized to 64x64, from
-//     the page cache (the first read warms it)
+//   - ReadImageFolder/<side>/<threads>: 512 JPEGs of side x side RGB resized
+//     to half the side, from the page cache (written before the clock runs)
 // LibTorch runs one intra-op thread (BASIN_BENCH_THREADS, default 1).
 #include <benchmark/benchmark.h>
 
+#include <unistd.h>
+
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
@@ -48,34 +51,33 @@ void Decode(benchmark::State& state, bool jpeg) {
 BENCHMARK_CAPTURE(Decode, png, false)->Args({28, 1})->Args({32, 3})->Args({224, 3})->Unit(benchmark::kMicrosecond);
 BENCHMARK_CAPTURE(Decode, jpeg, true)->Args({28, 1})->Args({32, 3})->Args({224, 3})->Unit(benchmark::kMicrosecond);
 
-/// 512 JPEGs in 4 class folders under the temp dir, written once.
-const std::string& folder() {
-  static const std::string root = [] {
-    const fs::path dir = fs::temp_directory_path() / ("basin-bench-images-" + std::to_string(getpid()));
-    for (int i = 0; i < 512; ++i) {
-      const fs::path path = dir / ("c" + std::to_string(i % 4)) / (std::to_string(i) + ".jpg");
-      fs::create_directories(path.parent_path());
-      const auto bytes = basin::encode_jpeg(picture(96, 3, i), 90);
-      std::ofstream(path, std::ios::binary).write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
-    }
-    std::atexit([] { fs::remove_all(fs::temp_directory_path() / ("basin-bench-images-" + std::to_string(getpid()))); });
-    return dir.string();
-  }();
-  return root;
+/// 512 JPEGs of `side` x `side` in 4 class folders under the temp dir, written once a side.
+std::string folder(int64_t side) {
+  const fs::path dir = fs::temp_directory_path() / ("basin-bench-images-" + std::to_string(getpid()) + "-" + std::to_string(side));
+  if (fs::exists(dir)) return dir.string();
+  for (int i = 0; i < 512; ++i) {
+    const fs::path path = dir / ("c" + std::to_string(i % 4)) / (std::to_string(i) + ".jpg");
+    fs::create_directories(path.parent_path());
+    const auto bytes = basin::encode_jpeg(picture(side, 3, i), 90);
+    std::ofstream(path, std::ios::binary).write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
+  }
+  return dir.string();
 }
 
 void ReadImageFolder(benchmark::State& state) {
   basin::ImageTransform transform;
-  transform.height = transform.width = 64;
+  transform.height = transform.width = state.range(0) / 2;
   transform.resize = true;
-  setenv("RANK", "1", 1);  // no progress line in the benchmark's output
-  const std::string& root = folder();  // written before the clock runs
+  setenv("RANK", "1", 1);  // rank 0 alone shows the progress line: none in the benchmark's output
+  const std::string root = folder(state.range(0));  // written before the clock runs
   for (auto _ : state) {
-    benchmark::DoNotOptimize(basin::read_image_folder(root, "bench", transform, static_cast<int>(state.range(0))));
+    benchmark::DoNotOptimize(basin::read_image_folder(root, "bench", transform, static_cast<int>(state.range(1))));
   }
   state.SetItemsProcessed(state.iterations() * 512);
+  std::error_code ignored;
+  fs::remove_all(root, ignored);
 }
-BENCHMARK(ReadImageFolder)->Arg(1)->Arg(2)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(ReadImageFolder)->Args({96, 1})->Args({96, 2})->Args({256, 1})->Args({256, 2})->Unit(benchmark::kMillisecond)->UseRealTime();
 
 }  // namespace
 

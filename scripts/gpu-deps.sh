@@ -23,6 +23,7 @@ packages=(
   libbenchmark-dev libbenchmark1debian
   libcli11-dev
   zlib1g-dev zlib1g
+  libpng-dev libpng16-16 libturbojpeg0-dev libturbojpeg0  # data "image_folder"'s decoders
   libgloo-dev
   dataset-fashion-mnist
 )

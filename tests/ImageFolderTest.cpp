@@ -167,6 +167,7 @@ TEST(ImageFolderTest, TheSameConfigTrainsTheSameWithSubsetAndLabelNoise) {
   config["data"]["label_noise"] = 0.2;
   config["algorithms"] = Json::parse(R"({"sam": {"rho": 0.05}})");
   Trainer first(config), second(config);
+  EXPECT_EQ(first.state().train_size, 40);
   first.fit();
   second.fit();
   const auto a = first.whole_parameters(), b = second.whole_parameters();
@@ -174,6 +175,10 @@ TEST(ImageFolderTest, TheSameConfigTrainsTheSameWithSubsetAndLabelNoise) {
   for (std::size_t i = 0; i < a.size(); ++i) EXPECT_TRUE(at::equal(a[i], b[i])) << "parameter " << i;
   Trainer untrained(config);
   EXPECT_FALSE(at::equal(a[0], untrained.model().parameters()[0])) << "training moved nothing";
+  config["data"]["label_noise"] = 0;  // the noise changed labels: without it, another run
+  Trainer clean(config);
+  clean.fit();
+  EXPECT_FALSE(at::equal(a[0], clean.whole_parameters()[0])) << "label_noise changed nothing";
 }
 
 // Python (Pillow) writes a folder of PNGs (gray, RGB, RGBA) and JPEGs (gray,
@@ -191,7 +196,8 @@ TEST(ImageFolderTest, PythonReadsTheFolderAsBasinAndGetsBackTheModelTrainedOnIt)
   test::write_python_inputs(dir);
   if (HasFatalFailure()) return;
   test::write_text(dir.file("folder.py"), R"(import os, numpy, torch, PIL.Image
-MEAN, STD = torch.tensor([0.5], dtype=torch.float64).float().view(-1, 1, 1), torch.tensor([0.25], dtype=torch.float64).float().view(-1, 1, 1)
+def per_channel(values):
+    return torch.tensor(values, dtype=torch.float64).float().view(-1, 1, 1)
 def write(root):
     rng = numpy.random.default_rng(0)
     w = rng.standard_normal((25, 3))
@@ -211,17 +217,18 @@ def write(root):
             image.save(f'{root}/{split}/{label}/{i:04d}' + ('.jpg' if i % 3 == 0 else '.png'), quality=95)
     os.makedirs(f'{root}/train/.ipynb_checkpoints', exist_ok=True)
     open(f'{root}/train/README.txt', 'w').write('not a class')
-def read(root, train='images/train'):
+def read(root, mode='L', mean=(0.5,), std=(0.25,), train='images/train'):
+    mean, std = per_channel(mean), per_channel(std)
     classes = sorted(d for d in os.listdir(train) if not d.startswith('.') and os.path.isdir(f'{train}/{d}'))
     xs, ys = [], []
     for label, c in enumerate(classes):
         if not os.path.isdir(f'{root}/{c}'):
             continue
         for f in sorted(os.listdir(f'{root}/{c}')):
-            a = numpy.asarray(PIL.Image.open(f'{root}/{c}/{f}').convert('L'))
-            x = torch.from_numpy(a.copy())[None].float().div(255)
+            a = numpy.asarray(PIL.Image.open(f'{root}/{c}/{f}').convert(mode))
+            x = torch.from_numpy(a.copy()).view(a.shape[0], a.shape[1], -1).permute(2, 0, 1).contiguous().float().div(255)
             x = torch.nn.functional.interpolate(x[None], size=(4, 4), mode='bilinear', align_corners=False)[0]
-            xs.append((x - MEAN) / STD)
+            xs.append((x - mean) / std)
             ys.append(label)
     return torch.stack(xs), torch.tensor(ys)
 )");
@@ -231,24 +238,30 @@ def read(root, train='images/train'):
   Json config = test::python_model_config(dir, "net.pt");
   config["data"] = {{"name", "image_folder"}, {"train", dir.file("images/train")}, {"test", dir.file("images/test")},
                     {"channels", 1}, {"size", 4}, {"mean", 0.5}, {"std", 0.25}, {"batch_size", 16}};
-  // The samples basin decodes, for Python to compare with its own.
-  Params data(config["data"], "data");
-  data.claim("name");
-  data.claim("batch_size");  // the trainer's keys
-  const DataSplits splits = std::move(*dataset_registry().create("image_folder", data, 0));
+  // The samples basin decodes, gray and RGB (per-channel mean and std), for Python to compare with its own.
   c10::Dict<std::string, at::Tensor> samples;
-  samples.insert("train_x", splits.train.inputs());
-  samples.insert("train_y", splits.train.targets());
-  samples.insert("test_x", splits.test.inputs());
-  samples.insert("test_y", splits.test.targets());
+  for (const std::string mode : {"L", "RGB"}) {
+    Json keys = config["data"];
+    keys.erase("name");
+    keys.erase("batch_size");  // the trainer's keys
+    if (mode == "RGB") keys.update(Json{{"channels", 3}, {"mean", {0.5, 0.4, 0.3}}, {"std", {0.25, 0.2, 0.3}}});
+    Params data(keys, "data");
+    const DataSplits splits = std::move(*dataset_registry().create("image_folder", data, 0));
+    samples.insert(mode + "_train_x", splits.train.inputs());
+    samples.insert(mode + "_train_y", splits.train.targets());
+    samples.insert(mode + "_test_x", splits.test.inputs());
+    samples.insert(mode + "_test_y", splits.test.targets());
+  }
   write_torch_save_file(dir.file("basin_samples.pt"), samples);
   python = test::run_command(
       "env -C " + dir.path().string() + " /usr/bin/python3 -c \"import torch, folder\n"
       "basin = torch.load('basin_samples.pt', weights_only=True)\n"
-      "for split in ('train', 'test'):\n"
-      "  x, y = folder.read('images/' + split)\n"
-      "  assert torch.equal(y, basin[split + '_y']), (split, y, basin[split + '_y'])\n"
-      "  assert torch.equal(x, basin[split + '_x']), (split, (x - basin[split + '_x']).abs().max())\n"
+      "for mode, mean, std in (('L', (0.5,), (0.25,)), ('RGB', (0.5, 0.4, 0.3), (0.25, 0.2, 0.3))):\n"
+      "  for split in ('train', 'test'):\n"
+      "    x, y = folder.read('images/' + split, mode, mean, std)\n"
+      "    key = mode + '_' + split\n"
+      "    assert torch.equal(y, basin[key + '_y']), (key, y, basin[key + '_y'])\n"
+      "    assert torch.equal(x, basin[key + '_x']), (key, (x - basin[key + '_x']).abs().max())\n"
       "print('python: the same samples')\"");
   ASSERT_EQ(python.exit_code, 0) << python.output;
 

@@ -6,6 +6,7 @@
 #include <ATen/ATen.h>
 
 #include "basin/core/config.h"
+#include "basin/core/train/model.h"
 #include "python_models.h"
 #include "test_util.h"
 
@@ -93,6 +94,31 @@ TEST(TorchScriptTest, UnderAmpBf16AndFromInitFromTheModuleTrainsAndComesBack) {
       "assert not torch.equal(torch.jit.load('net.pt').head.weight, started.head.weight)\n"
       "print('python: init_from took the trained parameters')\"");
   EXPECT_EQ(python.exit_code, 0) << python.output;
+}
+
+// A block's own eval() reaches the scripted block: its BatchNorm stops
+// moving its statistics while the rest of the model trains.
+TEST(TorchScriptTest, ABlocksOwnModeReachesTheScriptedBlock) {
+  if (!test::have_python_torch()) GTEST_SKIP() << "Python's torch is not installed (Debian package python3-torch)";
+  test::TempDir dir;
+  test::write_python_inputs(dir);
+  if (HasFatalFailure()) return;
+  Params params(Json{{"torchscript", dir.file("net.pt")}}, "model");
+  auto model = model_registry().create("torchscript", params, DatasetInfo{{1, 4, 4}, 3});
+  model->train();
+  at::Tensor running_mean;
+  for (const auto& b : model->named_buffers()) {
+    if (b.key() == "bn.running_mean") running_mean = b.value();
+  }
+  ASSERT_TRUE(running_mean.defined());
+  const at::Tensor before = running_mean.clone();
+  model->named_children()["bn"]->eval();
+  at::NoGradGuard no_grad;
+  model->forward(at::randn({8, 1, 4, 4}));
+  EXPECT_TRUE(at::equal(running_mean, before)) << "the block in eval mode moved its statistics";
+  model->named_children()["bn"]->train();
+  model->forward(at::randn({8, 1, 4, 4}));
+  EXPECT_FALSE(at::equal(running_mean, before)) << "the block in training mode kept its statistics";
 }
 
 // One SAM step (SGD, the whole training set as one batch) on the scripted

@@ -15,7 +15,10 @@ bool SAF::match(Event event, const State& state) const {
 }
 
 void SAF::apply(Event event, State& state, Logger& /*logger*/) {
-  if (event == Event::INIT) require_outputs(state);  // refused there
+  if (event == Event::INIT) {
+    require_outputs(state);  // throws: INIT matches only when there are no outputs
+    return;
+  }
   if (event == Event::AFTER_STEP) {
     write_recorded(state);
     return;

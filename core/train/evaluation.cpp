@@ -22,14 +22,18 @@ EvalResult evaluate(Model& model, const TensorDataset& test, const Loss& loss, i
     const Batch batch = test.slice(begin, std::min(begin + batch_size, test.size()));
     const at::Tensor targets = batch.targets.to(state.device);
     const at::Tensor inputs = batch.inputs.to(state.device);
-    AutocastGuard autocast(state.precision, state.device.type());
+    auto autocast = [&](const auto& forward) {
+      AutocastGuard guard(state.precision, state.device.type());
+      return forward();
+    };
     if (loss.from_model()) {
       // The model's mean loss over the batch; logits, when forward(x) alone gives them, for the accuracy.
-      loss_sum += model.run_loss(inputs, targets).to(at::kDouble).item<double>() * static_cast<double>(batch.size());
-      if (model.gives_logits()) correct += model.run(inputs).argmax(1).eq(targets).sum().item<int64_t>();
+      const at::Tensor mean = autocast([&] { return model.run_loss(inputs, targets); });
+      loss_sum += mean.to(at::kDouble).item<double>() * static_cast<double>(batch.size());
+      if (model.gives_logits()) correct += autocast([&] { return model.run(inputs); }).argmax(1).eq(targets).sum().item<int64_t>();
       continue;
     }
-    const at::Tensor logits = model.run(inputs).to(at::kFloat);
+    const at::Tensor logits = autocast([&] { return model.run(inputs); }).to(at::kFloat);
     loss_sum += loss.sum(logits, targets).item<double>();
     correct += logits.argmax(1).eq(targets).sum().item<int64_t>();
   }

@@ -5,6 +5,7 @@
 
 #include <ATen/ATen.h>
 
+#include "basin/core/config_error.h"
 #include "basin/core/serialization/torch_save_file.h"
 
 namespace basin {
@@ -19,8 +20,14 @@ at::Tensor Model::forward_loss(const at::Tensor& /*inputs*/, const at::Tensor& /
 }
 
 at::Tensor Model::run_loss(const at::Tensor& inputs, const at::Tensor& targets) {
-  if (runner_ == nullptr) return forward_loss(inputs, targets);
-  return runner_->run_model([&] { return forward_loss(inputs, targets); });
+  at::Tensor loss = runner_ == nullptr ? forward_loss(inputs, targets)
+                                       : runner_->run_model([&] { return forward_loss(inputs, targets); });
+  if (loss.dim() != 0 || !at::isFloatingType(loss.scalar_type())) {
+    throw ConfigError("config key 'loss': \"model\": the model's forward(x, y) returned shape " + c10::str(loss.sizes()) +
+                      " (" + std::string(c10::toString(loss.scalar_type())) + ") for a batch of " +
+                      std::to_string(inputs.size(0)) + "; expected the batch's mean loss, a floating-point scalar");
+  }
+  return loss;
 }
 
 void Model::declare_unit(torch::nn::Module& block) {

@@ -40,7 +40,8 @@ class Model : public torch::nn::Module {
   /// Whether forward(inputs) alone gives logits [batch, classes]; a model
   /// that computes its own loss may need the targets for every forward.
   virtual bool gives_logits() const { return true; }
-  /// forward_loss as the trainer runs it (see run).
+  /// forward_loss as the trainer runs it (see run); a ConfigError names
+  /// anything but a floating-point scalar.
   at::Tensor run_loss(const at::Tensor& inputs, const at::Tensor& targets);
 
   /// The declared units, in declaration order (which should be forward's).

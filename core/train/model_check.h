@@ -2,6 +2,8 @@
 
 #include <cstdint>
 
+#include <c10/core/Device.h>
+
 #include "basin/core/train/dataset.h"
 #include "basin/core/train/loss.h"
 
@@ -12,10 +14,11 @@ class Model;
 /// Before training: the first `samples` training samples run through the
 /// model once (eval mode, no gradient: no BatchNorm statistic or random
 /// number moves), and what comes out must fit the loss: logits [n, classes]
-/// for the data's classes, or under "loss": "model" a scalar from
-/// forward(x, y). A model that fails on the data, or whose output does not
+/// [n, c] with c at least the data's classes, and under "loss": "model" a
+/// scalar from forward(x, y) (and logits from forward(x) where the model
+/// gives them). A model that fails on the data, or whose output does not
 /// fit, is a one-line ConfigError naming the data's sample shape and
 /// classes and the model's output shape.
-void check_model_fits_data(Model& model, const DataSplits& data, const Loss& loss, int64_t samples);
+void check_model_fits_data(Model& model, const DataSplits& data, const Loss& loss, int64_t samples, c10::Device device);
 
 }  // namespace basin

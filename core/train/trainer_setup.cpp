@@ -161,7 +161,7 @@ void Trainer::build(const Json& config, std::vector<std::shared_ptr<Callback>> c
   seeded.unlock();
   if (initial_weights) load_initial_weights(*model_, *initial_weights);
   model_->to(state_.device);
-  check_model_fits_data(*model_, data_, loss, batch_size_ / microbatches_);
+  check_model_fits_data(*model_, data_, loss, batch_size_ / microbatches_, state_.device);
   state_.outputs_given = !loss.from_model();
   state_.model = model_;
   state_.forward = [model = model_.get()](const at::Tensor& inputs) { return model->run(inputs); };

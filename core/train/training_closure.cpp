@@ -49,9 +49,14 @@ at::Tensor TrainingClosure::operator()() {
       AutocastGuard autocast(state_.precision, state_.device.type());
       at::AutoGradMode grad_mode(request.backward);
       engine_.run(Event::BEFORE_FORWARD);
-      // A model that computes its own loss gives no outputs: the loss stands for them.
-      const at::Tensor own_loss = loss_.from_model() ? model_loss() : at::Tensor();
-      state_.outputs = own_loss.defined() ? at::Tensor() : model_.run(state_.microbatch.inputs);
+      // A model that computes its own loss gives no outputs: its loss stands for them.
+      at::Tensor own_loss;
+      if (loss_.from_model()) {
+        own_loss = model_loss();
+        state_.outputs = at::Tensor();
+      } else {
+        state_.outputs = model_.run(state_.microbatch.inputs);
+      }
       engine_.run(Event::AFTER_FORWARD);
       engine_.run(Event::BEFORE_LOSS);
       if (own_loss.defined()) {
@@ -91,13 +96,7 @@ at::Tensor TrainingClosure::model_loss() {
     throw ConfigError("config key 'loss': \"model\" gives one loss per batch, and an algorithm asked for each "
                       "sample's (ESAM's data selection, gamma < 1); use the config's loss, or gamma 1");
   }
-  at::Tensor loss = model_.run_loss(state_.microbatch.inputs, state_.microbatch.targets);
-  if (loss.dim() != 0 || !at::isFloatingType(loss.scalar_type())) {
-    throw ConfigError("config key 'loss': \"model\": the model's forward(x, y) returned a " +
-                      std::string(c10::toString(loss.scalar_type())) + " tensor of " + std::to_string(loss.dim()) +
-                      " dimensions; expected the batch's mean loss, a floating-point scalar");
-  }
-  return loss.to(at::kFloat);  // the loss is fp32
+  return model_.run_loss(state_.microbatch.inputs, state_.microbatch.targets).to(at::kFloat);  // the loss is fp32
 }
 
 }  // namespace basin

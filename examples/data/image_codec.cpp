@@ -29,6 +29,7 @@ Image decode_png(const uint8_t* bytes, std::size_t size) {
   std::unique_ptr<png_image, void (*)(png_imagep)> release(&png, png_image_free);
   const bool color = (png.format & PNG_FORMAT_FLAG_COLOR) != 0, alpha = (png.format & PNG_FORMAT_FLAG_ALPHA) != 0;
   png.format = (color ? PNG_FORMAT_FLAG_COLOR : 0) | (alpha ? PNG_FORMAT_FLAG_ALPHA : 0);
+  png.flags |= PNG_IMAGE_FLAG_16BIT_sRGB;  // 16-bit values are sRGB-encoded, as in almost every file, not linear
   Image image{static_cast<int64_t>(png.height), static_cast<int64_t>(png.width), (color ? 3 : 1) + (alpha ? 1 : 0), {}};
   image.pixels.resize(PNG_IMAGE_SIZE(png));
   if (png_image_finish_read(&png, /*background=*/nullptr, image.pixels.data(), /*row_stride=*/0, /*colormap=*/nullptr) == 0) {
@@ -55,8 +56,12 @@ Image decode_jpeg(const uint8_t* bytes, std::size_t size) {
   // The accurate inverse DCT and smooth upsampling: libjpeg's defaults, which Pillow keeps.
   if (tjDecompress2(handle.get(), bytes, static_cast<unsigned long>(size), image.pixels.data(), width, /*pitch=*/0, height,
                     gray ? TJPF_GRAY : TJPF_RGB, TJFLAG_ACCURATEDCT) != 0) {
-    // A warning (a file cut short that libjpeg could still fill) is refused too: half an image is no sample.
-    throw ImageDecodeError(turbo_error(handle.get()));
+    // Warnings pass, as Pillow lets them ("extraneous bytes before marker"), but a file cut short, which
+    // libjpeg fills with gray, is refused as Pillow refuses it: half an image is no sample.
+    const std::string message = tjGetErrorStr2(handle.get());
+    if (tjGetErrorCode(handle.get()) != TJERR_WARNING || message.find("Premature end") != std::string::npos) {
+      throw ImageDecodeError("libjpeg-turbo: " + message);
+    }
   }
   return image;
 }

@@ -23,12 +23,14 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <functional>
 #include <fstream>
 #include <iterator>
 #include <mutex>
 #include <thread>
 
 #include <ATen/ATen.h>
+#include <ATen/Parallel.h>
 
 #include "basin/core/config_error.h"
 #include "basin/core/console.h"
@@ -109,7 +111,22 @@ at::Tensor per_channel(const std::vector<double>& values, int64_t channels) {
   return (values.size() == 1 ? t.expand({channels}) : t).reshape({channels, 1, 1}).contiguous();
 }
 
-/// Decodes one image and writes its sample into `out`.
+/// Calls f(begin, end) over row ranges of a [rows, columns] plane small
+/// enough that no elementwise LibTorch kernel splits them across threads:
+/// the decode workers are the parallelism (a worker's own thread gets
+/// OpenMP's default team, every core, not the run's thread count). The
+/// resize may still use a thread per channel on large images.
+template <class F>
+void in_serial_pieces(int64_t rows, int64_t columns, const F& f) {
+  const int64_t step = std::max<int64_t>(1, at::internal::GRAIN_SIZE / std::max<int64_t>(1, columns));
+  for (int64_t begin = 0; begin < rows; begin += step) f(begin, std::min(rows, begin + step));
+}
+
+/// Decodes one image and writes its sample into `out`: the same values as
+/// Python's whole-tensor operations. The elementwise ones run one channel
+/// plane at a time, in pieces (each is correctly rounded, so pieces change
+/// no bit); the resize runs on all planes at once, as interpolate does (its
+/// kernel rounds otherwise plane by plane).
 class SampleMaker {
  public:
   explicit SampleMaker(const ImageTransform& transform)
@@ -119,26 +136,34 @@ class SampleMaker {
   void operator()(const std::vector<uint8_t>& bytes, at::Tensor out) const {
     Image image = decode_image(bytes.data(), bytes.size(), transform_.channels);
     if (image.height == 0 || image.width == 0) throw ImageDecodeError("has no pixels");
-    const at::Tensor pixels = at::from_blob(image.pixels.data(), {image.height, image.width, image.channels}, at::kByte);
-    // Contiguous, as Python's torch.from_numpy(a).permute(2, 0, 1).contiguous(): the resize's kernel follows the layout.
-    at::Tensor x = pixels.permute({2, 0, 1}).contiguous().to(at::kFloat).div_(255);
-    if (image.height != transform_.height || image.width != transform_.width) {
-      if (!transform_.resize) {
-        throw ImageDecodeError("is " + std::to_string(image.height) + "x" + std::to_string(image.width) + ", not " +
-                               std::to_string(transform_.height) + "x" + std::to_string(transform_.width) +
-                               " as the first training image; set data.size to resize every image");
-      }
-      x = at::upsample_bilinear2d(x.unsqueeze(0), {transform_.height, transform_.width}, /*align_corners=*/false,
-                                  c10::nullopt, c10::nullopt)
-              .squeeze(0);
+    const bool resize = image.height != transform_.height || image.width != transform_.width;
+    if (resize && !transform_.resize) {
+      throw ImageDecodeError("is " + std::to_string(image.height) + "x" + std::to_string(image.width) + ", not " +
+                             std::to_string(transform_.height) + "x" + std::to_string(transform_.width) +
+                             " as the first training image; set data.size to resize every image");
     }
-    out.copy_(x.sub_(mean_).div_(std_));
+    const at::Tensor pixels = at::from_blob(image.pixels.data(), {image.height, image.width, image.channels}, at::kByte);
+    at::Tensor x = resize ? at::empty({transform_.channels, image.height, image.width}, at::kFloat) : out;
+    for (int64_t c = 0; c < transform_.channels; ++c) {
+      in_serial_pieces(image.height, image.width, [&](int64_t begin, int64_t end) {
+        x.select(0, c).slice(0, begin, end).copy_(pixels.select(2, c).slice(0, begin, end)).div_(255);
+      });
+    }
+    if (resize) {
+      out.copy_(at::upsample_bilinear2d(x.unsqueeze(0), {transform_.height, transform_.width}, /*align_corners=*/false,
+                                        c10::nullopt, c10::nullopt)
+                    .squeeze(0));
+    }
+    for (int64_t c = 0; c < transform_.channels; ++c) {
+      in_serial_pieces(transform_.height, transform_.width, [&](int64_t begin, int64_t end) {
+        out.select(0, c).slice(0, begin, end).sub_(mean_[c]).div_(std_[c]);
+      });
+    }
   }
-
 
  private:
   ImageTransform transform_;
-  at::Tensor mean_, std_;
+  at::Tensor mean_, std_;  // [channels, 1, 1]
 };
 
 /// The decode's progress line, on rank 0: redrawn in place on a terminal,
@@ -207,6 +232,11 @@ class FirstFailure {
     failed_ = true;
   }
   bool failed() const { return failed_; }
+  /// Whether item `index` can no longer be the first failure.
+  bool passed(int64_t index) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return index > index_;
+  }
   int64_t index() const { return index_; }
   const std::string& message() const { return message_; }
 
@@ -217,19 +247,43 @@ class FirstFailure {
   std::string message_;
 };
 
-}  // namespace
+/// Workers that decode from `queue` until it is closed and drained; the
+/// destructor closes it and joins them, whatever the reader threw.
+class DecodeWorkers {
+ public:
+  DecodeWorkers(BoundedQueue<EncodedImage>& queue, int count, const std::function<void(EncodedImage&)>& decode)
+      : queue_(queue) {
+    for (int w = 0; w < count; ++w) {
+      threads_.emplace_back([this, decode] {
+        at::NoGradGuard no_grad;
+        while (auto item = queue_.pop()) decode(*item);
+      });
+    }
+  }
+  ~DecodeWorkers() { join(); }
+  void join() {
+    queue_.close();
+    for (auto& thread : threads_) {
+      if (thread.joinable()) thread.join();
+    }
+  }
 
-ImageFolderSplit read_image_folder(const std::string& dir, const std::string& key, const ImageTransform& given,
-                                   int threads, const std::vector<std::string>& classes) {
-  const std::string where = "config key '" + key + "': '" + dir + "'";
-  ImageFolderSplit split;
-  split.classes = classes;
-  const std::vector<ImageFile> files = list_images(dir, where, split.classes);
+ private:
+  BoundedQueue<EncodedImage>& queue_;
+  std::vector<std::thread> threads_;
+};
+
+std::string message_of(const std::exception& error) {
+  const auto* c10_error = dynamic_cast<const c10::Error*>(&error);
+  return c10_error != nullptr ? c10_error->what_without_backtrace() : error.what();  // one line, no backtrace
+}
+
+/// The files' samples, decoded by `threads` workers.
+TensorDataset decode_images(const std::vector<ImageFile>& files, const std::string& key, ImageTransform transform,
+                            int threads) {
   auto fail = [&](const ImageFile& file, const std::string& reason) -> ConfigError {
     return ConfigError("config key '" + key + "': image '" + file.path + "' " + reason);
   };
-
-  ImageTransform transform = given;
   if (transform.height == 0) {
     // No size given: the first image sets it, and every other must have it.
     try {
@@ -244,44 +298,48 @@ ImageFolderSplit read_image_folder(const std::string& dir, const std::string& ke
   const auto count = static_cast<int64_t>(files.size());
   at::Tensor inputs = at::empty({count, transform.channels, transform.height, transform.width}, at::kFloat);
   const SampleMaker make(transform);
-
   const int workers = std::max(1, std::min<int>(threads, static_cast<int>(count)));
   BoundedQueue<EncodedImage> queue(2 * static_cast<std::size_t>(workers));
   FirstFailure failure;
   std::atomic<int64_t> decoded{0};
-  std::vector<std::thread> pool;
-  for (int w = 0; w < workers; ++w) {
-    pool.emplace_back([&] {
-      at::NoGradGuard no_grad;
-      while (auto item = queue.pop()) {
-        if (failure.failed()) continue;  // drain: the reader stops at the first failure
+  {
+    DecodeWorkers pool(queue, workers, [&](EncodedImage& item) {
+      if (!failure.passed(item.index)) {  // after a failure, only earlier files can still come first
         try {
-          make(item->bytes, inputs.select(0, item->index));
+          make(item.bytes, inputs.select(0, item.index));
         } catch (const std::exception& error) {
-          failure.record(item->index, error.what());
+          failure.record(item.index, message_of(error));
         }
-        ++decoded;
       }
+      ++decoded;
     });
-  }
-  DecodeProgress progress(key, count, workers);
-  for (int64_t i = 0; i < count && !failure.failed(); ++i) {
-    try {
-      queue.push({i, read_bytes(files[i].path)});
-    } catch (const ImageDecodeError& error) {
-      failure.record(i, error.what());
+    DecodeProgress progress(key, count, workers);
+    for (int64_t i = 0; i < count && !failure.failed(); ++i) {
+      try {
+        queue.push({i, read_bytes(files[i].path)});
+      } catch (const ImageDecodeError& error) {
+        failure.record(i, error.what());
+      }
+      progress.update(decoded.load());
     }
-    progress.update(decoded.load());
+    pool.join();
+    if (failure.failed()) throw fail(files[failure.index()], failure.message());
+    progress.finish();
   }
-  queue.close();
-  for (auto& worker : pool) worker.join();
-  if (failure.failed()) throw fail(files[failure.index()], failure.message());
-  progress.finish();
-
   std::vector<int64_t> labels;
   labels.reserve(files.size());
   for (const auto& file : files) labels.push_back(file.label);
-  split.data = TensorDataset(inputs, at::tensor(labels, at::kLong));
+  return TensorDataset(inputs, at::tensor(labels, at::kLong));
+}
+
+}  // namespace
+
+ImageFolderSplit read_image_folder(const std::string& dir, const std::string& key, const ImageTransform& transform,
+                                   int threads, const std::vector<std::string>& classes) {
+  ImageFolderSplit split;
+  split.classes = classes;
+  const std::vector<ImageFile> files = list_images(dir, "config key '" + key + "': '" + dir + "'", split.classes);
+  split.data = decode_images(files, key, transform, threads);
   return split;
 }
 
@@ -331,21 +389,25 @@ std::shared_ptr<DataSplits> image_folder(Params& params, int64_t /*seed*/) {
   const int64_t threads = params.integer("decode_threads", 0, 0, 1024);
   const int workers = threads > 0 ? static_cast<int>(threads) : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   const std::string train_dir = params.string("train"), test_dir = params.string("test");
-  ImageFolderSplit train = read_image_folder(train_dir, params.path_of("train"), transform, workers);
-  if (train.classes.size() < 2) {
+  // Both splits listed before any decoding: a folder that does not fit fails at once.
+  std::vector<std::string> classes;
+  const auto train_files = list_images(train_dir, "config key '" + params.path_of("train") + "': '" + train_dir + "'", classes);
+  if (classes.size() < 2) {
     throw ConfigError("config key '" + params.path_of("train") + "': '" + train_dir + "' holds one class folder ('" +
-                      train.classes[0] + "'); a classifier needs at least 2");
+                      classes[0] + "'); a classifier needs at least 2");
   }
-  // The test split takes the training split's classes and sample size.
+  const auto test_files = list_images(test_dir, "config key '" + params.path_of("test") + "': '" + test_dir + "'", classes);
+  TensorDataset train = decode_images(train_files, params.path_of("train"), transform, workers);
+  // The test split takes the training split's sample size.
   ImageTransform test_transform = transform;
-  test_transform.height = train.data.inputs().size(2);
-  test_transform.width = train.data.inputs().size(3);
-  ImageFolderSplit test = read_image_folder(test_dir, params.path_of("test"), test_transform, workers, train.classes);
+  test_transform.height = train.inputs().size(2);
+  test_transform.width = train.inputs().size(3);
+  TensorDataset test = decode_images(test_files, params.path_of("test"), test_transform, workers);
   auto splits = std::make_shared<DataSplits>();
-  const auto sample = train.data.inputs().sizes().slice(1).vec();
-  splits->train = std::move(train.data);
-  splits->test = std::move(test.data);
-  splits->info = DatasetInfo{sample, static_cast<int64_t>(train.classes.size())};
+  const auto sample = train.inputs().sizes().slice(1).vec();
+  splits->train = std::move(train);
+  splits->test = std::move(test);
+  splits->info = DatasetInfo{sample, static_cast<int64_t>(classes.size())};
   return splits;
 }
 

@@ -29,6 +29,21 @@ namespace {
 
 std::string first_line(const std::string& text) { return text.substr(0, std::min<std::size_t>(text.find('\n'), 200)); }
 
+/// Holds a scripted submodule's tensors under its name; its own train() /
+/// eval() reach the submodule (an algorithm may set one block's mode alone).
+class ScriptedChild : public torch::nn::Module {
+ public:
+  ScriptedChild(const std::string& name, torch::jit::Module scripted)
+      : torch::nn::Module(name), scripted_(std::move(scripted)) {}
+  void train(bool on) override {
+    torch::nn::Module::train(on);
+    scripted_.train(on);
+  }
+
+ private:
+  torch::jit::Module scripted_;
+};
+
 class TorchScriptModel : public Model {
  public:
   TorchScriptModel(Params& params, const DatasetInfo& /*info*/) {
@@ -112,7 +127,7 @@ class TorchScriptModel : public Model {
     for (const auto& p : from.named_parameters(/*recurse=*/false)) to.register_parameter(p.name, p.value, p.value.requires_grad());
     for (const auto& b : from.named_buffers(/*recurse=*/false)) to.register_buffer(b.name, b.value);
     for (const auto& child : from.named_children()) {
-      auto holder = std::make_shared<torch::nn::Module>(child.name);
+      auto holder = std::make_shared<ScriptedChild>(child.name, child.value);
       mirror(child.value, *holder);
       to.register_module(child.name, holder);
     }
