@@ -1,9 +1,14 @@
 // basin-run: starts N local processes of a command as the ranks of one job,
 // with the variables torchrun sets (RANK, WORLD_SIZE, LOCAL_RANK,
-// MASTER_ADDR, MASTER_PORT). Each output line is prefixed with its rank. If
-// a rank fails, the others are stopped and basin-run exits non-zero, naming it.
+// LOCAL_WORLD_SIZE, GROUP_RANK, MASTER_ADDR, MASTER_PORT,
+// TORCHELASTIC_RESTART_COUNT, TORCHELASTIC_MAX_RESTARTS). Each output line is
+// prefixed with its rank. If a rank fails, the others are stopped; with
+// --max-restarts K the job then starts again, at most K times (basin-train
+// continues from its newest checkpoint), unless the rank exited with code 2
+// (bad input, which a restart cannot mend). Otherwise basin-run exits
+// non-zero, naming the rank.
 //
-//   basin-run --nproc 2 -- basin-train --config examples/configs/synthetic_ddp.json
+//   basin-run --nproc 2 --max-restarts 3 -- basin-train --config examples/configs/synthetic_ddp.json --run-dir runs/job
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -72,28 +77,52 @@ std::string describe(int status) {
 
 volatile sig_atomic_t interrupted = 0;
 
+
+/// What the job's ranks share, for every attempt.
+struct Job {
+  int nproc = 1;
+  std::string master_addr = "127.0.0.1";
+  int master_port = 0;  // 0: a free port, chosen anew for each attempt
+  double grace_seconds = 5;
+  int max_restarts = 0;
+  std::vector<std::string> command;
+};
+
+/// How one attempt ended: every rank's status, and the first to fail (-1: none).
+struct Attempt {
+  std::vector<int> statuses;
+  int failed = -1;
+  std::vector<int> failures;  // every failed rank, in the order seen
+};
+
+/// Starts the ranks and waits for them; if one fails, stops the others
+/// (SIGTERM, then SIGKILL after the grace). Returns -1 in `failed` and the
+/// statuses when every rank ended as asked; throws nothing.
+Attempt run_attempt(const Job& job, int restart);
+
 }  // namespace
 
 int main(int argc, char** argv) {
   CLI::App app{"basin-run: run a command as N local ranks of one job (torchrun-style variables)"};
-  int nproc = 1;
-  int master_port = 0;
-  std::string master_addr = "127.0.0.1";
-  double grace_seconds = 5;
-  std::vector<std::string> command;
-  app.add_option("--nproc", nproc, "Number of processes (ranks)")->required()->check(CLI::Range(1, 1024));
-  app.add_option("--master-port", master_port, "Port of rank 0's rendezvous store (default: a free port)")
+  Job job;
+  app.add_option("--nproc,--nproc-per-node,--nproc_per_node", job.nproc, "Number of processes (ranks)")
+      ->required()
+      ->check(CLI::Range(1, 1024));
+  app.add_option("--master-port,--master_port", job.master_port,
+                 "Port of rank 0's rendezvous store (default: a free port)")
       ->check(CLI::Range(1, 65535));
-  app.add_option("--master-addr", master_addr, "Address of rank 0 (default 127.0.0.1)");
-  app.add_option("--grace", grace_seconds, "Seconds the other ranks get to stop after one fails, before SIGKILL");
-  app.add_option("command", command, "The command each rank runs, after --")->required();
+  app.add_option("--master-addr,--master_addr", job.master_addr, "Address of rank 0 (default 127.0.0.1)");
+  app.add_option("--grace", job.grace_seconds, "Seconds the other ranks get to stop after one fails, before SIGKILL");
+  app.add_option("--max-restarts,--max_restarts", job.max_restarts,
+                 "Start the job again, at most this many times, when a rank dies (not on exit code 2)")
+      ->check(CLI::Range(0, 1000));
+  app.add_option("command", job.command, "The command each rank runs, after --")->required();
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& error) {
     const int code = app.exit(error);
     return code == 0 ? 0 : kBadInput;
   }
-  if (master_port == 0) master_port = free_port();
 
   // Children must be waitable (an inherited SIG_IGN would reap them behind our
   // back); a closed stdout must not kill the launcher while ranks run.
@@ -101,12 +130,57 @@ int main(int argc, char** argv) {
   signal(SIGPIPE, SIG_IGN);
   for (int s : {SIGINT, SIGTERM, SIGHUP}) signal(s, [](int) { interrupted = 1; });
 
+  for (int restart = 0;; ++restart) {
+    const Attempt attempt = run_attempt(job, restart);
+    if (attempt.failed < 0) {
+      for (int status : attempt.statuses) {
+        if (WIFEXITED(status) && WEXITSTATUS(status) == basin::kExitInterrupted) {
+          std::cerr << "basin-run: the ranks stopped on a signal after writing a checkpoint; continue with --resume latest"
+                    << std::endl;
+          return basin::kExitInterrupted;
+        }
+      }
+      if (interrupted) return 130;
+      if (restart > 0) std::cerr << "basin-run: the job finished after " << restart << (restart == 1 ? " restart" : " restarts") << std::endl;
+      return 0;
+    }
+    const int status = attempt.statuses[static_cast<std::size_t>(attempt.failed)];
+    std::string others;
+    for (int rank : attempt.failures) {
+      if (rank != attempt.failed) others += "; then rank " + std::to_string(rank) + " " + describe(attempt.statuses[static_cast<std::size_t>(rank)]);
+    }
+    const bool bad_input = WIFEXITED(status) && WEXITSTATUS(status) == kBadInput;
+    if (restart < job.max_restarts && !bad_input && !interrupted) {
+      std::cerr << "basin-run: rank " << attempt.failed << " " << describe(status) << others << "; restarting the job ("
+                << restart + 1 << " of at most " << job.max_restarts << " restarts)" << std::endl;
+      continue;
+    }
+    std::cerr << "basin-run: failed: rank " << attempt.failed << " " << describe(status) << others;
+    if (bad_input && restart < job.max_restarts) std::cerr << " (bad input: not restarted)";
+    else if (job.max_restarts > 0 && !interrupted) std::cerr << " (after " << restart << " of " << job.max_restarts << " restarts)";
+    std::cerr << std::endl;
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  }
+}
+
+namespace {
+
+Attempt run_attempt(const Job& job, int restart) {
+  const int nproc = job.nproc;
+  const int master_port = job.master_port != 0 ? job.master_port : free_port();
+  const std::string& master_addr = job.master_addr;
+  const double grace_seconds = job.grace_seconds;
+  Attempt attempt;
   std::vector<Rank> ranks;
   auto abandon_start = [&](const char* what) {
     std::cerr << "basin-run: " << what << " failed: " << strerror(errno) << "; stopping the ranks started" << std::endl;
     for (auto& r : ranks) kill(-r.pid, SIGKILL);
     for (auto& r : ranks) waitpid(r.pid, nullptr, 0);
-    return 1;
+    attempt.statuses.assign(static_cast<std::size_t>(nproc), 0);
+    attempt.statuses[0] = 1 << 8;  // exit code 1, charged to rank 0: the job never ran
+    attempt.failed = 0;
+    attempt.failures = {0};
+    return attempt;
   };
   const pid_t launcher = getpid();
   for (int rank = 0; rank < nproc; ++rank) {
@@ -126,10 +200,14 @@ int main(int argc, char** argv) {
       setenv("RANK", std::to_string(rank).c_str(), 1);
       setenv("LOCAL_RANK", std::to_string(rank).c_str(), 1);
       setenv("WORLD_SIZE", std::to_string(nproc).c_str(), 1);
+      setenv("LOCAL_WORLD_SIZE", std::to_string(nproc).c_str(), 1);
+      setenv("GROUP_RANK", "0", 1);  // this node's index: one node
+      setenv("TORCHELASTIC_RESTART_COUNT", std::to_string(restart).c_str(), 1);
+      setenv("TORCHELASTIC_MAX_RESTARTS", std::to_string(job.max_restarts).c_str(), 1);
       setenv("MASTER_ADDR", master_addr.c_str(), 1);
       setenv("MASTER_PORT", std::to_string(master_port).c_str(), 1);
       std::vector<char*> args;
-      for (auto& part : command) args.push_back(part.data());
+      for (auto& part : job.command) args.push_back(const_cast<char*>(part.c_str()));  // execvp does not write them
       args.push_back(nullptr);
       execvp(args[0], args.data());
       std::fprintf(stderr, "basin-run: cannot run '%s': %s\n", args[0], strerror(errno));
@@ -221,23 +299,10 @@ int main(int argc, char** argv) {
     }
     if (stopping && std::chrono::steady_clock::now() > stop_deadline) stop_others(SIGKILL);
   }
-  if (failed >= 0) {
-    std::string others;
-    for (int rank : failures) {
-      if (rank != failed) others += "; then rank " + std::to_string(rank) + " " + describe(ranks[static_cast<std::size_t>(rank)].status);
-    }
-    std::cerr << "basin-run: failed: rank " << failed << " " << describe(ranks[static_cast<std::size_t>(failed)].status)
-              << others << std::endl;
-    const int status = ranks[static_cast<std::size_t>(failed)].status;
-    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-  }
-  for (auto& r : ranks) {
-    if (WIFEXITED(r.status) && WEXITSTATUS(r.status) == basin::kExitInterrupted) {
-      std::cerr << "basin-run: the ranks stopped on a signal after writing a checkpoint; continue with --resume latest"
-                << std::endl;
-      return basin::kExitInterrupted;
-    }
-  }
-  if (interrupted) return 130;
-  return 0;
+  for (const auto& r : ranks) attempt.statuses.push_back(r.status);
+  attempt.failed = failed;
+  attempt.failures = failures;
+  return attempt;
 }
+
+}  // namespace

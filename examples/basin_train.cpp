@@ -2,9 +2,11 @@
 // metrics.jsonl, summary.json, resolved config.json and checkpoints into a
 // run directory; --resume continues a run from its checkpoint.
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <ctime>
 #include <filesystem>
 #include <fstream>
@@ -120,6 +122,13 @@ basin::StateDict read_resume_checkpoint(const std::string& resume, const std::st
   return latest.checkpoint;
 }
 
+// How many times the job's launcher restarted it (basin-run --max-restarts,
+// torchrun --max-restarts): TORCHELASTIC_RESTART_COUNT, as torchrun sets it.
+int restart_count() {
+  const char* value = std::getenv("TORCHELASTIC_RESTART_COUNT");
+  return value != nullptr ? std::max(0, std::atoi(value)) : 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -185,7 +194,19 @@ int main(int argc, char** argv) {
     basin::StateDict checkpoint = basin::new_state_dict();
     std::string checkpoint_path;
     if (!config_path.empty()) config = basin::load_config_file(config_path);
-    if (!resume.empty()) {
+    const int restarts = restart_count();
+    if (restarts > 0 && resume.empty()) {
+      // A restarted job continues from its newest intact checkpoint, or starts again if it wrote none.
+      if (run_dir.empty()) throw basin::ConfigError("a restarted job (TORCHELASTIC_RESTART_COUNT " +
+                                                    std::to_string(restarts) + ") needs --run-dir, where its checkpoints are");
+      try {
+        checkpoint = read_resume_checkpoint("latest", checkpoint_folder(config, run_dir), checkpoint_path);
+        resume = "latest";
+      } catch (const basin::CheckpointError& none) {
+        if (writer) basin::console::info("restart " + std::to_string(restarts) + ": " + none.what() + "; training from the start");
+        overwrite = true;
+      }
+    } else if (!resume.empty()) {
       checkpoint = read_resume_checkpoint(resume, checkpoint_folder(config, run_dir), checkpoint_path);
       if (config_path.empty()) {
         if (!checkpoint.contains("config") || !checkpoint.at("config").isString()) {
@@ -241,7 +262,11 @@ int main(int argc, char** argv) {
       }
       return basin::kExitInterrupted;
     }
-    if (writer) write_json(fs::path(run_dir) / "summary.json", summary.to_json());
+    if (writer) {
+      basin::Json written = summary.to_json();
+      written["restarts"] = restarts;  // by the launcher, before this run finished
+      write_json(fs::path(run_dir) / "summary.json", written);
+    }
     // The trained model for Python: state_dict.pt, and model.pt for a TorchScript model (collective under zero3).
     trainer.export_model(run_dir);
     if (!writer) return 0;

@@ -7,6 +7,7 @@
 #include <chrono>
 #include <csignal>
 #include <filesystem>
+#include <random>
 #include <thread>
 
 #include <fcntl.h>
@@ -227,6 +228,71 @@ TEST(ResumeProgramTest, ZeroThreeJobWithARankSigkilledMidEpochResumesToTheUninte
       "d = max((a[k].double() - b[k].double()).abs().max().item() for k in a); "
       "print('max difference', d); assert d <= 1e-5, d\" " + joined + " " + final_checkpoint(ddp));
   EXPECT_EQ(python.exit_code, 0) << python.output;
+}
+
+// Chaos: a two-rank SAM job under `basin-run --max-restarts 3`, a rank
+// SIGKILLed in each of its first three attempts, a random few milliseconds
+// after a checkpoint drawn at random (rank 1, then rank 0, the writer, then
+// rank 1). The job restarts by itself from its newest checkpoint each time
+// and ends as the uninterrupted job: final checkpoint and metrics.jsonl.
+TEST(ResumeProgramTest, AJobWhoseRanksAreKilledThreeTimesRestartsByItselfToTheUninterruptedEnd) {
+  test::TempDir dir;
+  Json config = long_config();
+  config["data"]["train_size"] = 8000;  // 250 steps an epoch on two ranks, 500 in all
+  config["algorithms"] = Json::parse(R"({"sam": {"rho": 0.05}})");
+  config["parallel"] = Json::parse(R"({"mode": "ddp", "timeout_seconds": 60})");
+  const std::string config_file = dir.file("config.json"), whole = dir.file("whole"), chaos = dir.file("chaos");
+  test::write_text(config_file, config.dump());
+  const std::string run = BASIN_RUN_EXE;
+  const auto plain = test::run_command(run + " --nproc 2 -- " + kTrain + " --config " + config_file + " --run-dir " + whole, 300);
+  ASSERT_EQ(plain.exit_code, 0) << plain.output;
+
+  // Attempt r kills rank (r + 1) % 2 once checkpoint steps[r] is complete; steps 150 or more apart,
+  // so an attempt never starts past its own.
+  std::mt19937 random(static_cast<unsigned>(std::chrono::steady_clock::now().time_since_epoch().count()));
+  const int steps[3] = {50 * (1 + static_cast<int>(random() % 2)), 50 * (5 + static_cast<int>(random() % 2)),
+                        50 * (9 + static_cast<int>(random() % 2))};
+  const int delays_ms[3] = {static_cast<int>(random() % 30), static_cast<int>(random() % 30), static_cast<int>(random() % 30)};
+  std::string plan = "case $TORCHELASTIC_RESTART_COUNT in";
+  for (int r = 0; r < 3; ++r) {
+    plan += " " + std::to_string(r) + ") victim=" + std::to_string((r + 1) % 2) + " at=" + chaos + "/checkpoints/" +
+            checkpoint_file_name(steps[r]) + ".sum delay=0.0" + (delays_ms[r] < 10 ? "0" : "") +
+            std::to_string(delays_ms[r]) + " ;;";
+  }
+  plan += " *) victim=none ;; esac";
+  const std::string rank_command = plan + "; " + kTrain + " --config " + config_file + " --run-dir " + chaos +
+                                   " & pid=$!; if [ \"$RANK\" = \"$victim\" ]; then while [ ! -e $at ]; do sleep 0.005; done; "
+                                   "sleep $delay; kill -9 $pid; fi; wait $pid";
+  SCOPED_TRACE("kills after checkpoints " + std::to_string(steps[0]) + ", " + std::to_string(steps[1]) + ", " +
+               std::to_string(steps[2]) + " (+" + std::to_string(delays_ms[0]) + ", " + std::to_string(delays_ms[1]) +
+               ", " + std::to_string(delays_ms[2]) + " ms)");
+  const auto job = test::run_command(run + " --nproc 2 --grace 2 --max-restarts 3 -- sh -c '" + rank_command + "'", 600);
+  ASSERT_EQ(job.exit_code, 0) << job.output;
+  for (int r = 1; r <= 3; ++r) {
+    EXPECT_NE(job.output.find("restarting the job (" + std::to_string(r) + " of at most 3 restarts)"), std::string::npos)
+        << job.output;
+  }
+  EXPECT_NE(job.output.find("rank 0 exited with code 137"), std::string::npos) << job.output;  // its shell: 128 + SIGKILL
+  EXPECT_NE(job.output.find("basin-run: the job finished after 3 restarts"), std::string::npos) << job.output;
+  EXPECT_NE(job.output.find("resumed from"), std::string::npos) << job.output;
+  EXPECT_TRUE(final_state(chaos) == final_state(whole)) << "the restarted job ended elsewhere";
+  EXPECT_EQ(records_of(chaos), records_of(whole));
+  EXPECT_EQ(Json::parse(test::read_text(chaos + "/summary.json"))["restarts"], 3);
+  EXPECT_EQ(Json::parse(test::read_text(whole + "/summary.json"))["restarts"], 0);
+}
+
+// A rank that exits with code 2 (bad input) is not restarted: the same input would fail again.
+TEST(ResumeProgramTest, BadInputIsNotRestarted) {
+  test::TempDir dir;
+  Json config = long_config();
+  config["parallel"] = Json::parse(R"({"mode": "ddp"})");
+  config["optimizer"]["lr"] = -1;
+  test::write_text(dir.file("config.json"), config.dump());
+  const auto job = test::run_command(std::string(BASIN_RUN_EXE) + " --nproc 2 --max-restarts 3 -- " + kTrain +
+                                     " --config " + dir.file("config.json") + " --run-dir " + dir.file("run"), 120);
+  EXPECT_EQ(job.exit_code, 2) << job.output;
+  EXPECT_NE(job.output.find("(bad input: not restarted)"), std::string::npos) << job.output;
+  EXPECT_EQ(job.output.find("restarting the job"), std::string::npos) << job.output;
 }
 
 TEST(ResumeProgramTest, ResumeLatestFallsBackPastADamagedCheckpointAndSaysSo) {
