@@ -6,6 +6,7 @@
 #include <ATen/ATen.h>
 
 #include "basin/core/config.h"
+#include "basin/core/torch_compat.h"
 #include "basin/core/train/model.h"
 #include "python_models.h"
 #include "test_util.h"
@@ -93,6 +94,38 @@ TEST(TorchScriptTest, UnderAmpBf16AndFromInitFromTheModuleTrainsAndComesBack) {
       "for name, p in started.named_parameters(): assert torch.equal(p, trained[name]), name\n"
       "assert not torch.equal(torch.jit.load('net.pt').head.weight, started.head.weight)\n"
       "print('python: init_from took the trained parameters')\"");
+  EXPECT_EQ(python.exit_code, 0) << python.output;
+}
+
+// amp_fp16 (CPU autocast to float16 from LibTorch 2.5, with the grad scaler
+// it brings): the module trains and comes back; Python, in fp32, gets
+// bit-equal outputs from model.pt and the state_dict, and about the
+// accuracy basin measured in fp16.
+TEST(TorchScriptTest, UnderAmpFp16TheModuleTrainsWithTheGradScalerAndComesBack) {
+  if (!compat::kCpuAutocastFp16) {
+    GTEST_SKIP() << "LibTorch " << compat::torch_version() << "'s CPU autocast has no float16 (2.5 and later have)";
+  }
+  if (!test::have_python_torch()) GTEST_SKIP() << "Python's torch is not installed (Debian package python3-torch)";
+  test::TempDir dir;
+  test::write_python_inputs(dir);
+  if (HasFatalFailure()) return;
+  Json config = test::python_model_config(dir, "net.pt");
+  config["precision"] = "amp_fp16";
+  test::write_text(dir.file("config.json"), config.dump());
+  const auto run = test::run_command(kTrain + " --config " + dir.file("config.json") + " --run-dir " + dir.file("fp16"));
+  ASSERT_EQ(run.exit_code, 0) << run.output;
+  const Json summary = Json::parse(test::read_text(dir.file("fp16/summary.json")));
+  EXPECT_GT(summary["test_accuracy"].get<double>(), 0.5);  // 3 classes: chance is 1/3
+  const auto python = test::run_command(
+      "env -C " + dir.path().string() + " /usr/bin/python3 -c \"import sys, torch, models\n"
+      "m = torch.jit.load('fp16/model.pt').eval()\n"
+      "n = models.Net(); n.load_state_dict(torch.load('fp16/state_dict.pt', weights_only=True)); n.eval()\n"
+      "d = torch.load('test.pt')\n"
+      "with torch.no_grad(): a, b = m(d['x']), n(d['x'])\n"
+      "assert torch.equal(a, b), (a - b).abs().max()\n"
+      "accuracy = (a.argmax(1) == d['y']).double().mean().item()\n"
+      "assert abs(accuracy - float(sys.argv[1])) <= 0.05, (accuracy, sys.argv[1])\n"
+      "print('python: test accuracy', accuracy)\" " + summary["test_accuracy"].dump());
   EXPECT_EQ(python.exit_code, 0) << python.output;
 }
 
