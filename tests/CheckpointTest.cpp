@@ -19,6 +19,7 @@
 #include "basin/core/engine.h"
 #include "basin/core/optimizer_state.h"
 #include "basin/core/torch_compat.h"
+#include "basin/examples/data/image_codec.h"
 #include "distributed_util.h"
 #include "python_models.h"
 #include "test_util.h"
@@ -310,6 +311,24 @@ TEST(CheckpointTest, ResumedTorchScriptRunEqualsTheUninterruptedRun) {
   expect_resume_matches(config, 5);  // 8 steps an epoch
   config["parallel"] = Json::parse(R"({"mode": "zero2", "timeout_seconds": 60})");
   expect_distributed_resume_matches(config, 3);  // 4 steps an epoch on two ranks
+}
+
+// A folder of images resumes as any dataset does: the resumed epoch sees the same batches.
+TEST(CheckpointTest, ResumedImageFolderRunEqualsTheUninterruptedRun) {
+  test::TempDir dir;
+  for (int i = 0; i < 72; ++i) {
+    Image image{5, 5, 1, {}};
+    for (int p = 0; p < 25; ++p) image.pixels.push_back(static_cast<uint8_t>((37 * i + 11 * p + (i % 3) * 80) % 256));
+    const fs::path path = dir.path() / (i < 56 ? "train" : "test") / ("c" + std::to_string(i % 3)) / (std::to_string(i) + ".png");
+    fs::create_directories(path.parent_path());
+    const auto bytes = encode_png(image);
+    std::ofstream(path, std::ios::binary).write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
+  }
+  Json config = test::smoke_config();
+  config["data"] = {{"name", "image_folder"}, {"train", dir.file("train")}, {"test", dir.file("test")}, {"channels", 1},
+                    {"size", 4}, {"batch_size", 8}};
+  config["algorithms"] = Json::parse(R"({"sam": {"rho": 0.05}})");
+  expect_resume_matches(config, 5);  // 7 steps an epoch: mid-epoch
 }
 
 // The rules that keep per-parameter state resume under zero2 too: LookSAM's
