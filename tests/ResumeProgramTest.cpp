@@ -247,11 +247,12 @@ TEST(ResumeProgramTest, AJobWhoseRanksAreKilledThreeTimesRestartsByItselfToTheUn
   const auto plain = test::run_command(run + " --nproc 2 -- " + kTrain + " --config " + config_file + " --run-dir " + whole, 300);
   ASSERT_EQ(plain.exit_code, 0) << plain.output;
 
-  // Attempt r kills rank (r + 1) % 2 once checkpoint steps[r] is complete; steps 150 or more apart,
-  // so an attempt never starts past its own.
+  // Attempt r kills rank (r + 1) % 2 once checkpoint steps[r] is complete: steps 100 or more apart (a
+  // kill lands within 30 ms, a few steps), so an attempt never starts past its own, and before the
+  // last step (500), so that no kill can come after the job's end.
   std::mt19937 random(static_cast<unsigned>(std::chrono::steady_clock::now().time_since_epoch().count()));
   const int steps[3] = {50 * (1 + static_cast<int>(random() % 2)), 50 * (5 + static_cast<int>(random() % 2)),
-                        50 * (9 + static_cast<int>(random() % 2))};
+                        50 * (8 + static_cast<int>(random() % 2))};
   const int delays_ms[3] = {static_cast<int>(random() % 30), static_cast<int>(random() % 30), static_cast<int>(random() % 30)};
   std::string plan = "case $TORCHELASTIC_RESTART_COUNT in";
   for (int r = 0; r < 3; ++r) {
