@@ -21,9 +21,10 @@ const std::string kRun = BASIN_RUN_EXE;
 /// and the eager class with the state_dict give the same outputs, bit for
 /// bit, and the test accuracy basin reported; training moved the weights and
 /// BatchNorm's statistics. `autocast` ("bfloat16") evaluates as basin did
-/// under amp_bf16.
+/// under amp_bf16; `accuracy_tolerance` allows an accuracy basin measured
+/// in another precision than Python's.
 void expect_python_reads_the_trained_model(const test::TempDir& dir, const std::string& run_dir,
-                                           const std::string& autocast = "") {
+                                           const std::string& autocast = "", double accuracy_tolerance = 1e-12) {
   const auto python = test::run_command(
       "env -C " + dir.path().string() + " /usr/bin/python3 -c \"import sys, json, torch, models, contextlib\n"
       "run = sys.argv[1]\n"
@@ -35,11 +36,11 @@ void expect_python_reads_the_trained_model(const test::TempDir& dir, const std::
       "assert torch.equal(a, b), (a - b).abs().max()\n"
       "accuracy = (a.argmax(1) == d['y']).double().mean().item()\n"
       "reported = json.load(open(run + '/summary.json'))['test_accuracy']\n"
-      "assert abs(accuracy - reported) < 1e-12, (accuracy, reported)\n"
+      "assert abs(accuracy - reported) <= float(sys.argv[2]), (accuracy, reported)\n"
       "start = torch.jit.load('net.pt')\n"
       "assert not torch.equal(start.head.weight, m.head.weight)\n"
       "assert not torch.equal(start.bn.running_mean, m.bn.running_mean)\n"
-      "print('python: test accuracy', accuracy)\" " + run_dir);
+      "print('python: test accuracy', accuracy)\" " + run_dir + " " + Json(accuracy_tolerance).dump());
   EXPECT_EQ(python.exit_code, 0) << python.output;
 }
 
@@ -116,17 +117,8 @@ TEST(TorchScriptTest, UnderAmpFp16TheModuleTrainsWithTheGradScalerAndComesBack) 
   ASSERT_EQ(run.exit_code, 0) << run.output;
   const Json summary = Json::parse(test::read_text(dir.file("fp16/summary.json")));
   EXPECT_GT(summary["test_accuracy"].get<double>(), 0.5);  // 3 classes: chance is 1/3
-  const auto python = test::run_command(
-      "env -C " + dir.path().string() + " /usr/bin/python3 -c \"import sys, torch, models\n"
-      "m = torch.jit.load('fp16/model.pt').eval()\n"
-      "n = models.Net(); n.load_state_dict(torch.load('fp16/state_dict.pt', weights_only=True)); n.eval()\n"
-      "d = torch.load('test.pt')\n"
-      "with torch.no_grad(): a, b = m(d['x']), n(d['x'])\n"
-      "assert torch.equal(a, b), (a - b).abs().max()\n"
-      "accuracy = (a.argmax(1) == d['y']).double().mean().item()\n"
-      "assert abs(accuracy - float(sys.argv[1])) <= 0.05, (accuracy, sys.argv[1])\n"
-      "print('python: test accuracy', accuracy)\" " + summary["test_accuracy"].dump());
-  EXPECT_EQ(python.exit_code, 0) << python.output;
+  // Python evaluates in fp32: the accuracy basin measured in fp16 to 5 points.
+  expect_python_reads_the_trained_model(dir, dir.file("fp16"), "", 0.05);
 }
 
 // A block's own eval() reaches the scripted block: its BatchNorm stops
