@@ -304,11 +304,13 @@ std::shared_ptr<Communicator> make_process_group_communicator(c10::intrusive_ptr
 }
 
 std::shared_ptr<Communicator> make_gloo_communicator(const c10::intrusive_ptr<c10d::Store>& store, int rank,
-                                                     int world_size, std::chrono::milliseconds timeout, bool loopback) {
+                                                     int world_size, std::chrono::milliseconds timeout,
+                                                     const GlooDevice& device) {
   auto options = c10d::ProcessGroupGloo::Options::create();
   options->timeout = timeout;
-  options->devices.push_back(loopback ? c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1")
-                                      : c10d::ProcessGroupGloo::createDefaultDevice());
+  options->devices.push_back(device.interface.empty()
+                                 ? c10d::ProcessGroupGloo::createDeviceForHostname(device.address)
+                                 : c10d::ProcessGroupGloo::createDeviceForInterface(device.interface));
   auto group = c10::make_intrusive<c10d::ProcessGroupGloo>(store, rank, world_size, options);
   return make_process_group_communicator(std::move(group), ProcessGroupKind::kGloo);
 }

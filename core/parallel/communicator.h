@@ -3,6 +3,7 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include <ATen/core/Tensor.h>
@@ -74,7 +75,7 @@ class Communicator {
   /// S bytes sends 2(N-1)/N * S, a broadcast or reduce-scatter (N-1)/N * S,
   /// so a reduce-scatter plus a broadcast from each owner (ZeRO-1's gradient
   /// and parameter traffic) costs what one all-reduce costs.
-  double bytes_moved() const { return bytes_moved_; }
+  virtual double bytes_moved() const { return bytes_moved_; }
 
  protected:
   enum class Pattern { kAllReduce, kOneToAllOrAllToOne };
@@ -84,15 +85,21 @@ class Communicator {
   double bytes_moved_ = 0;
 };
 
+/// Where this rank's Gloo talks: the named network interface, else the
+/// interface that holds `address` (loopback by default).
+struct GlooDevice {
+  std::string interface;
+  std::string address = "127.0.0.1";
+};
+
 /// A communicator over a Gloo process group. Ranks meet through `store`
 /// (TCPStore across processes, HashStore for threads); every collective fails
-/// after `timeout` instead of hanging. Gloo talks over loopback for a job on
-/// one machine, else over the interface the host name resolves to. Ranks may
-/// be threads of one process: its collectives are issued one thread at a time
-/// process-wide (LibTorch 2.x's flight recorder races otherwise; issue 19).
+/// after `timeout` instead of hanging. Ranks may be threads of one process:
+/// its collectives are issued one thread at a time process-wide (LibTorch
+/// 2.x's flight recorder races otherwise; issue 19).
 std::shared_ptr<Communicator> make_gloo_communicator(const c10::intrusive_ptr<c10d::Store>& store, int rank,
                                                      int world_size, std::chrono::milliseconds timeout,
-                                                     bool loopback = true);
+                                                     const GlooDevice& device = {});
 
 /// The kinds of c10d process group basin drives, each in its own way: Gloo's
 /// collectives are issued one thread at a time process-wide and its

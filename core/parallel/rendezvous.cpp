@@ -1,5 +1,10 @@
 #include "basin/core/parallel/rendezvous.h"
 
+#include <arpa/inet.h>
+#include <netdb.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <cstdlib>
 #include <stdexcept>
 
@@ -7,6 +12,8 @@
 
 #include "basin/core/config_error.h"
 #include "basin/core/parallel/communicator.h"
+#include "basin/core/parallel/peer_watch.h"
+#include "basin/core/parallel/watched_communicator.h"
 
 namespace basin {
 
@@ -24,6 +31,48 @@ int integer_variable(const char* name, int min, int max) {
                       std::to_string(min) + ", " + std::to_string(max) + "]");
   }
   return static_cast<int>(value);
+}
+
+// The address of this machine's interface that packets to `master_addr`
+// leave from: the one the other ranks can reach this rank at too (a UDP
+// connect sends nothing; it only picks the route).
+std::string address_towards(const std::string& master_addr) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_DGRAM;
+  addrinfo* found = nullptr;
+  if (getaddrinfo(master_addr.c_str(), "9", &hints, &found) != 0 || found == nullptr) {
+    throw ConfigError("MASTER_ADDR '" + master_addr + "' does not resolve to an address");
+  }
+  std::string address;
+  const int fd = socket(found->ai_family, SOCK_DGRAM, 0);
+  sockaddr_storage local{};
+  socklen_t length = sizeof local;
+  if (fd >= 0 && connect(fd, found->ai_addr, found->ai_addrlen) == 0 &&
+      getsockname(fd, reinterpret_cast<sockaddr*>(&local), &length) == 0) {
+    char text[INET6_ADDRSTRLEN] = "";
+    const void* raw = local.ss_family == AF_INET
+                          ? static_cast<const void*>(&reinterpret_cast<sockaddr_in*>(&local)->sin_addr)
+                          : static_cast<const void*>(&reinterpret_cast<sockaddr_in6*>(&local)->sin6_addr);
+    if (inet_ntop(local.ss_family, raw, text, sizeof text) != nullptr) address = text;
+  }
+  if (fd >= 0) close(fd);
+  freeaddrinfo(found);
+  if (address.empty()) throw ConfigError("no network route from this machine to MASTER_ADDR '" + master_addr + "'");
+  return address;
+}
+
+// GLOO_SOCKET_IFNAME names the interface, as in PyTorch; else the one the
+// route to MASTER_ADDR leaves from (loopback for a job on one machine).
+GlooDevice gloo_device(const std::string& master_addr) {
+  GlooDevice device;
+  const char* interface = variable("GLOO_SOCKET_IFNAME");
+  if (interface != nullptr && *interface != '\0') {
+    device.interface = interface;
+    return device;
+  }
+  device.address = address_towards(master_addr);
+  return device;
 }
 
 }  // namespace
@@ -69,9 +118,19 @@ std::shared_ptr<Communicator> connect_job(const JobEnvironment& job, std::chrono
     throw std::runtime_error("rank " + std::to_string(job.rank) + " could not meet the job at " + job.master_addr +
                              ":" + std::to_string(job.master_port) + ": " + what.substr(0, what.find('\n')));
   }
-  if (cuda && nccl_available()) return make_nccl_communicator(store, job.rank, job.world_size, timeout);
-  const bool local = job.master_addr == "localhost" || job.master_addr.rfind("127.", 0) == 0;
-  return make_gloo_communicator(store, job.rank, job.world_size, timeout, local);
+  std::shared_ptr<Communicator> communicator =
+      cuda && nccl_available() ? make_nccl_communicator(store, job.rank, job.world_size, timeout)
+                               : make_gloo_communicator(store, job.rank, job.world_size, timeout, gloo_device(job.master_addr));
+  // The watch's own connection to the store, quick to give up: when rank 0
+  // is the rank that stopped answering, its store does not answer either.
+  c10d::TCPStoreOptions watch_options;
+  watch_options.port = options.port;
+  watch_options.isServer = false;
+  watch_options.waitWorkers = false;
+  watch_options.timeout = std::chrono::seconds(3);
+  auto watch = std::make_shared<PeerWatch>(c10::make_intrusive<c10d::TCPStore>(job.master_addr, watch_options),
+                                           job.rank, job.world_size);
+  return watch_collectives(std::move(communicator), std::move(watch), timeout);
 }
 
 }  // namespace basin
