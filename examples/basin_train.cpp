@@ -26,6 +26,8 @@
 #include "basin/core/console.h"
 #include "basin/core/engine.h"
 #include "basin/core/interrupt.h"
+#include "basin/core/parallel/byte_collectives.h"
+#include "basin/core/parallel/communicator.h"
 #include "basin/core/parallel/rendezvous.h"
 #include "basin/core/train/model.h"
 #include "basin/core/train/trainer.h"
@@ -127,6 +129,32 @@ basin::StateDict read_resume_checkpoint(const std::string& resume, const std::st
 int restart_count() {
   const char* value = std::getenv("TORCHELASTIC_RESTART_COUNT");
   return value != nullptr ? std::max(0, std::atoi(value)) : 0;
+}
+
+// Every rank must resume from the same checkpoint: a node that does not see
+// the run directory's newest (no shared file system, a lagging mount) would
+// train from another step. Compared by file name (mounts may differ); a
+// disagreement is refused on every rank, naming the files.
+void check_ranks_resume_the_same(basin::Trainer& trainer, const std::string& path) {
+  const auto& communicator = trainer.state().communicator;
+  if (!communicator || communicator->world_size() < 2) return;
+  const std::string mine = path.empty() ? "" : fs::path(path).filename().string();
+  const auto all = basin::gather_bytes(*communicator, mine, 0, trainer.state().device);
+  std::string disagreement;
+  if (communicator->rank() == 0) {
+    for (std::size_t r = 1; r < all.size(); ++r) {
+      if (all[r] == mine) continue;
+      disagreement += std::string(disagreement.empty() ? "" : "; ") + "rank " + std::to_string(r) + " sees " +
+                      (all[r].empty() ? "no checkpoint" : all[r]);
+    }
+    if (!disagreement.empty()) {
+      disagreement = "the ranks do not see the same newest checkpoint: rank 0 resumes from " +
+                     (path.empty() ? std::string("none") : path) + ", " + disagreement +
+                     ". Every node needs the run directory on a file system they all see";
+    }
+  }
+  disagreement = basin::broadcast_bytes(*communicator, disagreement, 0, trainer.state().device);
+  if (!disagreement.empty()) throw basin::CheckpointError(disagreement);
 }
 
 }  // namespace
@@ -234,6 +262,7 @@ int main(int argc, char** argv) {
       write_json(fs::path(run_dir) / "config.json", config);
       basin::console::info("run directory: " + run_dir);
     }
+    if (!resume.empty() || restarts > 0) check_ranks_resume_the_same(trainer, checkpoint_path);
     if (!resume.empty()) {
       // A zero3 checkpoint is a manifest: each rank resumes from its own file beside it.
       checkpoint = basin::checkpoint_for_rank(checkpoint_path, checkpoint, job.rank, job.world_size);
