@@ -13,6 +13,7 @@ packages=(
   python3-torch  # the tests open checkpoints with Python's torch.load
   python3-pil    # ... and read the image-folder test's images in Python
   gnuplot-nox    # the study's plots (scripts/study.py), smoke-tested
+  iproute2       # MultiNodeTest: two network namespaces and a veth pair (ip netns, as root)
   "$@"
 )
 

@@ -1,0 +1,79 @@
+#pragma once
+
+// How the launchers of one job agree on it: when an attempt starts (and on
+// which port rank 0 hosts the ranks' store), why it must stop, and whether
+// the job then restarts or ends. One node needs no one to agree with
+// (SoloCoordinator); several meet through a TCPStore that node 0's launcher
+// hosts at --master-addr:--master-port (StoreCoordinator), as torchrun's
+// agents do.
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace basin::launch {
+
+/// How one attempt ended on one node.
+struct NodeResult {
+  int code = 0;              // 0: every rank finished; kExitInterrupted: stopped after a checkpoint; else a failure's exit code
+  bool bad_input = false;    // the failure was exit code 2, which no restart mends
+  bool interrupted = false;  // the launcher itself was asked to stop (SIGINT, SIGTERM, SIGHUP)
+  bool lost = false;         // the node's launcher stopped answering
+  std::string what;          // the failure, "rank 1 exited with code 137"
+};
+
+/// Whether an attempt may run, and where its ranks meet.
+struct Start {
+  bool run = false;
+  int port = 0;         // MASTER_PORT for the ranks
+  int code = 0;         // when not run: the launcher's exit code
+  std::string message;  // when not run: why
+};
+
+/// What follows an attempt: another one, or the job's end with this exit code.
+struct Verdict {
+  bool restart = false;
+  int code = 0;
+  std::string message;  // printed by every launcher ("" for a plain success)
+};
+
+/// Decides what follows an attempt from every node's result (in node order);
+/// `first_failure` is the failure seen first, job-wide ("" if none).
+Verdict decide(int attempt, int max_restarts, const std::vector<NodeResult>& results, const std::string& first_failure);
+
+class Coordinator {
+ public:
+  virtual ~Coordinator() = default;
+  /// The attempt this node starts at (a node that rejoins a restarting job joins its next attempt).
+  virtual int first_attempt() { return 0; }
+  /// Waits until every node is there for attempt `attempt`.
+  virtual Start start(int attempt) = 0;
+  /// Polled while this node's ranks run: why they must stop ("" to go on).
+  virtual std::string stop_reason(int attempt) = 0;
+  /// This node's first failure in the attempt, for every node to see.
+  virtual void report_failure(int attempt, const std::string& what) = 0;
+  /// This node's result; waits for every node's and returns the job's verdict.
+  virtual Verdict finish(int attempt, const NodeResult& mine) = 0;
+};
+
+struct JobShape {
+  int nnodes = 1;
+  int node_rank = 0;
+  int nproc = 1;
+  std::string master_addr = "127.0.0.1";
+  int master_port = 0;  // one node: rank 0's port (0: a free one per attempt); several: the launchers' store
+  int max_restarts = 0;
+  std::chrono::milliseconds join_timeout{300000};  // how long nodes wait for each other to start an attempt
+  std::chrono::milliseconds lost_after{15000};     // a launcher silent this long is a lost node
+};
+
+/// The coordinator for `shape`: solo for one node, else through node 0's
+/// store. Throws std::runtime_error naming the address when node 0's
+/// launcher cannot be reached (or, on node 0, its port cannot be bound).
+std::unique_ptr<Coordinator> make_coordinator(const JobShape& shape);
+
+/// A TCP port free now on every interface (the ranks' store binds them all).
+int free_port();
+
+}  // namespace basin::launch
