@@ -64,6 +64,51 @@ TEST(BasinRunTest, RankThatIgnoresSigtermIsKilledAfterTheGrace) {
   EXPECT_LT(seconds, 20.0);
 }
 
+// A rank that stops answering (SIGSTOP, three seconds in): the others' next
+// collective times out after parallel.timeout_seconds (5), naming it and the
+// rank; the launcher then stops the job. Never a silent hang.
+const std::string kStopRankOne = " & pid=$!; if [ \"$RANK\" = 1 ] && [ \"$TORCHELASTIC_RESTART_COUNT\" = 0 ]; then "
+                                 "sleep 3; kill -STOP $pid; fi; wait $pid";
+
+TEST(BasinRunTest, AStoppedRankEndsTheJobWithinTheTimeoutAndIsNamed) {
+  test::TempDir dir;
+  const std::string rank_command = kTrain + " --config " + kConfigs + "/synthetic_ddp.json --run-dir " + dir.file("run") +
+                                   " --set max_epochs=1000000 --set parallel.timeout_seconds=5" + kStopRankOne;
+  const auto start = std::chrono::steady_clock::now();
+  const auto result = test::run_command(kRun + " --nproc 2 --grace 2 -- sh -c '" + rank_command + "'", 120);
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_EQ(result.exit_code, 1) << result.output;
+  // Rank 0 names the collective it waited in and the rank that did not come.
+  const std::regex named(R"(\[rank 0\] basin-train: error: (all_reduce_sum|all_reduce_max|broadcast|barrier) #\d+ )"
+                         R"(failed on rank 0 \(parallel.timeout_seconds 5\): rank 1 stopped answering)");
+  EXPECT_TRUE(std::regex_search(result.output, named)) << result.output;
+  EXPECT_NE(result.output.find("basin-run: failed: rank 0 exited with code 1; then rank 1 was killed by signal"),
+            std::string::npos)
+      << result.output;
+  // 3 s of training, the 5 s timeout, 2.5 s to tell a stopped rank from a slow one, the 2 s grace.
+  EXPECT_LT(seconds, 3 + 5 + 2.5 + 2 + 10);
+}
+
+TEST(BasinRunTest, AStoppedRankIsARestartUnderMaxRestarts) {
+  test::TempDir dir;
+  const std::string rank_command = kTrain + " --config " + kConfigs + "/synthetic_ddp.json --run-dir " + dir.file("run") +
+                                   " --set max_epochs=150 --set log_every=1000000 --set parallel.timeout_seconds=5" +
+                                   kStopRankOne;
+  const auto result = test::run_command(kRun + " --nproc 2 --grace 2 --max-restarts 1 -- sh -c '" + rank_command + "'", 240);
+  EXPECT_EQ(result.exit_code, 0) << result.output;
+  EXPECT_NE(result.output.find("rank 1 stopped answering"), std::string::npos) << result.output;
+  EXPECT_NE(result.output.find("basin-run: rank 0 exited with code 1; then rank 1 was killed by signal"),
+            std::string::npos)
+      << result.output;
+  EXPECT_NE(result.output.find("restarting the job (1 of at most 1 restarts)"),
+            std::string::npos)
+      << result.output;
+  EXPECT_NE(result.output.find("[rank 0] test accuracy"), std::string::npos) << result.output;
+  const Json summary = Json::parse(test::read_text(dir.file("run/summary.json")));
+  EXPECT_EQ(summary["restarts"], 1);
+  EXPECT_EQ(summary["steps"], 150 * 16);
+}
+
 TEST(BasinRunTest, BadLauncherInputExitsTwo) {
   auto result = test::run_command(kRun + " --nproc 2");
   EXPECT_EQ(result.exit_code, 2) << result.output;

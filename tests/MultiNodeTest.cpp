@@ -1,0 +1,270 @@
+// basin-run across machines: one launcher per node, --nnodes and
+// --node-rank, meeting at node 0's launcher. The nodes are launchers on
+// loopback here, or two network namespaces joined by a veth pair (as root):
+// two machines' network stacks on this one.
+
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <chrono>
+
+#include "test_util.h"
+
+namespace basin {
+namespace {
+
+namespace fs = std::filesystem;
+
+const std::string kRun = BASIN_RUN_EXE;
+const std::string kTrain = BASIN_TRAIN_EXE;
+const std::string kConfig = std::string(BASIN_SOURCE_DIR) + "/examples/configs/synthetic_ddp.json";
+
+int free_port() {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof address);
+  socklen_t length = sizeof address;
+  getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length);
+  close(fd);
+  return ntohs(address.sin_port);
+}
+
+/// Runs the nodes' launchers side by side (each command is one node's),
+/// each with its own output; waits for all of them.
+std::vector<test::RunResult> run_nodes(const std::vector<std::string>& launchers, int timeout_seconds = 120) {
+  test::TempDir dir;
+  std::string script;
+  for (std::size_t i = 0; i < launchers.size(); ++i) {
+    const std::string node = dir.file("node" + std::to_string(i));
+    script += "(timeout " + std::to_string(timeout_seconds) + " " + launchers[i] + " > " + node + ".out 2>&1; echo $? > " +
+              node + ".rc) & ";
+  }
+  script += "wait";
+  test::write_text(dir.file("nodes.sh"), script);
+  std::system(("sh " + dir.file("nodes.sh")).c_str());
+  std::vector<test::RunResult> results;
+  for (std::size_t i = 0; i < launchers.size(); ++i) {
+    const std::string node = dir.file("node" + std::to_string(i));
+    test::RunResult result;
+    const std::string rc = test::read_text(node + ".rc");
+    result.exit_code = rc.empty() ? -1 : std::stoi(rc);
+    result.output = test::read_text(node + ".out");
+    results.push_back(result);
+  }
+  return results;
+}
+
+std::string launcher(int nnodes, int node_rank, int port, const std::string& extra, const std::string& command,
+                     const std::string& addr = "127.0.0.1") {
+  return kRun + " --nnodes " + std::to_string(nnodes) + " --node-rank " + std::to_string(node_rank) +
+         " --nproc-per-node 1 --master-addr " + addr + " --master-port " + std::to_string(port) + " " + extra + " -- " +
+         command;
+}
+
+std::string bytes_of(const std::string& path) {
+  EXPECT_TRUE(fs::exists(path)) << path;
+  return test::read_text(path);
+}
+
+/// Two network namespaces joined by a veth pair, 10.213.0.1 and .2, made
+/// and deleted by the test; `reason` says why not when they cannot be.
+class TwoNamespaces {
+ public:
+  TwoNamespaces() {
+    const std::string id = std::to_string(getpid());
+    a_ = "basin-a-" + id, b_ = "basin-b-" + id;
+    const std::string va = "bva" + id, vb = "bvb" + id;
+    if (geteuid() != 0) {
+      reason_ = "network namespaces need root (ip netns); this test runs as uid " + std::to_string(geteuid());
+      return;
+    }
+    const std::string setup = "ip netns add " + a_ + " && ip netns add " + b_ + " && ip link add " + va +
+                              " type veth peer name " + vb + " && ip link set " + va + " netns " + a_ +
+                              " && ip link set " + vb + " netns " + b_ + " && ip -n " + a_ + " addr add 10.213.0.1/24 dev " +
+                              va + " && ip -n " + b_ + " addr add 10.213.0.2/24 dev " + vb + " && ip -n " + a_ +
+                              " link set " + va + " up && ip -n " + b_ + " link set " + vb + " up && ip -n " + a_ +
+                              " link set lo up && ip -n " + b_ + " link set lo up";
+    const auto made = test::run_command(setup, 30);
+    if (made.exit_code != 0) reason_ = "cannot make network namespaces here (ip netns, veth): " + made.output;
+  }
+  ~TwoNamespaces() { std::system(("ip netns del " + a_ + " 2>/dev/null; ip netns del " + b_ + " 2>/dev/null").c_str()); }
+
+  const std::string& reason() const { return reason_; }
+  std::string in_a(const std::string& command) const { return "ip netns exec " + a_ + " " + command; }
+  std::string in_b(const std::string& command) const { return "ip netns exec " + b_ + " " + command; }
+
+ private:
+  std::string a_, b_, reason_;
+};
+
+// The same SAM job as one node with two ranks, then as two nodes of one
+// rank each, in their own network namespaces: bit-equal weights.
+void expect_two_namespaces_equal_one_node(const std::string& mode) {
+  TwoNamespaces namespaces;
+  if (!namespaces.reason().empty()) GTEST_SKIP() << namespaces.reason();
+  test::TempDir dir;
+  const std::string train = kTrain + " --config " + kConfig + " --set max_epochs=2 --set parallel.mode=" + mode;
+  const auto one = test::run_command(kRun + " --nproc 2 -- " + train + " --run-dir " + dir.file("one"));
+  ASSERT_EQ(one.exit_code, 0) << one.output;
+  const std::string two = train + " --run-dir " + dir.file("two");
+  const std::string master = "10.213.0.1";
+  const auto nodes = run_nodes({namespaces.in_a(launcher(2, 0, 29500, "--join-timeout 60", two, master)),
+                                namespaces.in_b(launcher(2, 1, 29500, "--join-timeout 60", two, master))});
+  ASSERT_EQ(nodes[0].exit_code, 0) << nodes[0].output << nodes[1].output;
+  ASSERT_EQ(nodes[1].exit_code, 0) << nodes[1].output;
+  EXPECT_NE(nodes[1].output.find("[rank 1]"), std::string::npos) << nodes[1].output;  // node 1 ran rank 1
+  EXPECT_EQ(bytes_of(dir.file("two/state_dict.pt")), bytes_of(dir.file("one/state_dict.pt")));
+  const Json summary_one = Json::parse(test::read_text(dir.file("one/summary.json")));
+  const Json summary_two = Json::parse(test::read_text(dir.file("two/summary.json")));
+  EXPECT_EQ(summary_two["test_accuracy"], summary_one["test_accuracy"]);
+  EXPECT_EQ(summary_two["test_loss"], summary_one["test_loss"]);
+}
+
+TEST(MultiNodeTest, TwoNodesInNetworkNamespacesTrainDdpWithSamAsOneNodeDoesBitForBit) {
+  expect_two_namespaces_equal_one_node("ddp");
+}
+
+TEST(MultiNodeTest, TwoNodesInNetworkNamespacesTrainZeroOneWithSamAsOneNodeDoesBitForBit) {
+  expect_two_namespaces_equal_one_node("zero1");
+}
+
+TEST(MultiNodeTest, TwoLaunchersOnLoopbackSetTorchrunsVariablesAndTrainAsOneNodeDoes) {
+  test::TempDir dir;
+  const int port = free_port();
+  const std::string show = "sh -c 'echo vars $RANK $WORLD_SIZE $LOCAL_RANK $LOCAL_WORLD_SIZE $GROUP_RANK'";
+  auto nodes = run_nodes({launcher(2, 0, port, "", show), launcher(2, 1, port, "", show)});
+  EXPECT_NE(nodes[0].output.find("[rank 0] vars 0 2 0 1 0"), std::string::npos) << nodes[0].output;
+  EXPECT_NE(nodes[1].output.find("[rank 1] vars 1 2 0 1 1"), std::string::npos) << nodes[1].output;
+
+  const std::string train = kTrain + " --config " + kConfig + " --set max_epochs=2";
+  const auto one = test::run_command(kRun + " --nproc 2 -- " + train + " --run-dir " + dir.file("one"));
+  ASSERT_EQ(one.exit_code, 0) << one.output;
+  const int port2 = free_port();
+  nodes = run_nodes({launcher(2, 0, port2, "", train + " --run-dir " + dir.file("two")),
+                     launcher(2, 1, port2, "", train + " --run-dir " + dir.file("two"))});
+  ASSERT_EQ(nodes[0].exit_code, 0) << nodes[0].output << nodes[1].output;
+  ASSERT_EQ(nodes[1].exit_code, 0) << nodes[1].output;
+  EXPECT_EQ(bytes_of(dir.file("two/state_dict.pt")), bytes_of(dir.file("one/state_dict.pt")));
+}
+
+TEST(MultiNodeTest, ANodeThatNeverComesFailsEveryLauncherNamingItAndTheTimeout) {
+  const int port = free_port();
+  const auto start = std::chrono::steady_clock::now();
+  const auto nodes = run_nodes({kRun + " --nnodes 3 --node-rank 0 --nproc 1 --master-port " + std::to_string(port) +
+                                    " --join-timeout 3 -- true",
+                                kRun + " --nnodes 3 --node-rank 1 --nproc 1 --master-port " + std::to_string(port) +
+                                    " --join-timeout 3 -- true"});
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  for (const auto& node : nodes) {
+    EXPECT_EQ(node.exit_code, 1) << node.output;
+    EXPECT_NE(node.output.find("node 2 did not join the job within 3 s (--join-timeout)"), std::string::npos)
+        << node.output;
+  }
+  EXPECT_LT(seconds, 20);
+  // And node 0's launcher itself never coming: node 1 gives up, naming the address.
+  const auto alone = test::run_command(kRun + " --nnodes 2 --node-rank 1 --nproc 1 --master-port " +
+                                       std::to_string(free_port()) + " --join-timeout 2 -- true", 60);
+  EXPECT_EQ(alone.exit_code, 1) << alone.output;
+  EXPECT_NE(alone.output.find("node 0's launcher (at 127.0.0.1:"), std::string::npos) << alone.output;
+  EXPECT_NE(alone.output.find("did not answer within 2 s (--join-timeout)"), std::string::npos) << alone.output;
+}
+
+TEST(MultiNodeTest, NodesStartedDifferentlyOrTwiceAreRefused) {
+  const int port = free_port();
+  const auto nodes = run_nodes({kRun + " --nnodes 2 --node-rank 0 --nproc 1 --master-port " + std::to_string(port) +
+                                    " --join-timeout 5 -- true",
+                                kRun + " --nnodes 2 --node-rank 1 --nproc 2 --master-port " + std::to_string(port) +
+                                    " --join-timeout 5 -- true"});
+  for (const auto& node : nodes) {
+    EXPECT_EQ(node.exit_code, 2) << node.output;
+    EXPECT_NE(node.output.find("with --nnodes 2 --nproc-per-node 2, node 0 with --nnodes 2 --nproc-per-node 1"),
+              std::string::npos)
+        << node.output;
+  }
+  // A second launcher for node 1 while the first is alive.
+  const int port2 = free_port();
+  const auto twice = run_nodes({launcher(2, 0, port2, "--join-timeout 20", "sleep 4"),
+                                launcher(2, 1, port2, "--join-timeout 20", "sleep 4"),
+                                "sh -c 'sleep 1; exec " + launcher(2, 1, port2, "--join-timeout 20", "true") + "'"});
+  EXPECT_EQ(twice[0].exit_code, 0) << twice[0].output;
+  EXPECT_EQ(twice[1].exit_code, 0) << twice[1].output;
+  EXPECT_EQ(twice[2].exit_code, 1) << twice[2].output;
+  EXPECT_NE(twice[2].output.find("node rank 1 is already in the job"), std::string::npos) << twice[2].output;
+}
+
+TEST(MultiNodeTest, ARankDyingOnOneNodeRestartsEveryNode) {
+  // Attempt 0: rank 1 (node 1) exits 7 after a second, rank 0 would sleep for a minute.
+  const std::string script =
+      "sh -c 'if [ \"$TORCHELASTIC_RESTART_COUNT\" = 0 ]; then if [ \"$RANK\" = 1 ]; then sleep 1; exit 7; fi; "
+      "exec sleep 60; fi; echo attempt $TORCHELASTIC_RESTART_COUNT of rank $RANK'";
+  const int port = free_port();
+  const auto start = std::chrono::steady_clock::now();
+  const auto nodes = run_nodes({launcher(2, 0, port, "--max-restarts 2 --grace 1", script),
+                                launcher(2, 1, port, "--max-restarts 2 --grace 1", script)});
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  for (const auto& node : nodes) {
+    EXPECT_EQ(node.exit_code, 0) << node.output;
+    EXPECT_NE(node.output.find("rank 1 (node 1) exited with code 7; restarting the job (1 of at most 2 restarts)"),
+              std::string::npos)
+        << node.output;
+    EXPECT_NE(node.output.find("the job finished after 1 restart"), std::string::npos) << node.output;
+  }
+  EXPECT_NE(nodes[0].output.find("[rank 0] attempt 1 of rank 0"), std::string::npos) << nodes[0].output;
+  EXPECT_NE(nodes[1].output.find("[rank 1] attempt 1 of rank 1"), std::string::npos) << nodes[1].output;
+  EXPECT_LT(seconds, 30);  // node 0's sleeping rank was stopped, not waited for
+}
+
+TEST(MultiNodeTest, ALostNodeStopsTheJobAndItsLauncherRejoinsTheRestart) {
+  // Node 1's launcher is SIGKILLed (its rank goes with it); a new one for
+  // node 1 starts three seconds later and joins the restarted job.
+  test::TempDir dir;
+  test::write_text(dir.file("rank.sh"),
+                   "if [ \"$TORCHELASTIC_RESTART_COUNT\" = 0 ]; then exec sleep 60; fi\n"
+                   "echo attempt $TORCHELASTIC_RESTART_COUNT of rank $RANK\n");
+  const int port = free_port();
+  const std::string options = "--max-restarts 1 --grace 1 --node-timeout 3 --join-timeout 30";
+  const std::string node_one = launcher(2, 1, port, options, "sh " + dir.file("rank.sh"));
+  test::write_text(dir.file("node1.sh"), node_one + " & pid=$!; sleep 2; kill -9 $pid; sleep 3; exec " + node_one + "\n");
+  const auto start = std::chrono::steady_clock::now();
+  const auto nodes = run_nodes({launcher(2, 0, port, options, "sh " + dir.file("rank.sh")), "sh " + dir.file("node1.sh")});
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_EQ(nodes[0].exit_code, 0) << nodes[0].output;
+  EXPECT_NE(nodes[0].output.find("node 1 was lost: its launcher gave no sign of life for 3 s; restarting the job"),
+            std::string::npos)
+      << nodes[0].output;
+  EXPECT_NE(nodes[0].output.find("[rank 0] attempt 1 of rank 0"), std::string::npos) << nodes[0].output;
+  EXPECT_EQ(nodes[1].exit_code, 0) << nodes[1].output;
+  EXPECT_NE(nodes[1].output.find("[rank 1] attempt 1 of rank 1"), std::string::npos) << nodes[1].output;
+  EXPECT_LT(seconds, 40);  // not the minute node 0's first rank would sleep
+}
+
+TEST(MultiNodeTest, ARankThatCannotSeeTheNewestCheckpointIsRefusedNamingIt) {
+  // Node 1's run directory lacks the newest checkpoint: as if it were not shared.
+  test::TempDir dir;
+  const std::string train = kTrain + " --config " + kConfig + " --set max_epochs=2";
+  const auto first = test::run_command(kRun + " --nproc 2 -- " + train + " --run-dir " + dir.file("shared"));
+  ASSERT_EQ(first.exit_code, 0) << first.output;
+  fs::copy(dir.file("shared"), dir.file("stale"), fs::copy_options::recursive);
+  const std::string newest = "step-000000000032.pt";
+  ASSERT_TRUE(fs::exists(dir.file("stale/checkpoints/" + newest)));
+  fs::remove(dir.file("stale/checkpoints/" + newest));
+  const int port = free_port();
+  const std::string resume = " --resume latest --set max_epochs=3";
+  const auto nodes = run_nodes({launcher(2, 0, port, "--max-restarts 2", kTrain + " --run-dir " + dir.file("shared") + resume),
+                                launcher(2, 1, port, "--max-restarts 2", kTrain + " --run-dir " + dir.file("stale") + resume)});
+  for (const auto& node : nodes) {
+    EXPECT_EQ(node.exit_code, 2) << node.output;  // bad input: not restarted
+    EXPECT_NE(node.output.find("the ranks do not see the same newest checkpoint: rank 0 resumes from " +
+                               dir.file("shared/checkpoints/" + newest) + ", rank 1 sees step-000000000016.pt"),
+              std::string::npos)
+        << node.output;
+    EXPECT_NE(node.output.find("(bad input: not restarted)"), std::string::npos) << node.output;
+  }
+}
+
+}  // namespace
+}  // namespace basin
