@@ -80,8 +80,8 @@ int main(int argc, char** argv) {
       ->check(CLI::PositiveNumber);
   double node_timeout_seconds = 15;
   app.add_option("--node-timeout", node_timeout_seconds,
-                 "Seconds without a sign of life from a node's launcher before it counts as lost (default 15)")
-      ->check(CLI::PositiveNumber);
+                 "Seconds without a sign of life from a node's launcher before it counts as lost (default 15, at least 3)")
+      ->check(CLI::Range(3.0, 86400.0));
   app.add_option("--grace", plan.grace_seconds, "Seconds the other ranks get to stop after one fails, before SIGKILL");
   app.add_option("--max-restarts,--max_restarts", shape.max_restarts,
                  "Start the job again, at most this many times, when a rank dies or a node is lost (not on exit code 2)")
@@ -111,6 +111,9 @@ int main(int argc, char** argv) {
   std::unique_ptr<basin::launch::Coordinator> coordinator;
   try {
     coordinator = basin::launch::make_coordinator(shape);
+  } catch (const basin::launch::LaunchError& error) {
+    std::cerr << "basin-run: " << error.what() << std::endl;
+    return error.code;
   } catch (const std::exception& error) {
     std::cerr << "basin-run: " << error.what() << std::endl;
     return 1;

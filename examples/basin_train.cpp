@@ -257,12 +257,13 @@ int main(int argc, char** argv) {
     basin::Trainer trainer(config, callbacks, loggers);  // validates everything, writes nothing
     trainer.state().run_dir = run_dir;
 
+    // Before anything is written: a refused resume leaves the run directory as it was.
+    if (!resume.empty() || restarts > 0) check_ranks_resume_the_same(trainer, checkpoint_path);
     if (writer) {
       fs::create_directories(run_dir);
       write_json(fs::path(run_dir) / "config.json", config);
       basin::console::info("run directory: " + run_dir);
     }
-    if (!resume.empty() || restarts > 0) check_ranks_resume_the_same(trainer, checkpoint_path);
     if (!resume.empty()) {
       // A zero3 checkpoint is a manifest: each rank resumes from its own file beside it.
       checkpoint = basin::checkpoint_for_rank(checkpoint_path, checkpoint, job.rank, job.world_size);

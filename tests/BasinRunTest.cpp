@@ -6,6 +6,7 @@
 #include <regex>
 #include <set>
 
+#include "basin/core/interrupt.h"
 #include "test_util.h"
 
 namespace basin {
@@ -64,16 +65,21 @@ TEST(BasinRunTest, RankThatIgnoresSigtermIsKilledAfterTheGrace) {
   EXPECT_LT(seconds, 20.0);
 }
 
-// A rank that stops answering (SIGSTOP, three seconds in): the others' next
+// A rank that stops answering (SIGSTOP, once the first checkpoint is
+// written: the ranks are in their collectives then): the others' next
 // collective times out after parallel.timeout_seconds (5), naming it and the
 // rank; the launcher then stops the job. Never a silent hang.
-const std::string kStopRankOne = " & pid=$!; if [ \"$RANK\" = 1 ] && [ \"$TORCHELASTIC_RESTART_COUNT\" = 0 ]; then "
-                                 "sleep 3; kill -STOP $pid; fi; wait $pid";
+std::string stop_rank_one_after_first_checkpoint(const std::string& run_dir) {
+  return " & pid=$!; if [ \"$RANK\" = 1 ] && [ \"$TORCHELASTIC_RESTART_COUNT\" = 0 ]; then "
+         "while ! ls " + run_dir + "/checkpoints/*.sum > /dev/null 2>&1; do sleep 0.02; done; "
+         "kill -STOP $pid; fi; wait $pid";
+}
 
 TEST(BasinRunTest, AStoppedRankEndsTheJobWithinTheTimeoutAndIsNamed) {
   test::TempDir dir;
   const std::string rank_command = kTrain + " --config " + kConfigs + "/synthetic_ddp.json --run-dir " + dir.file("run") +
-                                   " --set max_epochs=1000000 --set parallel.timeout_seconds=5" + kStopRankOne;
+                                   " --set max_epochs=1000000 --set parallel.timeout_seconds=5" +
+                                   stop_rank_one_after_first_checkpoint(dir.file("run"));
   const auto start = std::chrono::steady_clock::now();
   const auto result = test::run_command(kRun + " --nproc 2 --grace 2 -- sh -c '" + rank_command + "'", 120);
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -85,15 +91,15 @@ TEST(BasinRunTest, AStoppedRankEndsTheJobWithinTheTimeoutAndIsNamed) {
   EXPECT_NE(result.output.find("basin-run: failed: rank 0 exited with code 1; then rank 1 was killed by signal"),
             std::string::npos)
       << result.output;
-  // 3 s of training, the 5 s timeout, 2.5 s to tell a stopped rank from a slow one, the 2 s grace.
-  EXPECT_LT(seconds, 3 + 5 + 2.5 + 2 + 10);
+  // An epoch of training, the 5 s timeout, 2.5 s to tell a stopped rank from a slow one, the 2 s grace.
+  EXPECT_LT(seconds, 5 + 2.5 + 2 + 15);
 }
 
 TEST(BasinRunTest, AStoppedRankIsARestartUnderMaxRestarts) {
   test::TempDir dir;
   const std::string rank_command = kTrain + " --config " + kConfigs + "/synthetic_ddp.json --run-dir " + dir.file("run") +
                                    " --set max_epochs=150 --set log_every=1000000 --set parallel.timeout_seconds=5" +
-                                   kStopRankOne;
+                                   stop_rank_one_after_first_checkpoint(dir.file("run"));
   const auto result = test::run_command(kRun + " --nproc 2 --grace 2 --max-restarts 1 -- sh -c '" + rank_command + "'", 240);
   EXPECT_EQ(result.exit_code, 0) << result.output;
   EXPECT_NE(result.output.find("rank 1 stopped answering"), std::string::npos) << result.output;
@@ -107,6 +113,23 @@ TEST(BasinRunTest, AStoppedRankIsARestartUnderMaxRestarts) {
   const Json summary = Json::parse(test::read_text(dir.file("run/summary.json")));
   EXPECT_EQ(summary["restarts"], 1);
   EXPECT_EQ(summary["steps"], 150 * 16);
+}
+
+TEST(BasinRunTest, SigtermToTheLauncherCheckpointsEveryRankAndExitsResumable) {
+  test::TempDir dir;
+  const std::string job = kRun + " --nproc 2 --max-restarts 2 -- " + kTrain + " --config " + kConfigs +
+                          "/synthetic_ddp.json --run-dir " + dir.file("run") +
+                          " --set max_epochs=1000000 --set log_every=1000000";
+  const auto result = test::run_command("sh -c '" + job + " & pid=$!; while ! ls " + dir.file("run") +
+                                            "/checkpoints/*.sum > /dev/null 2>&1; do sleep 0.02; done; "
+                                            "kill -TERM $pid; wait $pid'",
+                                        120);
+  EXPECT_EQ(result.exit_code, kExitInterrupted) << result.output;  // not restarted: the signal asked to stop
+  EXPECT_NE(result.output.find("basin-run: the ranks stopped on a signal after writing a checkpoint; continue with "
+                               "--resume latest"),
+            std::string::npos)
+      << result.output;
+  EXPECT_EQ(result.output.find("restarting"), std::string::npos) << result.output;
 }
 
 TEST(BasinRunTest, BadLauncherInputExitsTwo) {

@@ -181,15 +181,18 @@ TEST(MultiNodeTest, NodesStartedDifferentlyOrTwiceAreRefused) {
                                     " --join-timeout 5 -- true"});
   for (const auto& node : nodes) {
     EXPECT_EQ(node.exit_code, 2) << node.output;
-    EXPECT_NE(node.output.find("with --nnodes 2 --nproc-per-node 2, node 0 with --nnodes 2 --nproc-per-node 1"),
+    EXPECT_NE(node.output.find("node 1 was started with --nnodes 2 --nproc-per-node 2, node 0 with --nnodes 2 --nproc-per-node 1"),
               std::string::npos)
         << node.output;
   }
-  // A second launcher for node 1 while the first is alive.
+  // A second launcher for node 1 while the first is alive (its rank has started).
+  test::TempDir dir;
   const int port2 = free_port();
-  const auto twice = run_nodes({launcher(2, 0, port2, "--join-timeout 20", "sleep 4"),
-                                launcher(2, 1, port2, "--join-timeout 20", "sleep 4"),
-                                "sh -c 'sleep 1; exec " + launcher(2, 1, port2, "--join-timeout 20", "true") + "'"});
+  const std::string rank = "sh -c \"touch " + dir.file("started\\$RANK") + "; sleep 5\"";
+  const auto twice = run_nodes({launcher(2, 0, port2, "--join-timeout 20", rank),
+                                launcher(2, 1, port2, "--join-timeout 20", rank),
+                                "sh -c 'while [ ! -e " + dir.file("started1") + " ]; do sleep 0.02; done; exec " +
+                                    launcher(2, 1, port2, "--join-timeout 20", "true") + "'"});
   EXPECT_EQ(twice[0].exit_code, 0) << twice[0].output;
   EXPECT_EQ(twice[1].exit_code, 0) << twice[1].output;
   EXPECT_EQ(twice[2].exit_code, 1) << twice[2].output;
@@ -223,12 +226,15 @@ TEST(MultiNodeTest, ALostNodeStopsTheJobAndItsLauncherRejoinsTheRestart) {
   // node 1 starts three seconds later and joins the restarted job.
   test::TempDir dir;
   test::write_text(dir.file("rank.sh"),
-                   "if [ \"$TORCHELASTIC_RESTART_COUNT\" = 0 ]; then exec sleep 60; fi\n"
+                   "if [ \"$TORCHELASTIC_RESTART_COUNT\" = 0 ]; then touch " + dir.file("started$RANK") +
+                       "; exec sleep 60; fi\n"
                    "echo attempt $TORCHELASTIC_RESTART_COUNT of rank $RANK\n");
   const int port = free_port();
   const std::string options = "--max-restarts 1 --grace 1 --node-timeout 3 --join-timeout 30";
   const std::string node_one = launcher(2, 1, port, options, "sh " + dir.file("rank.sh"));
-  test::write_text(dir.file("node1.sh"), node_one + " & pid=$!; sleep 2; kill -9 $pid; sleep 3; exec " + node_one + "\n");
+  // Killed once attempt 0 runs on node 1, so the new launcher must join the restart.
+  test::write_text(dir.file("node1.sh"), node_one + " & pid=$!; while [ ! -e " + dir.file("started1") +
+                                             " ]; do sleep 0.02; done; kill -9 $pid; sleep 3; exec " + node_one + "\n");
   const auto start = std::chrono::steady_clock::now();
   const auto nodes = run_nodes({launcher(2, 0, port, options, "sh " + dir.file("rank.sh")), "sh " + dir.file("node1.sh")});
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();

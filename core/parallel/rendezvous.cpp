@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <stdexcept>
 
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
 #include "basin/core/config_error.h"
@@ -40,23 +41,30 @@ std::string address_towards(const std::string& master_addr) {
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;
   hints.ai_socktype = SOCK_DGRAM;
+  hints.ai_flags = AI_ADDRCONFIG;
   addrinfo* found = nullptr;
   if (getaddrinfo(master_addr.c_str(), "9", &hints, &found) != 0 || found == nullptr) {
     throw ConfigError("MASTER_ADDR '" + master_addr + "' does not resolve to an address");
   }
   std::string address;
-  const int fd = socket(found->ai_family, SOCK_DGRAM, 0);
-  sockaddr_storage local{};
-  socklen_t length = sizeof local;
-  if (fd >= 0 && connect(fd, found->ai_addr, found->ai_addrlen) == 0 &&
-      getsockname(fd, reinterpret_cast<sockaddr*>(&local), &length) == 0) {
-    char text[INET6_ADDRSTRLEN] = "";
-    const void* raw = local.ss_family == AF_INET
-                          ? static_cast<const void*>(&reinterpret_cast<sockaddr_in*>(&local)->sin_addr)
-                          : static_cast<const void*>(&reinterpret_cast<sockaddr_in6*>(&local)->sin6_addr);
-    if (inet_ntop(local.ss_family, raw, text, sizeof text) != nullptr) address = text;
+  // IPv4 first, as Gloo's own lookups prefer; then whatever else resolves.
+  for (const int family : {AF_INET, AF_INET6}) {
+    for (const addrinfo* candidate = found; candidate != nullptr && address.empty(); candidate = candidate->ai_next) {
+      if (candidate->ai_family != family) continue;
+      const int fd = socket(candidate->ai_family, SOCK_DGRAM, 0);
+      sockaddr_storage local{};
+      socklen_t length = sizeof local;
+      if (fd >= 0 && connect(fd, candidate->ai_addr, candidate->ai_addrlen) == 0 &&
+          getsockname(fd, reinterpret_cast<sockaddr*>(&local), &length) == 0) {
+        char text[INET6_ADDRSTRLEN] = "";
+        const void* raw = local.ss_family == AF_INET
+                              ? static_cast<const void*>(&reinterpret_cast<sockaddr_in*>(&local)->sin_addr)
+                              : static_cast<const void*>(&reinterpret_cast<sockaddr_in6*>(&local)->sin6_addr);
+        if (inet_ntop(local.ss_family, raw, text, sizeof text) != nullptr) address = text;
+      }
+      if (fd >= 0) close(fd);
+    }
   }
-  if (fd >= 0) close(fd);
   freeaddrinfo(found);
   if (address.empty()) throw ConfigError("no network route from this machine to MASTER_ADDR '" + master_addr + "'");
   return address;
@@ -100,18 +108,26 @@ JobEnvironment read_job_environment() {
 }
 
 std::shared_ptr<Communicator> connect_job(const JobEnvironment& job, std::chrono::milliseconds timeout, bool cuda) {
+  // torchrun's agent on node 0 hosts the store itself at MASTER_PORT and
+  // says so (TORCHELASTIC_USE_AGENT_STORE=True): every rank is then a client,
+  // under a prefix of its own per attempt, as PyTorch's ranks are.
+  const char* agent_variable = variable("TORCHELASTIC_USE_AGENT_STORE");
+  const bool agent_store = agent_variable != nullptr && std::string(agent_variable) == "True";
+  const char* restart = variable("TORCHELASTIC_RESTART_COUNT");
+  const std::string prefix = "/worker/attempt_" + std::string(restart != nullptr ? restart : "0");
   c10d::TCPStoreOptions options;
   options.port = static_cast<std::uint16_t>(job.master_port);
-  options.isServer = job.rank == 0;
+  options.isServer = job.rank == 0 && !agent_store;
   options.numWorkers = static_cast<std::size_t>(job.world_size);
-  options.waitWorkers = true;
+  options.waitWorkers = !agent_store;
   options.timeout = timeout;
   c10::intrusive_ptr<c10d::Store> store;
   try {
     store = c10::make_intrusive<c10d::TCPStore>(job.master_addr, options);
+    if (agent_store) store = c10::make_intrusive<c10d::PrefixStore>(prefix, store);
   } catch (const std::exception& error) {
     const std::string what = error.what();
-    if (job.rank == 0 && what.find("in use") != std::string::npos) {
+    if (options.isServer && what.find("in use") != std::string::npos) {
       throw ConfigError("MASTER_PORT " + std::to_string(job.master_port) + " is already in use on " +
                         job.master_addr + "; choose another port");
     }
@@ -128,8 +144,9 @@ std::shared_ptr<Communicator> connect_job(const JobEnvironment& job, std::chrono
   watch_options.isServer = false;
   watch_options.waitWorkers = false;
   watch_options.timeout = std::chrono::seconds(3);
-  auto watch = std::make_shared<PeerWatch>(c10::make_intrusive<c10d::TCPStore>(job.master_addr, watch_options),
-                                           job.rank, job.world_size);
+  c10::intrusive_ptr<c10d::Store> watch_store = c10::make_intrusive<c10d::TCPStore>(job.master_addr, watch_options);
+  if (agent_store) watch_store = c10::make_intrusive<c10d::PrefixStore>(prefix, watch_store);
+  auto watch = std::make_shared<PeerWatch>(watch_store, job.rank, job.world_size);
   return watch_collectives(std::move(communicator), std::move(watch), timeout);
 }
 

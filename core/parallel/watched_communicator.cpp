@@ -1,6 +1,7 @@
 #include "basin/core/parallel/watched_communicator.h"
 
 #include <atomic>
+#include <mutex>
 #include <sstream>
 #include <stdexcept>
 #include <string>
@@ -53,7 +54,15 @@ class WatchedCommunicator : public Communicator {
     std::string what = error.what();
     if (const auto* torch_error = dynamic_cast<const c10::Error*>(&error)) what = torch_error->what_without_backtrace();
     what = what.substr(0, what.find('\n'));
-    const std::string waited_for = watch_->explain(name, count);
+    // One reading per failure: a collective that fails takes the ones in
+    // flight with it (every bucket, every unit), and each would wait 2.5 s.
+    std::string waited_for;
+    {
+      std::lock_guard<std::mutex> lock(explained_mutex_);
+      if (!explained_) explanation_ = watch_->explain(name, count);
+      explained_ = true;
+      waited_for = explanation_;
+    }
     std::ostringstream message;
     message << name << " #" << count << " failed on rank " << rank() << " (parallel.timeout_seconds "
             << static_cast<double>(timeout_.count()) / 1000 << "): " << (waited_for.empty() ? "" : waited_for + "; ")
@@ -111,6 +120,9 @@ class WatchedCommunicator : public Communicator {
   std::shared_ptr<PeerWatch> watch_;
   std::chrono::milliseconds timeout_;
   std::atomic<int64_t> count_{0};
+  mutable std::mutex explained_mutex_;
+  mutable bool explained_ = false;
+  mutable std::string explanation_;
 };
 
 }  // namespace

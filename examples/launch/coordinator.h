@@ -9,6 +9,7 @@
 
 #include <chrono>
 #include <memory>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -38,9 +39,23 @@ struct Verdict {
   std::string message;  // printed by every launcher ("" for a plain success)
 };
 
-/// Decides what follows an attempt from every node's result (in node order);
-/// `first_failure` is the failure seen first, job-wide ("" if none).
-Verdict decide(int attempt, int max_restarts, const std::vector<NodeResult>& results, const std::string& first_failure);
+/// The failure seen first in an attempt, job-wide: on which node, and what.
+struct FirstFailure {
+  int node = -1;  // -1: none reported
+  std::string what;
+};
+
+/// Decides what follows an attempt from every node's result (in node order).
+/// A reported failure counts even when its node's own result does not show
+/// one (its ranks were stopped before they failed).
+Verdict decide(int attempt, int max_restarts, const std::vector<NodeResult>& results, const FirstFailure& first);
+
+/// A launcher that cannot take part in the job, with the exit code to end on
+/// (2: started differently from node 0; 1: node 0 unreachable).
+struct LaunchError : std::runtime_error {
+  LaunchError(int code, const std::string& what) : std::runtime_error(what), code(code) {}
+  int code;
+};
 
 class Coordinator {
  public:
@@ -68,9 +83,13 @@ struct JobShape {
   std::chrono::milliseconds lost_after{15000};     // a launcher silent this long is a lost node
 };
 
+/// The launchers' coordinator through node 0's TCPStore (store_coordinator.cpp).
+std::unique_ptr<Coordinator> make_store_coordinator(const JobShape& shape);
+
 /// The coordinator for `shape`: solo for one node, else through node 0's
-/// store. Throws std::runtime_error naming the address when node 0's
-/// launcher cannot be reached (or, on node 0, its port cannot be bound).
+/// store. Throws LaunchError naming the address when node 0's launcher
+/// cannot be reached (or, on node 0, its port cannot be bound), or naming
+/// what differs when this node was started differently from node 0.
 std::unique_ptr<Coordinator> make_coordinator(const JobShape& shape);
 
 /// A TCP port free now on every interface (the ranks' store binds them all).

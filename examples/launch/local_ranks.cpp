@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <utility>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -43,28 +44,55 @@ void print_lines(int rank, Rank& r, const char* data, std::size_t size, bool flu
   std::cout.flush();
 }
 
-[[noreturn]] void exec_rank(const LocalRanks& plan, int local_rank, int output) {
+// What a rank's process is given: its arguments and its environment (this
+// process's, with the job's variables set), built before fork. The child of a
+// threaded process (node 0's launcher hosts a TCPStore) may only make
+// async-signal-safe calls before exec: no malloc, no setenv.
+struct Exec {
+  std::vector<std::string> storage;
+  std::vector<char*> argv, envp;
+
+  Exec(const LocalRanks& plan, int local_rank) {
+    const std::vector<std::pair<std::string, std::string>> job = {
+        {"RANK", std::to_string(plan.first_rank + local_rank)},
+        {"LOCAL_RANK", std::to_string(local_rank)},
+        {"WORLD_SIZE", std::to_string(plan.world_size)},
+        {"LOCAL_WORLD_SIZE", std::to_string(plan.nproc)},
+        {"GROUP_RANK", std::to_string(plan.node_rank)},
+        {"TORCHELASTIC_RESTART_COUNT", std::to_string(plan.restart)},
+        {"TORCHELASTIC_MAX_RESTARTS", std::to_string(plan.max_restarts)},
+        {"MASTER_ADDR", plan.master_addr},
+        {"MASTER_PORT", std::to_string(plan.master_port)}};
+    std::vector<std::string> environment;
+    for (char** entry = environ; *entry != nullptr; ++entry) {
+      const std::string text = *entry;
+      bool replaced = false;
+      for (const auto& [name, value] : job) replaced = replaced || text.rfind(name + "=", 0) == 0;
+      if (!replaced) environment.push_back(text);
+    }
+    for (const auto& [name, value] : job) environment.push_back(name + "=" + value);
+    storage = plan.command;
+    storage.insert(storage.end(), environment.begin(), environment.end());
+    for (std::size_t i = 0; i < storage.size(); ++i) {
+      (i < plan.command.size() ? argv : envp).push_back(storage[i].data());
+    }
+    argv.push_back(nullptr);
+    envp.push_back(nullptr);
+  }
+};
+
+[[noreturn]] void exec_rank(const Exec& exec, pid_t launcher, int output) {
   setpgid(0, 0);                     // a group per rank: stopping a rank stops whatever it started
   prctl(PR_SET_PDEATHSIG, SIGKILL);  // and a launcher that dies takes its ranks along
+  if (getppid() != launcher) _exit(1);  // it died before the rank could ask to die with it
   for (int s : {SIGINT, SIGTERM, SIGHUP, SIGPIPE}) signal(s, SIG_DFL);
   dup2(output, STDOUT_FILENO);
   dup2(output, STDERR_FILENO);
   close(output);
-  auto set = [](const char* name, const std::string& value) { setenv(name, value.c_str(), 1); };
-  set("RANK", std::to_string(plan.first_rank + local_rank));
-  set("LOCAL_RANK", std::to_string(local_rank));
-  set("WORLD_SIZE", std::to_string(plan.world_size));
-  set("LOCAL_WORLD_SIZE", std::to_string(plan.nproc));
-  set("GROUP_RANK", std::to_string(plan.node_rank));
-  set("TORCHELASTIC_RESTART_COUNT", std::to_string(plan.restart));
-  set("TORCHELASTIC_MAX_RESTARTS", std::to_string(plan.max_restarts));
-  set("MASTER_ADDR", plan.master_addr);
-  set("MASTER_PORT", std::to_string(plan.master_port));
-  std::vector<char*> args;
-  for (auto& part : plan.command) args.push_back(const_cast<char*>(part.c_str()));  // execvp does not write them
-  args.push_back(nullptr);
-  execvp(args[0], args.data());
-  std::fprintf(stderr, "basin-run: cannot run '%s': %s\n", args[0], strerror(errno));
+  execvpe(exec.argv[0], exec.argv.data(), exec.envp.data());
+  const char* why = strerror(errno);  // glibc's is safe enough here: a static table for errno's values
+  const char* parts[] = {"basin-run: cannot run '", exec.argv[0], "': ", why, "\n"};
+  for (const char* part : parts) (void)!write(STDERR_FILENO, part, strlen(part));
   _exit(127);
 }
 
@@ -110,14 +138,14 @@ LocalOutcome run_local_ranks(const LocalRanks& plan, const StopCheck& stop_check
   };
   const pid_t launcher = getpid();
   for (int rank = 0; rank < nproc; ++rank) {
+    const Exec exec(plan, rank);
     int pipe_fds[2];
     if (pipe2(pipe_fds, O_CLOEXEC) != 0) return abandon_start("pipe");
     const pid_t pid = fork();
     if (pid < 0) return abandon_start("fork");
     if (pid == 0) {
-      if (getppid() != launcher) _exit(1);  // it died before the rank could ask to die with it
       close(pipe_fds[0]);
-      exec_rank(plan, rank, pipe_fds[1]);
+      exec_rank(exec, launcher, pipe_fds[1]);
     }
     close(pipe_fds[1]);
     setpgid(pid, pid);  // also here, so the group exists before any signal is sent
@@ -201,10 +229,12 @@ LocalOutcome run_local_ranks(const LocalRanks& plan, const StopCheck& stop_check
         stop_all();
       }
     }
-    if (!stopping && any_running) {
-      std::string reason = interrupted ? "the launcher was interrupted" : stop_check();
+    if (!stopping && any_running && interrupted) {
+      stop_all();  // the ranks checkpoint and exit 75: the signal's own outcome, not a stop from outside
+    } else if (!stopping && any_running) {
+      const std::string reason = stop_check();
       if (!reason.empty()) {
-        if (!interrupted) std::cerr << "basin-run: " << reason << "; stopping this node's ranks" << std::endl;
+        std::cerr << "basin-run: " << reason << "; stopping this node's ranks" << std::endl;
         outcome.stopped_because = reason;
         stop_all();
       }
