@@ -94,8 +94,7 @@ void PeerWatch::started(int64_t count, const char* name) {
   shared_->count.store(count);
 }
 
-std::string PeerWatch::explain(const std::string& collective, int64_t count) {
-  (void)collective;
+std::string PeerWatch::explain(int64_t count) {
   struct Reading {
     std::vector<int64_t> before, after;
     std::vector<std::string> progress;

@@ -29,8 +29,8 @@ class PeerWatch {
 
   /// This rank starts collective number `count` (from 1), named `name` (a literal).
   void started(int64_t count, const char* name);
-  /// Which ranks `collective` (this rank's number `count`) waits for, and why; "" when no rank stands out.
-  std::string explain(const std::string& collective, int64_t count);
+  /// Which ranks this rank's collective number `count` waits for, and why; "" when no rank stands out.
+  std::string explain(int64_t count);
 
  private:
   struct Shared;

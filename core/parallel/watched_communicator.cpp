@@ -2,6 +2,7 @@
 
 #include <atomic>
 #include <mutex>
+#include <optional>
 #include <sstream>
 #include <stdexcept>
 #include <string>
@@ -59,9 +60,8 @@ class WatchedCommunicator : public Communicator {
     std::string waited_for;
     {
       std::lock_guard<std::mutex> lock(explained_mutex_);
-      if (!explained_) explanation_ = watch_->explain(name, count);
-      explained_ = true;
-      waited_for = explanation_;
+      if (!explanation_) explanation_ = watch_->explain(count);
+      waited_for = *explanation_;
     }
     std::ostringstream message;
     message << name << " #" << count << " failed on rank " << rank() << " (parallel.timeout_seconds "
@@ -121,8 +121,7 @@ class WatchedCommunicator : public Communicator {
   std::chrono::milliseconds timeout_;
   std::atomic<int64_t> count_{0};
   mutable std::mutex explained_mutex_;
-  mutable bool explained_ = false;
-  mutable std::string explanation_;
+  mutable std::optional<std::string> explanation_;  // the first failure's reading, for every later one
 };
 
 }  // namespace

@@ -18,6 +18,7 @@
 #include <condition_variable>
 #include <map>
 #include <mutex>
+#include <set>
 #include <sstream>
 #include <thread>
 
@@ -333,7 +334,7 @@ class StoreCoordinator : public Coordinator {
   bool lost(int node) {
     if (!alive(node)) return true;
     if (incarnation_of(node) != started_incarnation_[node]) {
-      replaced_.insert({node, true});
+      replaced_.insert(node);
       return true;
     }
     return false;
@@ -433,7 +434,7 @@ class StoreCoordinator : public Coordinator {
   Clock::time_point last_poll_{};
   std::map<int, Seen> seen_;                       // node: its launcher's beats, and when they last moved
   std::map<int, int64_t> started_incarnation_;     // node: the launcher that started the attempt
-  std::map<int, bool> replaced_;                   // nodes whose launcher was replaced mid-attempt
+  std::set<int> replaced_;                         // nodes whose launcher was replaced mid-attempt
   int present_at_end_ = 0;
 };
 
