@@ -10,6 +10,7 @@
 #include <iostream>
 
 #include <ATen/ATen.h>
+#include <zlib.h>
 
 #include "basin/core/config.h"
 #include "basin/core/serialization/torch_save_file.h"
@@ -111,6 +112,43 @@ TEST(ImageFolderTest, AJpegDecodesToWithinAFewLevelsOfItsPixels) {
     // And PNG is lossless.
     const std::vector<uint8_t> png = encode_png(image);
     EXPECT_EQ(decode_image(png.data(), png.size(), channels).pixels, image.pixels);
+  }
+}
+
+/// A PNG whose header says height x width pixels of gray, holding the pixel
+/// data of a 1x1 image: what a decompression bomb looks like before its
+/// pixels are read (its IHDR rewritten, CRC and all).
+std::vector<uint8_t> png_claiming(uint32_t height, uint32_t width) {
+  std::vector<uint8_t> png = encode_png(random_image(1, 1, 1, 7));
+  // Signature (8 bytes), then IHDR: length (4), "IHDR" (4), width (4), height (4), ..., CRC (4) at 29.
+  for (int i = 0; i < 4; ++i) {
+    png[16 + i] = static_cast<uint8_t>(width >> (24 - 8 * i));
+    png[20 + i] = static_cast<uint8_t>(height >> (24 - 8 * i));
+  }
+  const uLong crc = crc32(crc32(0L, Z_NULL, 0), png.data() + 12, 17);
+  for (int i = 0; i < 4; ++i) png[29 + i] = static_cast<uint8_t>(crc >> (24 - 8 * i));
+  return png;
+}
+
+// 30000 x 30000 pixels decoded to RGB floats would ask for 10.8 GB: the
+// header alone refuses it, before a pixel is allocated; the limit is
+// Pillow's, and inclusive.
+TEST(ImageFolderTest, AnImageAboveThePixelLimitIsRefusedFromItsHeader) {
+  const std::vector<uint8_t> bomb = png_claiming(30000, 30000);
+  try {
+    decode_image(bomb.data(), bomb.size(), 3);
+    ADD_FAILURE() << "a 30000x30000 PNG decoded under the default limit";
+  } catch (const ImageTooLargeError& error) {
+    EXPECT_EQ(error.height, 30000);
+    EXPECT_EQ(error.width, 30000);
+    EXPECT_EQ(error.max_pixels, 2 * 89478485);
+    EXPECT_NE(std::string(error.what()).find("is 30000x30000 pixels (900000000), above the limit of 178956970"),
+              std::string::npos) << error.what();
+  }
+  const Image image = random_image(5, 4, 3, 12);
+  for (const auto& bytes : {encode_png(image), encode_jpeg(image, 90)}) {
+    EXPECT_THROW(decode_image(bytes.data(), bytes.size(), 3, 19), ImageTooLargeError);
+    EXPECT_EQ(decode_image(bytes.data(), bytes.size(), 3, 20).pixels.size(), 60u);  // 5 x 4 pixels: at the limit
   }
 }
 
@@ -341,6 +379,11 @@ TEST(ImageFolderTest, BadFoldersImagesAndKeysAreOneLineNamingTheKeyAndExitTwo) {
        {"'data.train'", "c0/cut.jpg'", "libjpeg-turbo"}},
       {"another size without data.size", [&](Json&) { write_bytes(dir.file("images/test/c1/big.png"), encode_png(big)); },
        {"'data.test'", "c1/big.png' is 5x5, not 4x4", "data.size"}},
+      {"a PNG whose header says 30000x30000", [&](Json&) { write_bytes(dir.file("images/train/c1/bomb.png"), png_claiming(30000, 30000)); },
+       {"'data.train'", "c1/bomb.png' is 30000x30000 pixels (900000000), above the limit of 178956970 pixels",
+        "set data.max_pixels"}},
+      {"an image above a lowered limit", [&](Json& c) { c["data"]["max_pixels"] = 15; }, {"'data.train'", "is 4x4 pixels (16)", "data.max_pixels"}},
+      {"a limit that is no limit", [&](Json& c) { c["data"]["max_pixels"] = 0; }, {"'data.max_pixels'"}},
       {"a test class that training lacks", [&](Json&) { write_bytes(dir.file("images/test/c9/x.png"), encode_png(random_image(4, 4, 1, 3))); },
        {"'data.test'", "class folder 'c9' is not one of the training split's classes"}},
       {"one class", [&](Json&) { fs::remove_all(dir.file("images/train/c1")); }, {"'data.train'", "one class folder ('c0')"}},

@@ -16,17 +16,23 @@ bool is_png(const uint8_t* bytes, std::size_t size) {
 
 bool is_jpeg(const uint8_t* bytes, std::size_t size) { return size >= 3 && bytes[0] == 0xff && bytes[1] == 0xd8 && bytes[2] == 0xff; }
 
+// Before the pixels' buffer exists: the header alone says how many there will be.
+void check_pixels(int64_t height, int64_t width, int64_t max_pixels) {
+  if (height * width > max_pixels) throw ImageTooLargeError(height, width, max_pixels);
+}
+
 void check_channels(int64_t channels) {
   if (channels != 1 && channels != 3) throw std::invalid_argument("image channels must be 1 or 3");
 }
 
 // libpng's simplified API, asked for the file's own channels (gray or RGB,
 // with alpha if the file has it) in 8 bits: a palette is expanded.
-Image decode_png(const uint8_t* bytes, std::size_t size) {
+Image decode_png(const uint8_t* bytes, std::size_t size, int64_t max_pixels) {
   png_image png{};
   png.version = PNG_IMAGE_VERSION;
   if (png_image_begin_read_from_memory(&png, bytes, size) == 0) throw ImageDecodeError(std::string("libpng: ") + png.message);
   std::unique_ptr<png_image, void (*)(png_imagep)> release(&png, png_image_free);
+  check_pixels(png.height, png.width, max_pixels);
   const bool color = (png.format & PNG_FORMAT_FLAG_COLOR) != 0, alpha = (png.format & PNG_FORMAT_FLAG_ALPHA) != 0;
   png.format = (color ? PNG_FORMAT_FLAG_COLOR : 0) | (alpha ? PNG_FORMAT_FLAG_ALPHA : 0);
   png.flags |= PNG_IMAGE_FLAG_16BIT_sRGB;  // 16-bit values are sRGB-encoded, as in almost every file, not linear
@@ -43,13 +49,14 @@ using TurboHandle = std::unique_ptr<void, int (*)(tjhandle)>;
 std::string turbo_error(tjhandle handle) { return std::string("libjpeg-turbo: ") + tjGetErrorStr2(handle); }
 
 // A gray JPEG decodes to gray, any other to RGB (a CMYK one is refused).
-Image decode_jpeg(const uint8_t* bytes, std::size_t size) {
+Image decode_jpeg(const uint8_t* bytes, std::size_t size, int64_t max_pixels) {
   TurboHandle handle(tjInitDecompress(), tjDestroy);
   if (!handle) throw std::runtime_error(turbo_error(nullptr));
   int width = 0, height = 0, subsampling = 0, colorspace = 0;
   if (tjDecompressHeader3(handle.get(), bytes, static_cast<unsigned long>(size), &width, &height, &subsampling, &colorspace) != 0) {
     throw ImageDecodeError(turbo_error(handle.get()));
   }
+  check_pixels(height, width, max_pixels);
   const bool gray = colorspace == TJCS_GRAY;
   Image image{height, width, gray ? 1 : 3, {}};
   image.pixels.resize(static_cast<std::size_t>(height) * width * image.channels);
@@ -89,10 +96,16 @@ Image with_channels(const Image& image, int64_t channels) {
 
 }  // namespace
 
-Image decode_image(const uint8_t* bytes, std::size_t size, int64_t channels) {
+ImageTooLargeError::ImageTooLargeError(int64_t height_, int64_t width_, int64_t max_pixels_)
+    : ImageDecodeError("is " + std::to_string(width_) + "x" + std::to_string(height_) + " pixels (" +
+                       std::to_string(height_ * width_) + "), above the limit of " + std::to_string(max_pixels_) +
+                       " pixels"),
+      height(height_), width(width_), max_pixels(max_pixels_) {}
+
+Image decode_image(const uint8_t* bytes, std::size_t size, int64_t channels, int64_t max_pixels) {
   check_channels(channels);
-  if (is_png(bytes, size)) return with_channels(decode_png(bytes, size), channels);
-  if (is_jpeg(bytes, size)) return with_channels(decode_jpeg(bytes, size), channels);
+  if (is_png(bytes, size)) return with_channels(decode_png(bytes, size, max_pixels), channels);
+  if (is_jpeg(bytes, size)) return with_channels(decode_jpeg(bytes, size, max_pixels), channels);
   throw ImageDecodeError("neither a PNG nor a JPEG image (its first bytes are neither's)");
 }
 

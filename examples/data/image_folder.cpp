@@ -4,7 +4,7 @@
 //
 //     {"data": {"name": "image_folder", "train": "dir/train", "test": "dir/test",
 //               "channels": 3, "size": [32, 32], "mean": [0.5, 0.5, 0.5], "std": [0.25, 0.25, 0.25],
-//               "decode_threads": 0}}
+//               "decode_threads": 0, "max_pixels": 178956970}}
 //
 // Every image is decoded once, before training, into memory (as floats):
 // the data pipeline's rules (seeds, shuffling, train_subset, label noise,
@@ -134,7 +134,7 @@ class SampleMaker {
         std_(per_channel(transform.std, transform.channels)) {}
 
   void operator()(const std::vector<uint8_t>& bytes, at::Tensor out) const {
-    Image image = decode_image(bytes.data(), bytes.size(), transform_.channels);
+    Image image = decode_image(bytes.data(), bytes.size(), transform_.channels, transform_.max_pixels);
     if (image.height == 0 || image.width == 0) throw ImageDecodeError("has no pixels");
     const bool resize = image.height != transform_.height || image.width != transform_.width;
     if (resize && !transform_.resize) {
@@ -284,13 +284,18 @@ TensorDataset decode_images(const std::vector<ImageFile>& files, const std::stri
   auto fail = [&](const ImageFile& file, const std::string& reason) -> ConfigError {
     return ConfigError("config key '" + key + "': image '" + file.path + "' " + reason);
   };
+  const std::string limit_key = key.substr(0, key.rfind('.') + 1) + "max_pixels";
+  const std::string raise_the_limit = "; set " + limit_key + " to read larger images (default " +
+                                      std::to_string(kDefaultMaxImagePixels) + ", Pillow's)";
   if (transform.height == 0) {
     // No size given: the first image sets it, and every other must have it.
     try {
       const auto bytes = read_bytes(files[0].path);
-      const Image image = decode_image(bytes.data(), bytes.size(), transform.channels);
+      const Image image = decode_image(bytes.data(), bytes.size(), transform.channels, transform.max_pixels);
       transform.height = image.height;
       transform.width = image.width;
+    } catch (const ImageTooLargeError& error) {
+      throw fail(files[0], error.what() + raise_the_limit);
     } catch (const ImageDecodeError& error) {
       throw fail(files[0], error.what());
     }
@@ -307,6 +312,8 @@ TensorDataset decode_images(const std::vector<ImageFile>& files, const std::stri
       if (!failure.passed(item.index)) {  // after a failure, only earlier files can still come first
         try {
           make(item.bytes, inputs.select(0, item.index));
+        } catch (const ImageTooLargeError& error) {
+          failure.record(item.index, error.what() + raise_the_limit);
         } catch (const std::exception& error) {
           failure.record(item.index, message_of(error));
         }
@@ -381,6 +388,7 @@ ImageTransform transform_from(Params& params) {
   };
   transform.mean = per_channel_values("mean", 0.0, false);
   transform.std = per_channel_values("std", 1.0, true);
+  transform.max_pixels = params.integer("max_pixels", kDefaultMaxImagePixels, 1, INT64_MAX);
   return transform;
 }
 

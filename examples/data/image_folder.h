@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "basin/core/train/dataset.h"
+#include "basin/examples/data/image_codec.h"
 
 namespace basin {
 
@@ -18,6 +19,7 @@ struct ImageTransform {
   bool resize = false;                 // false: an image of another size is refused
   std::vector<double> mean = {0.0};    // one per channel, or one for all
   std::vector<double> std = {1.0};
+  int64_t max_pixels = kDefaultMaxImagePixels;  // a larger image is refused from its header, before decoding
 };
 
 /// One split of an image folder: the class names (its folders, sorted) and the samples.
@@ -33,7 +35,9 @@ struct ImageFolderSplit {
 /// split's), fixes the labels: a folder not among them is refused. The
 /// calling thread reads the files into a bounded queue; `threads` workers
 /// decode and transform them; rank 0 shows a progress line. What does not
-/// fit is a ConfigError naming `key` and the folder or the file.
+/// fit is a ConfigError naming `key` and the folder or the file; an image
+/// above transform.max_pixels also names `key`'s sibling max_pixels (for
+/// "data.train": "data.max_pixels"), the key that raises the limit.
 ImageFolderSplit read_image_folder(const std::string& dir, const std::string& key, const ImageTransform& transform,
                                    int threads, const std::vector<std::string>& classes = {});
 
