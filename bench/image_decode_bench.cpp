@@ -20,6 +20,7 @@
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 
+#include "basin/core/blas.h"
 #include "basin/examples/data/image_codec.h"
 #include "basin/examples/data/image_folder.h"
 
@@ -83,7 +84,7 @@ BENCHMARK(ReadImageFolder)->Args({96, 1})->Args({96, 2})->Args({256, 1})->Args({
 
 int main(int argc, char** argv) {
   const char* threads = std::getenv("BASIN_BENCH_THREADS");
-  at::set_num_threads(threads ? std::atoi(threads) : 1);
+  basin::set_compute_threads(threads ? std::atoi(threads) : 1);
   benchmark::AddCustomContext("intra-op threads", std::to_string(at::get_num_threads()));
   benchmark::Initialize(&argc, argv);
   benchmark::RunSpecifiedBenchmarks();

@@ -29,6 +29,7 @@
 #include <torch/optim/sgd.h>
 
 #include "basin/algorithms/sam/sam_family.h"
+#include "basin/core/blas.h"
 #include "basin/core/engine.h"
 #include "basin/core/train/model.h"
 #include "tracking_allocator.h"
@@ -200,7 +201,7 @@ double forward_over_sgd(int pairs) {
 int main() {
   const char* threads = std::getenv("BASIN_BENCH_THREADS");
   const char* pairs_env = std::getenv("BASIN_BENCH_PAIRS");
-  at::set_num_threads(threads != nullptr ? std::atoi(threads) : 1);
+  basin::set_compute_threads(threads != nullptr ? std::atoi(threads) : 1);
   const int pairs = pairs_env != nullptr ? std::max(1, std::atoi(pairs_env)) : 20;
   const double sgd_peak = training_peak_bytes(nullptr);
   const double parameter_bytes = Setup(nullptr).parameter_bytes();

@@ -25,6 +25,7 @@
 #include <torch/optim/sgd.h>
 
 #include "basin/algorithms/sam/sam_optimizer.h"
+#include "basin/core/blas.h"
 #include "basin/core/train/model.h"
 #include "tracking_allocator.h"
 
@@ -145,7 +146,7 @@ std::string env_or(const char* name, const char* fallback) {
 
 int main(int argc, char** argv) {
   const char* threads_env = std::getenv("BASIN_BENCH_THREADS");
-  at::set_num_threads(threads_env != nullptr ? std::atoi(threads_env) : 1);
+  basin::set_compute_threads(threads_env != nullptr ? std::atoi(threads_env) : 1);
   const std::string device_name = env_or("BASIN_BENCH_DEVICE", "cpu");
   bench_model = env_or("BASIN_BENCH_MODEL", "cnn");
   if (device_name == "cuda") {

@@ -14,12 +14,14 @@
 
 #include <unistd.h>
 
+#include <ATen/Parallel.h>
 #include <CLI/CLI.hpp>
 
 #include "basin/algorithms/sam/sam_family.h"
 #include "basin/callbacks/checkpoint.h"
 #include "basin/callbacks/metrics_file.h"
 #include "basin/callbacks/progress.h"
+#include "basin/core/blas.h"
 #include "basin/core/checkpoint.h"
 #include "basin/core/checkpoint_file.h"
 #include "basin/core/config.h"
@@ -30,6 +32,7 @@
 #include "basin/core/parallel/communicator.h"
 #include "basin/core/parallel/rendezvous.h"
 #include "basin/core/train/model.h"
+#include "basin/core/torch_compat.h"
 #include "basin/core/train/trainer.h"
 #include "basin/examples/memory_reuse.h"
 
@@ -157,6 +160,24 @@ void check_ranks_resume_the_same(basin::Trainer& trainer, const std::string& pat
   if (!disagreement.empty()) throw basin::CheckpointError(disagreement);
 }
 
+// What LibTorch computes with, said once the config has passed (bad input
+// stays one line) and before training. On netlib's reference BLAS (a fresh
+// Debian machine's libblas.so.3) the matrix products run about 20x slower:
+// said loudly, with the fix, on each node.
+void say_what_computes(const basin::JobEnvironment& job) {
+  const basin::BlasInfo blas = basin::blas_info();
+  if (job.rank == 0) {
+    const int threads = at::get_num_threads();
+    basin::console::info(std::string("LibTorch ") + basin::compat::torch_version() + " on " + blas.describe() + ", " +
+                         std::to_string(threads) + (threads == 1 ? " thread" : " threads") +
+                         (job.world_size > 1 ? " per rank" : ""));
+  }
+  if (blas.reference && job.local_rank == 0) {
+    basin::console::warn("WARNING: LibTorch's matrix products run on netlib's REFERENCE BLAS (" + blas.library +
+                         "), about 20x slower than an optimized BLAS. Fix: " + basin::kInstallOptimizedBlas);
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -255,6 +276,7 @@ int main(int argc, char** argv) {
       loggers.push_back(std::make_shared<basin::MetricsFile>((fs::path(run_dir) / "metrics.jsonl").string()));
     }
     basin::Trainer trainer(config, callbacks, loggers);  // validates everything, writes nothing
+    say_what_computes(job);
     trainer.state().run_dir = run_dir;
 
     // Before anything is written: a refused resume leaves the run directory as it was.

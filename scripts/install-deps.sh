@@ -7,6 +7,12 @@ set -euo pipefail
 packages=(
   build-essential cmake ninja-build ccache pkg-config
   libtorch-dev libgloo-dev nlohmann-json3-dev libboost-dev libgtest-dev
+  # Debian's LibTorch links libblas.so.3, which on a fresh machine is netlib's
+  # reference BLAS (20x slower GEMMs). OpenBLAS's OpenMP flavour takes over
+  # libblas.so.3 and liblapack.so.3 through Debian's alternatives, and shares
+  # LibTorch's OpenMP threads (the pthreads flavour keeps a pool of its own):
+  # see docs/building.md#blas.
+  libopenblas0-openmp
   zlib1g-dev libspdlog-dev libcli11-dev libbenchmark-dev
   libpng-dev libturbojpeg0-dev  # data "image_folder": PNG and JPEG decoding
   dataset-fashion-mnist

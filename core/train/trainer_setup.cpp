@@ -16,6 +16,7 @@
 #include <torch/optim/optimizer.h>
 
 #include "basin/core/algorithm.h"
+#include "basin/core/blas.h"
 #include "basin/core/callback.h"
 #include "basin/core/parallel/bucket_reducer.h"
 #include "basin/core/parallel/communicator.h"
@@ -115,8 +116,9 @@ void Trainer::build(const Json& config, std::vector<std::shared_ptr<Callback>> c
   state_.world_size = communicator ? communicator->world_size() : 1;
 
   // LibTorch starts with one intra-op thread here; 0 means every core.
-  at::set_num_threads(threads > 0 ? static_cast<int>(threads)
-                                  : static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
+  const int intra_op_threads =
+      threads > 0 ? static_cast<int>(threads) : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  set_compute_threads(intra_op_threads);
   // LibTorch has one global generator per process, and building a trainer
   // draws from it (a dataset may; the model's initial weights do). Trainers
   // built side by side (ranks as threads) take turns from seeding it to the
