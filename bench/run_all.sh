@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Every benchmark of basin with one command, written to docs/benchmarks.md
+# Every benchmark of basin with one command, written to docs/benchmark-runs.md
 # with the machine and the LibTorch version in its header:
 #   - SAM against SGD: a train step, SAM's optimizer-side work, peak memory
 #     (basin-bench-sam);
@@ -40,7 +40,7 @@ source scripts/build_dir.sh
 if [ "$BASIN_BENCH_BUILT" != 1 ]; then
   bash scripts/build.sh --target basin-bench-sam basin-bench-sam-family basin-bench-decode basin-bench-distributed basin-run > /dev/null
 fi
-[ -n "$out" ] || out=$([ $smoke = 1 ] && echo "$build_dir/benchmarks-smoke.md" || echo docs/benchmarks.md)
+[ -n "$out" ] || out=$([ $smoke = 1 ] && echo "$build_dir/benchmarks-smoke.md" || echo docs/benchmark-runs.md)
 mkdir -p "$(dirname "$out")"
 
 pairs=15 ranks="1 2 4" models="cnn mlp1024 resnet" gbench=() decode=()

@@ -30,7 +30,7 @@ export UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
 export ASAN_OPTIONS=abort_on_error=1:allocator_may_return_null=1:detect_leaks=1
 # -malloc_limit_mb above the RSS limit: LibTorch's unpickler reserves a string's
 # stated length (up to 4 GiB) before reading it; the reservation touches no
-# memory and the short read then fails as a clean error (see README).
+# memory and the short read then fails as a clean error (see docs/reliability.md).
 # LibTorch leaks inside its zip reader on archives it rejects (see the file).
 export LSAN_OPTIONS=suppressions=$PWD/fuzz/lsan.supp:print_suppressions=0
 

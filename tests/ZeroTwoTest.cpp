@@ -177,7 +177,7 @@ TEST(ZeroTwoTest, AfterBackwardARankHoldsTheGradientsItOwnsOnly) {
 }
 
 // A rank-local ascent keeps this rank's whole gradient for the ascent pass
-// (DDP's gradient memory, README says), then the descent is reduce-scattered.
+// (DDP's gradient memory, docs/distributed.md says), then the descent is reduce-scattered.
 TEST(ZeroTwoTest, ARankLocalAscentHoldsTheWholeLocalGradientForThatPassOnly) {
   Json config = sam_config(R"({"rho": 0.05, "sync_ascent": false})", "zero2");
   std::vector<std::vector<int64_t>> held(2);

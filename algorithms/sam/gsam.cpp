@@ -8,7 +8,7 @@
 //     {"algorithms": {"gsam": {"alpha": 0.4, "rho": 0.05, ...SAM's other keys}}}
 //
 // rho follows the lr as in the paper when a scheduler drives "rho" with the
-// lr's schedule and "minimum": rho_min (README, GSAM). Under data-parallel
+// lr's schedule and "minimum": rho_min (docs/sam-family.md, GSAM). Under data-parallel
 // training both gradients are the synced ones ("sync_ascent" must stay
 // true), so every rank decomposes the same vectors; under ZeRO-1 the three
 // sums are taken over shards (one all-reduce of 3 numbers). Cost: one more

@@ -1,8 +1,9 @@
 // Links against an installed basin through its umbrella header: builds SAM
-// from the registry and runs an event through an engine, then compiles
-// README's two snippets as written there (run.sh extracts them): a SAM
-// variant of the user's own, registered and named in a config, and
-// make_sam_optimizer in a loop of the user's own. Exit code 0 on success.
+// from the registry and runs an event through an engine, then compiles the
+// snippets of README.md and docs/sam-family.md as written there (run.sh
+// extracts them): a SAM variant of the user's own, registered and named in a
+// config, and make_sam_optimizer in a loop of the user's own. Exit code 0 on
+// success.
 #include <iostream>
 #include <memory>
 #include <utility>
@@ -14,7 +15,7 @@
 
 #include <basin/basin.h>
 
-// README's "A SAM variant of your own", as written there:
+// docs/sam-family.md's variant of your own (Extending), as written there:
 #include "readme_variant.inc"
 
 namespace {

@@ -1,22 +1,31 @@
 #!/usr/bin/env bash
 # Installs the built library into a scratch prefix, then configures, builds
-# and runs the consumer project against it, with README's snippet in it.
+# and runs the consumer project against it, with the documentation's snippets
+# in it.
 set -euo pipefail
 build_dir=$1
 consumer_dir=$(cd "$(dirname "$0")" && pwd)
 scratch=$(mktemp -d)
 trap 'rm -rf "$scratch"' EXIT
 cmake --install "$build_dir" --prefix "$scratch/prefix" > /dev/null
-# README's snippets are compiled as README shows them: the code block after
-# each marker line, included by main.cpp.
-readme="$consumer_dir/../../README.md"
+# The snippets are compiled as the documentation shows them: the code block
+# after each marker line, in the first of README.md and docs/*.md that holds
+# the marker (the loop is in README.md, the variant in docs/sam-family.md),
+# included by main.cpp.
+source_root=$(cd "$consumer_dir/../.." && pwd)
+pages=("$source_root/README.md" "$source_root"/docs/*.md)
 mkdir -p "$scratch/snippet"
 extract() {  # marker text, output file
-  awk -v marker="<!-- $1 -->" '$0 == marker {found = 1; next}
+  local marker="<!-- $1 -->" page="" candidate
+  for candidate in "${pages[@]}"; do
+    if [ -f "$candidate" ] && grep -qxF -- "$marker" "$candidate"; then page=$candidate; break; fi
+  done
+  [ -n "$page" ] || { echo "consumer: no line '$marker' in README.md or docs/*.md under $source_root" >&2; exit 1; }
+  awk -v marker="$marker" '$0 == marker {found = 1; next}
        found == 1 && /^```/ {found = 2; next}
        found == 2 && /^```/ {exit}
-       found == 2 {print}' "$readme" > "$scratch/snippet/$2"
-  [ -s "$scratch/snippet/$2" ] || { echo "consumer: no code block after '<!-- $1 -->' in $readme" >&2; exit 1; }
+       found == 2 {print}' "$page" > "$scratch/snippet/$2"
+  [ -s "$scratch/snippet/$2" ] || { echo "consumer: no code block after '$marker' in $page" >&2; exit 1; }
 }
 extract "tests/consumer compiles the next block" readme_loop.inc
 extract "tests/consumer compiles the next block as a variant" readme_variant.inc

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Checks that the folders mean what README's layout says: include arrows run
-# one way, and core never names a plug-in. Prints each violation as
-# file:line: rule, and exits 1 if there is any.
+# Checks that the folders mean what docs/library.md's Layout says: include
+# arrows run one way, and core never names a plug-in. Prints each violation
+# as file:line: rule, and exits 1 if there is any.
 #   core/, core/parallel/   include no plug-in folder and nothing of core/train/
 #   core/train/             includes no plug-in folder
 #   algorithms/, callbacks/, schedulers/
