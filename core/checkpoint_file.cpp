@@ -6,6 +6,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <iterator>
 #include <regex>
 
@@ -14,9 +15,9 @@
 #include <zlib.h>
 
 #include <nlohmann/json.hpp>
-#include <torch/csrc/jit/serialization/pickle.h>
 
 #include "basin/core/checkpoint.h"
+#include "basin/core/serialization/archive_writer.h"
 #include "basin/core/serialization/safe_unpickle.h"
 
 namespace fs = std::filesystem;
@@ -29,15 +30,18 @@ const std::regex kCheckpointName(R"(step-(\d{12})\.pt)");
 
 std::string system_reason() { return std::strerror(errno); }
 
-uint32_t crc32_of(const std::vector<char>& bytes) {
-  uLong crc = crc32(0L, Z_NULL, 0);
-  // zlib takes at most uInt bytes per call.
-  for (std::size_t offset = 0; offset < bytes.size();) {
-    const auto n = static_cast<uInt>(std::min<std::size_t>(bytes.size() - offset, 1u << 30));
-    crc = crc32(crc, reinterpret_cast<const Bytef*>(bytes.data() + offset), n);
+// zlib takes at most uInt bytes per call.
+uLong crc32_update(uLong crc, const char* data, std::size_t size) {
+  for (std::size_t offset = 0; offset < size;) {
+    const auto n = static_cast<uInt>(std::min<std::size_t>(size - offset, 1u << 30));
+    crc = crc32(crc, reinterpret_cast<const Bytef*>(data + offset), n);
     offset += n;
   }
-  return static_cast<uint32_t>(crc);
+  return crc;
+}
+
+uint32_t crc32_of(const std::vector<char>& bytes) {
+  return static_cast<uint32_t>(crc32_update(crc32(0L, Z_NULL, 0), bytes.data(), bytes.size()));
 }
 
 std::string hex(uint32_t value) {
@@ -46,8 +50,15 @@ std::string hex(uint32_t value) {
   return text;
 }
 
-// Writes `bytes` to `path` through a temporary file: written, fsynced, renamed.
-void write_atomically(const fs::path& path, const char* data, std::size_t size) {
+// What write_atomically wrote: its size and CRC-32.
+struct Written {
+  std::size_t bytes = 0;
+  uint32_t crc = 0;
+};
+
+// Writes what `produce` hands its sink to `path` through a temporary file:
+// written, fsynced, renamed; nothing of it is left behind if anything fails.
+Written write_atomically(const fs::path& path, const std::function<void(const ByteSink&)>& produce) {
   const fs::path temporary = path.string() + ".tmp";
   const int fd = ::open(temporary.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) throw CheckpointError("cannot write checkpoint '" + path.string() + "': " + system_reason());
@@ -57,14 +68,29 @@ void write_atomically(const fs::path& path, const char* data, std::size_t size) 
     ::unlink(temporary.c_str());
     throw CheckpointError("cannot write checkpoint '" + path.string() + "' (" + doing + "): " + reason);
   };
-  for (std::size_t written = 0; written < size;) {
-    const ssize_t n = ::write(fd, data + written, size - written);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      fail("write");
-    }
-    written += static_cast<std::size_t>(n);
+  Written written;
+  uLong crc = crc32(0L, Z_NULL, 0);
+  try {
+    produce([&](const char* data, std::size_t size) {
+      crc = crc32_update(crc, data, size);
+      for (std::size_t done = 0; done < size;) {
+        const ssize_t n = ::write(fd, data + done, size - done);
+        if (n < 0) {
+          if (errno == EINTR) continue;
+          fail("write");
+        }
+        done += static_cast<std::size_t>(n);
+      }
+      written.bytes += size;
+    });
+  } catch (const CheckpointError&) {
+    throw;  // fail() closed and removed it
+  } catch (...) {
+    ::close(fd);
+    ::unlink(temporary.c_str());
+    throw;
   }
+  written.crc = static_cast<uint32_t>(crc);
   if (::fsync(fd) != 0) fail("fsync");
   if (::close(fd) != 0) {
     const std::string reason = system_reason();
@@ -76,6 +102,11 @@ void write_atomically(const fs::path& path, const char* data, std::size_t size) 
     ::unlink(temporary.c_str());
     throw CheckpointError("cannot write checkpoint '" + path.string() + "' (rename): " + reason);
   }
+  return written;
+}
+
+Written write_atomically(const fs::path& path, const std::string& text) {
+  return write_atomically(path, [&](const ByteSink& sink) { sink(text.data(), text.size()); });
 }
 
 void sync_folder(const fs::path& dir) {
@@ -105,13 +136,14 @@ void write_checkpoint_file(const std::string& path_text, const StateDict& checkp
                             error.message() + ")");
     }
   }
-  const std::vector<char> bytes = torch::jit::pickle_save(checkpoint);
   // The old .sum goes first: a .pt renamed over its predecessor never pairs with the old sum.
   ::unlink(sum_path(path).c_str());
-  write_atomically(path, bytes.data(), bytes.size());
-  const std::string sum =
-      nlohmann::json{{"bytes", bytes.size()}, {"crc32", hex(crc32_of(bytes))}}.dump() + "\n";
-  write_atomically(sum_path(path), sum.data(), sum.size());
+  // Streamed: torch::pickle_save's bytes, without a copy of the whole file in memory.
+  const Written written = write_atomically(path, [&](const ByteSink& sink) {
+    write_torch_archive(checkpoint, /*type_tags=*/true, sink);
+  });
+  write_atomically(sum_path(path),
+                   nlohmann::json{{"bytes", written.bytes}, {"crc32", hex(written.crc)}}.dump() + "\n");
   sync_folder(path.parent_path());
 }
 

@@ -7,10 +7,8 @@
 #include <stdexcept>
 #include <vector>
 
-#include <caffe2/serialize/inline_container.h>
-#include <torch/csrc/jit/serialization/pickler.h>
-
 #include "basin/core/config_error.h"
+#include "basin/core/serialization/archive_writer.h"
 #include "basin/core/serialization/safe_unpickle.h"
 
 namespace basin {
@@ -29,39 +27,29 @@ c10::IValue read_torch_save_file(const std::string& path, const std::string& key
 }
 
 std::vector<char> torch_save_bytes(const c10::IValue& value) {
-  std::vector<char> program;
-  torch::jit::Pickler pickler([&](const char* data, size_t size) { program.insert(program.end(), data, data + size); },
-                              /*tensor_table=*/nullptr, /*type_renamer=*/nullptr, /*memoized_class_types=*/nullptr,
-                              /*get_tensor_id=*/nullptr, /*tag_aggregates=*/false);
-  pickler.protocol();
-  pickler.pushIValue(value);
-  pickler.stop();
-  // torch.save's layout: each storage as data/<its index in the pickle>, then data.pkl.
   std::vector<char> file;
-  caffe2::serialize::PyTorchStreamWriter writer([&](const void* data, size_t size) {
-    const char* bytes = static_cast<const char*>(data);
-    file.insert(file.end(), bytes, bytes + size);
-    return size;
+  write_torch_archive(value, /*type_tags=*/false, [&](const char* data, std::size_t size) {
+    file.insert(file.end(), data, data + size);
   });
-  for (std::size_t i = 0; i < pickler.tensorData().size(); ++i) {
-    const torch::jit::WriteableTensorData storage = torch::jit::getWriteableTensorData(pickler.tensorData()[i]);
-    writer.writeRecord("data/" + std::to_string(i), storage.data(), storage.sizeInBytes());
-  }
-  writer.writeRecord("data.pkl", program.data(), program.size());
-  writer.writeEndOfFile();
   return file;
 }
 
 void write_torch_save_file(const std::string& path, const c10::IValue& value) {
-  const std::vector<char> bytes = torch_save_bytes(value);
   const std::string temporary = path + ".tmp";
-  {
-    std::ofstream out(temporary, std::ios::binary | std::ios::trunc);
-    out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-    if (!out.flush()) {
-      std::remove(temporary.c_str());
-      throw std::runtime_error("cannot write '" + path + "'");
-    }
+  try {
+    std::ofstream out;
+    out.exceptions(std::ios::badbit | std::ios::failbit);
+    out.open(temporary, std::ios::binary | std::ios::trunc);
+    write_torch_archive(value, /*type_tags=*/false, [&](const char* data, std::size_t size) {
+      out.write(data, static_cast<std::streamsize>(size));
+    });
+    out.flush();
+  } catch (const std::ios_base::failure&) {
+    std::remove(temporary.c_str());
+    throw std::runtime_error("cannot write '" + path + "'");
+  } catch (...) {
+    std::remove(temporary.c_str());
+    throw;
   }
   if (std::rename(temporary.c_str(), path.c_str()) != 0) {
     std::remove(temporary.c_str());
