@@ -40,6 +40,33 @@ TEST(TrainerTest, SameConfigAndSeedGiveIdenticalLosses) {
   EXPECT_NE(first, losses_of(config));
 }
 
+// The cnn convolves channels-last copies of its activations and weights
+// (oneDNN's faster kernels) while its parameters and their gradients stay
+// contiguous: it trains as the contiguous cnn does, to float rounding.
+TEST(TrainerTest, TheChannelsLastCnnTrainsAsTheContiguousOneAndKeepsItsTensorsContiguous) {
+  Json config = test::smoke_config();
+  config["data"]["input_shape"] = {3, 8, 8};
+  config["model"] = Json::parse(R"({"name": "cnn", "channels": [4, 6], "hidden": 8})");
+  config["algorithms"] = Json::parse(R"({"sam": {"rho": 0.05}})");
+  Json contiguous = config;
+  contiguous["model"]["channels_last"] = false;
+  const auto fast_losses = std::make_shared<test::LossRecorder>(), plain_losses = std::make_shared<test::LossRecorder>();
+  Trainer fast(config, {fast_losses}), plain(contiguous, {plain_losses});
+  fast.fit();
+  plain.fit();
+  ASSERT_EQ(fast_losses->losses.size(), plain_losses->losses.size());
+  for (std::size_t i = 0; i < fast_losses->losses.size(); ++i) {
+    EXPECT_NEAR(fast_losses->losses[i], plain_losses->losses[i], 1e-5) << "step " << i;
+  }
+  const auto fast_params = fast.model().parameters(), plain_params = plain.model().parameters();
+  ASSERT_EQ(fast_params.size(), plain_params.size());
+  for (std::size_t i = 0; i < fast_params.size(); ++i) {
+    EXPECT_TRUE(at::allclose(fast_params[i], plain_params[i], 1e-4, 1e-5)) << "parameter " << i;
+    EXPECT_TRUE(fast_params[i].is_contiguous()) << "parameter " << i;
+    EXPECT_TRUE(!fast_params[i].grad().defined() || fast_params[i].grad().is_contiguous()) << "gradient " << i;
+  }
+}
+
 TEST(TrainerTest, TrainingReducesTheLossAndEvaluates) {
   Json config = test::smoke_config();
   config["max_epochs"] = 6;
