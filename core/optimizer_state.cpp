@@ -20,12 +20,7 @@ namespace basin {
 
 namespace {
 
-using torch::optim::Optimizer;
-
-// LibTorch keys Optimizer::state() by the tensor's address: as a string in
-// 1.x, as the pointer itself in later releases. The key type says which.
-using StateKey = std::decay_t<decltype(std::declval<Optimizer&>().state())>::key_type;
-
+// A template, so that the branch of the other LibTorch is discarded.
 template <class Key>
 Key state_key_of(const at::Tensor& param) {
   if constexpr (std::is_same_v<Key, std::string>) {
@@ -37,7 +32,13 @@ Key state_key_of(const at::Tensor& param) {
   }
 }
 
-StateKey state_key(const at::Tensor& param) { return state_key_of<StateKey>(param); }
+}  // namespace
+
+OptimizerStateKey optimizer_state_key(const at::Tensor& param) { return state_key_of<OptimizerStateKey>(param); }
+
+namespace {
+
+using torch::optim::Optimizer;
 
 std::string describe(int64_t index) { return "parameter " + std::to_string(index); }
 
@@ -169,7 +170,7 @@ ParameterNumbering::ParameterNumbering(const Optimizer& optimizer) {
 }
 
 at::Tensor first_moment(Optimizer& optimizer, const at::Tensor& param) {
-  const auto found = optimizer.state().find(state_key(param));
+  const auto found = optimizer.state().find(optimizer_state_key(param));
   if (found == optimizer.state().end()) return {};
   const auto& state = *found->second;
   if (const auto* sgd = dynamic_cast<const torch::optim::SGDParamState*>(&state)) return sgd->momentum_buffer();
@@ -209,7 +210,7 @@ ParameterStates parameter_states(Optimizer& optimizer, const ParameterNumbering&
   for (const auto& group : optimizer.param_groups()) {
     for (const auto& p : group.params()) {
       const int64_t index = numbering.index_of(p);
-      const auto found = own.find(state_key(p));
+      const auto found = own.find(optimizer_state_key(p));
       if (index < 0 || found == own.end() || states.contains(index)) continue;
       states.insert(index, save_param_state(*found->second, index));
     }
@@ -228,12 +229,12 @@ void load_parameter_states(Optimizer& optimizer, const ParameterStates& states, 
       const int64_t index = numbering.index_of(p);
       if (index < 0) continue;
       if (!states.contains(index)) {
-        own.erase(state_key(p));  // not stepped yet when saved: starts fresh, as it did then
+        own.erase(optimizer_state_key(p));  // not stepped yet when saved: starts fresh, as it did then
         continue;
       }
       const c10::IValue& entry = states.at(index);
       if (!entry.isGenericDict()) throw std::invalid_argument("optimizer state of " + describe(index) + " is not a dict");
-      own[state_key(p)] = load_param_state(optimizer, entry.toGenericDict(), p, index);
+      own[optimizer_state_key(p)] = load_param_state(optimizer, entry.toGenericDict(), p, index);
     }
   }
 }

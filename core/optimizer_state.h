@@ -6,12 +6,16 @@
 #include <vector>
 
 #include <ATen/core/Tensor.h>
+#include <torch/optim/optimizer.h>
 
 #include "basin/core/state_dict.h"
 
-namespace torch::optim { class Optimizer; }
-
 namespace basin {
+
+/// LibTorch keys Optimizer::state() by the tensor's address: as a string in
+/// 1.x, as the pointer itself in later releases. The key type says which.
+using OptimizerStateKey = std::decay_t<decltype(std::declval<torch::optim::Optimizer&>().state())>::key_type;
+OptimizerStateKey optimizer_state_key(const at::Tensor& param);
 
 /// Per-parameter optimizer state keyed by parameter index (int keys), as in
 /// PyTorch's `optimizer.state_dict()["state"]`.

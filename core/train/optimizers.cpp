@@ -11,6 +11,7 @@
 #include <torch/optim/sgd.h>
 
 #include "basin/core/hyperparameters.h"
+#include "basin/core/train/fused_adam.h"
 
 namespace basin {
 
@@ -43,13 +44,15 @@ const bool registered = [] {
     torch::optim::AdamOptions o(p.number("lr", 1e-3, 0));
     o.betas(read_betas(p)).eps(p.positive("eps", 1e-8)).weight_decay(p.number("weight_decay", 0, 0));
     o.amsgrad(p.boolean("amsgrad", false));
-    return std::make_shared<torch::optim::Adam>(std::move(groups), o);
+    if (!p.boolean("fused", true)) return std::make_shared<torch::optim::Adam>(std::move(groups), o);
+    return std::make_shared<FusedAdam>(std::move(groups), o);
   });
   r.add("adamw", [](Params& p, std::vector<OptimizerParamGroup> groups) -> std::shared_ptr<torch::optim::Optimizer> {
     torch::optim::AdamWOptions o(p.number("lr", 1e-3, 0));
     o.betas(read_betas(p)).eps(p.positive("eps", 1e-8)).weight_decay(p.number("weight_decay", 1e-2, 0));
     o.amsgrad(p.boolean("amsgrad", false));
-    return std::make_shared<torch::optim::AdamW>(std::move(groups), o);
+    if (!p.boolean("fused", true)) return std::make_shared<torch::optim::AdamW>(std::move(groups), o);
+    return std::make_shared<FusedAdamW>(std::move(groups), o);
   });
   r.add("rmsprop", [](Params& p, std::vector<OptimizerParamGroup> groups) -> std::shared_ptr<torch::optim::Optimizer> {
     torch::optim::RMSpropOptions o(p.number("lr", 1e-2, 0));
