@@ -8,10 +8,13 @@
 namespace basin::bench {
 
 /// The models benchmarks compare by name: mlp (784-256-10), mlp1024
-/// (784-1024-1024-10), mlp2048 (784-2048-2048-10), cnn (the examples' small
-/// CNN) or resnet (the examples' resnet, width 16, blocks [1, 1, 1]).
+/// (784-1024-1024-10), mlp2048 (784-2048-2048-10), mlp4096x3
+/// (784-4096-4096-4096-10, 36.8M parameters), cnn (the examples' small CNN)
+/// or resnet (the examples' resnet, width 16, blocks [1, 1, 1]);
+/// cnn_contiguous: the cnn on contiguous activations and weights (its
+/// "channels_last": false), to measure what channels-last gains.
 inline const std::vector<std::string>& model_names() {
-  static const std::vector<std::string> names{"mlp", "mlp1024", "mlp2048", "cnn", "resnet"};
+  static const std::vector<std::string> names{"mlp", "mlp1024", "mlp2048", "mlp4096x3", "cnn", "cnn_contiguous", "resnet"};
   return names;
 }
 
@@ -20,6 +23,8 @@ inline Json model_config(const std::string& model) {
   if (model == "mlp") return Json::parse(R"({"name": "mlp", "hidden": [256]})");
   if (model == "mlp1024") return Json::parse(R"({"name": "mlp", "hidden": [1024, 1024]})");
   if (model == "mlp2048") return Json::parse(R"({"name": "mlp", "hidden": [2048, 2048]})");
+  if (model == "cnn_contiguous") return Json::parse(R"({"name": "cnn", "channels_last": false})");
+  if (model == "mlp4096x3") return Json::parse(R"({"name": "mlp", "hidden": [4096, 4096, 4096]})");
   return {{"name", model}};
 }
 

@@ -11,17 +11,19 @@ algorithm: sgd; sam_local (the ascent's backward under no_sync(): the
            synced). SAM as most PyTorch users run it: e = rho g / ||g||,
            w + e, descent, w - e, base step.
 model:     layer-for-layer copies of basin's registered models (mlp1024,
-           mlp2048, resnet); SGD lr 0.01, momentum 0.9; rho 0.05.
+           mlp2048, mlp4096x3, resnet); --optimizer sgd (lr 0.01, momentum
+           0.9) or adam (lr 1e-3); rho 0.05.
 DDP runs with its defaults (25 MiB buckets, a 1 MiB first one, buckets
 rebuilt after the first step) except broadcast_buffers=False: basin syncs
 BatchNorm's buffers before evaluation, not at every forward.
 
-Rank 0 prints one line, timed as basin's step timer times its steps:
-  peer impl=pytorch_ddp_<algorithm> model=... batch=... threads=... median_ms=... min_ms=... steps=... torch=...
+Every rank prints one line, timed as basin's step timer times its steps:
+  peer impl=pytorch_ddp_<algorithm> model=... batch=... threads=... median_ms=... min_ms=... steps=... torch=... peak_rss_mib=...
 """
 
 import argparse
 import contextlib
+import resource
 import statistics
 import time
 import warnings
@@ -78,6 +80,9 @@ class SmallResNet(nn.Module):
 
 
 def make_model(name):
+    if name == "mlp4096x3":
+        return nn.Sequential(nn.Flatten(), nn.Linear(784, 4096), nn.ReLU(), nn.Linear(4096, 4096), nn.ReLU(),
+                             nn.Linear(4096, 4096), nn.ReLU(), nn.Linear(4096, 10))
     if name in ("mlp1024", "mlp2048"):
         width = int(name[3:])
         return nn.Sequential(nn.Flatten(), nn.Linear(784, width), nn.ReLU(), nn.Linear(width, width), nn.ReLU(),
@@ -91,6 +96,7 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", default="mlp1024")
     parser.add_argument("--algorithm", choices=("sgd", "sam_local", "sam_synced"), default="sgd")
+    parser.add_argument("--optimizer", choices=("sgd", "adam"), default="sgd")
     parser.add_argument("--batch", type=int, default=128, help="per rank")
     parser.add_argument("--steps", type=int, default=30)
     parser.add_argument("--warmup", type=int, default=3)
@@ -103,7 +109,8 @@ def main():
     torch.manual_seed(0)
     model = DistributedDataParallel(make_model(args.model), broadcast_buffers=False)
     params = [p for p in model.parameters() if p.requires_grad]
-    optimizer = torch.optim.SGD(params, lr=LR, momentum=MOMENTUM)
+    optimizer = (torch.optim.Adam(params, lr=1e-3) if args.optimizer == "adam"
+                 else torch.optim.SGD(params, lr=LR, momentum=MOMENTUM))
     generator = torch.Generator().manual_seed(rank)
     batches = [(torch.randn(args.batch, 1, 28, 28, generator=generator),
                 torch.randint(0, 10, (args.batch,), generator=generator)) for _ in range(4)]
@@ -139,10 +146,10 @@ def main():
         step(x, y)
         times.append((time.perf_counter() - start) * 1e3)
     times = times[args.warmup:]
-    if rank == 0:
-        print(f"peer impl=pytorch_ddp_{args.algorithm} model={args.model} batch={args.batch} threads={args.threads} "
-              f"median_ms={statistics.median(times):.4f} min_ms={min(times):.4f} steps={len(times)} "
-              f"torch={torch.__version__}", flush=True)
+    peak_rss_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    print(f"peer impl=pytorch_ddp_{args.algorithm} model={args.model} batch={args.batch} threads={args.threads} "
+          f"median_ms={statistics.median(times):.4f} min_ms={min(times):.4f} steps={len(times)} "
+          f"torch={torch.__version__} peak_rss_mib={peak_rss_mib:.0f}", flush=True)
     dist.destroy_process_group()
 
 

@@ -17,6 +17,8 @@ BASIN = ("trainer_sgd", "trainer_sam", "optimizer_sgd", "optimizer_sam")
 PYTHON = ("sgd", "eager_sam", "pytorch_optimizer_sam")
 # (numerator, denominator, what it says): ratios of medians from the same round.
 RATIOS = (
+    ("trainer_sgd", "sgd", "basin SGD through the trainer / eager Python SGD"),
+    ("optimizer_sgd", "sgd", "basin's SGD alone / eager Python SGD"),
     ("trainer_sam", "eager_sam", "basin SAM through the trainer / eager Python SAM"),
     ("optimizer_sam", "eager_sam", "basin SAMOptimizer alone / eager Python SAM"),
     ("trainer_sam", "pytorch_optimizer_sam", "basin SAM through the trainer / pytorch-optimizer SAM"),
@@ -24,6 +26,9 @@ RATIOS = (
     ("trainer_sam", "trainer_sgd", "SAM / SGD through basin's trainer"),
     ("optimizer_sam", "optimizer_sgd", "SAM / SGD, basin's optimizers alone"),
     ("eager_sam", "sgd", "SAM / SGD, eager Python"),
+    # The cnn only: Python with the model and inputs in channels-last, as basin's cnn convolves.
+    ("trainer_sgd", "sgd_channels_last", "basin SGD through the trainer / eager Python SGD, channels-last"),
+    ("trainer_sam", "eager_sam_channels_last", "basin SAM through the trainer / eager Python SAM, channels-last"),
 )
 
 
@@ -56,23 +61,29 @@ def main():
         rounds = []
         for r in range(args.rounds):
             times = {}
-            contenders = [(impl, [args.step_timer, "--impl", impl]) for impl in BASIN] + [
-                (impl, [sys.executable, os.path.join(HERE, "peers_sam.py"), "--impl", impl]) for impl in PYTHON]
+            contenders = [(impl, [args.step_timer, "--impl", impl, "--model", model]) for impl in BASIN] + [
+                (impl, [sys.executable, os.path.join(HERE, "peers_sam.py"), "--impl", impl, "--model", model])
+                for impl in PYTHON]
+            if model == "cnn":
+                contenders += [(impl + "_channels_last", [sys.executable, os.path.join(HERE, "peers_sam.py"), "--impl", impl,
+                                                          "--model", "cnn_channels_last"]) for impl in ("sgd", "eager_sam")]
             # Rotate the order each round, so no contender always runs first.
             shift = r % len(contenders)
             for impl, command in contenders[shift:] + contenders[:shift]:
-                times[impl], version = run(command + ["--model", model] + common)
+                times[impl], version = run(command + common)
                 versions.add(version)
             rounds.append(times)
             print(f"[{model} round {r + 1}/{args.rounds}] " +
                   " ".join(f"{k}={v:.2f}ms" for k, v in sorted(times.items())), file=sys.stderr, flush=True)
         print(f"\n{model}, batch {args.batch}, {args.threads} thread(s), median over {args.rounds} rounds "
               f"of the per-round ratio (min-max)")
-        for impl in BASIN + PYTHON:
+        for impl in sorted(rounds[0]):
             print(f"  {impl:<24} {statistics.median(t[impl] for t in rounds):8.2f} ms per step")
         for num, den, text in RATIOS:
+            if den not in rounds[0]:
+                continue
             ratios = [t[num] / t[den] for t in rounds]
-            print(f"  {text:<56} {statistics.median(ratios):6.3f}  ({min(ratios):.3f}-{max(ratios):.3f})")
+            print(f"  {text:<66} {statistics.median(ratios):6.3f}  ({min(ratios):.3f}-{max(ratios):.3f})")
     print(f"\nLibTorch: {', '.join(sorted(versions))}; every contender with {PEER_ENV['GLIBC_TUNABLES']}")
 
 

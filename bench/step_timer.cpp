@@ -10,17 +10,21 @@
 //       optimizer_sgd, optimizer_sam  LibTorch SGD or SAMOptimizer over it,
 //                                 stepped with a closure on a fixed batch, as
 //                                 the Python peers do
-// model: mlp (784-256-10), mlp1024 (784-1024-1024-10), mlp2048
-// (784-2048-2048-10), cnn (the examples' small CNN) or resnet (the
-// examples' resnet, width 16, blocks [1, 1, 1]); SGD lr 0.01, momentum 0.9;
+// model: one of bench_models.h's (mlp, mlp1024, mlp2048, mlp4096x3, cnn,
+// resnet); --optimizer sgd (lr 0.01, momentum 0.9), adam (lr 1e-3, basin's
+// fused Adam) or adam_libtorch (LibTorch's Adam, "fused": false);
 // SAM rho 0.05. malloc keeps freed memory for reuse, as in basin-train
 // (examples/memory_reuse.h). Prints one line:
-//   peer impl=... model=... batch=... threads=... median_ms=... min_ms=... steps=... torch=...
+//   peer impl=... model=... batch=... threads=... median_ms=... min_ms=... steps=... torch=... peak_rss_mib=...
+// (peak_rss_mib: the process's peak resident memory, getrusage's ru_maxrss).
 //
-// Data parallel (bench/ddp_peers.sh): run under basin-run with --parallel
-// ddp, the trainer impls only; --batch is per rank, --sync-ascent picks
-// SAM's synced ascent (rank-local by default), --overlap 0 the gradient
-// sync after backward. Every rank prints its line.
+// Data parallel and sharding (bench/ddp_peers.sh, bench/sharded_peers.sh):
+// run under basin-run with --parallel ddp, zero1, zero2 or zero3, the
+// trainer impls only; --batch is per rank, --sync-ascent picks SAM's synced
+// ascent (rank-local by default), --overlap 0 the gradient sync after
+// backward. Every rank prints its line.
+
+#include <sys/resource.h>
 
 #include <algorithm>
 #include <chrono>
@@ -30,11 +34,14 @@
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 #include <CLI/CLI.hpp>
+#include <torch/optim/adam.h>
 #include <torch/optim/sgd.h>
 
 #include "basin/algorithms/sam/sam_optimizer.h"
+#include "basin/core/blas.h"
 #include "basin/core/callback.h"
 #include "basin/core/torch_compat.h"
+#include "basin/core/train/fused_adam.h"
 #include "basin/core/train/model.h"
 #include "basin/core/train/trainer.h"
 #include "basin/examples/memory_reuse.h"
@@ -46,6 +53,12 @@ using Clock = std::chrono::steady_clock;
 
 double milliseconds(Clock::time_point a, Clock::time_point b) {
   return std::chrono::duration<double, std::milli>(b - a).count();
+}
+
+double peak_rss_mib() {
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
+  return static_cast<double>(usage.ru_maxrss) / 1024;  // kilobytes on Linux
 }
 
 struct Parallel {
@@ -69,8 +82,14 @@ class StepTimer : public basin::Callback {
   Clock::time_point start_;
 };
 
-std::vector<double> time_trainer(bool sam, const std::string& model, int64_t batch, int64_t steps, int threads,
-                                 const Parallel& parallel) {
+basin::Json optimizer_config(const std::string& optimizer) {
+  if (optimizer == "adam") return {{"name", "adam"}, {"lr", 1e-3}};
+  if (optimizer == "adam_libtorch") return {{"name", "adam"}, {"lr", 1e-3}, {"fused", false}};
+  return {{"name", "sgd"}, {"lr", 0.01}, {"momentum", 0.9}};
+}
+
+std::vector<double> time_trainer(bool sam, const std::string& model, const std::string& optimizer, int64_t batch,
+                                 int64_t steps, int threads, const Parallel& parallel) {
   const int64_t world = std::getenv("WORLD_SIZE") != nullptr ? std::atoll(std::getenv("WORLD_SIZE")) : 1;
   basin::Json config = {{"seed", 0},
                         {"threads", threads},
@@ -84,7 +103,7 @@ std::vector<double> time_trainer(bool sam, const std::string& model, int64_t bat
                           {"num_classes", 10},
                           {"batch_size", batch}}},
                         {"model", basin::bench::model_config(model)},
-                        {"optimizer", {{"name", "sgd"}, {"lr", 0.01}, {"momentum", 0.9}}}};
+                        {"optimizer", optimizer_config(optimizer)}};
   if (sam) config["algorithms"] = {{"sam", {{"rho", 0.05}, {"sync_ascent", parallel.sync_ascent}}}};
   if (parallel.mode != "none") config["parallel"] = {{"mode", parallel.mode}, {"overlap", parallel.overlap}};
   auto timer = std::make_shared<StepTimer>();
@@ -93,14 +112,21 @@ std::vector<double> time_trainer(bool sam, const std::string& model, int64_t bat
   return timer->ms;
 }
 
-std::vector<double> time_optimizer(bool sam, const std::string& model_name, int64_t batch, int64_t steps) {
+std::vector<double> time_optimizer(bool sam, const std::string& model_name, const std::string& optimizer_name,
+                                   int64_t batch, int64_t steps) {
   at::manual_seed(0);
   basin::Params params(basin::bench::model_config(model_name), "model");
   auto model = basin::model_registry().create(params.string("name"), params, basin::DatasetInfo{{1, 28, 28}, 10});
   const at::Tensor inputs = at::randn({batch, 1, 28, 28});
   const at::Tensor targets = at::randint(0, 10, {batch}, at::kLong);
-  std::shared_ptr<torch::optim::Optimizer> optimizer =
-      std::make_shared<torch::optim::SGD>(model->parameters(), torch::optim::SGDOptions(0.01).momentum(0.9));
+  std::shared_ptr<torch::optim::Optimizer> optimizer;
+  if (optimizer_name == "adam") {
+    optimizer = std::make_shared<basin::FusedAdam>(model->parameters(), torch::optim::AdamOptions(1e-3));
+  } else if (optimizer_name == "adam_libtorch") {
+    optimizer = std::make_shared<torch::optim::Adam>(model->parameters(), torch::optim::AdamOptions(1e-3));
+  } else {
+    optimizer = std::make_shared<torch::optim::SGD>(model->parameters(), torch::optim::SGDOptions(0.01).momentum(0.9));
+  }
   if (sam) {
     basin::SAMOptions options;
     options.rho = 0.05;
@@ -126,17 +152,18 @@ std::vector<double> time_optimizer(bool sam, const std::string& model_name, int6
 int main(int argc, char** argv) {
   basin::examples::keep_freed_memory_for_reuse();  // as basin-train does; bench/peers.py gives the peers the same
   CLI::App app{"Times basin's training step (one line out, for bench/peers.sh)"};
-  std::string impl = "trainer_sam", model = "cnn";
+  std::string impl = "trainer_sam", model = "cnn", optimizer = "sgd";
   int64_t batch = 128, steps = 30, warmup = 3;
   int threads = 1;
   app.add_option("--impl", impl)->check(CLI::IsMember({"trainer_sgd", "trainer_sam", "optimizer_sgd", "optimizer_sam"}));
   app.add_option("--model", model)->check(CLI::IsMember(basin::bench::model_names()));
+  app.add_option("--optimizer", optimizer)->check(CLI::IsMember({"sgd", "adam", "adam_libtorch"}));
   app.add_option("--batch", batch)->check(CLI::PositiveNumber);
   app.add_option("--steps", steps)->check(CLI::PositiveNumber);
   app.add_option("--warmup", warmup)->check(CLI::NonNegativeNumber);
   app.add_option("--threads", threads)->check(CLI::PositiveNumber);
   Parallel parallel;
-  app.add_option("--parallel", parallel.mode)->check(CLI::IsMember({"none", "ddp"}));
+  app.add_option("--parallel", parallel.mode)->check(CLI::IsMember({"none", "ddp", "zero1", "zero2", "zero3"}));
   app.add_option("--sync-ascent", parallel.sync_ascent);
   app.add_option("--overlap", parallel.overlap);
   CLI11_PARSE(app, argc, argv);
@@ -145,10 +172,11 @@ int main(int argc, char** argv) {
     return 2;
   }
 
-  at::set_num_threads(threads);
+  basin::set_compute_threads(threads);
   const bool sam = impl.find("sam") != std::string::npos;
-  std::vector<double> ms = impl.rfind("trainer", 0) == 0 ? time_trainer(sam, model, batch, warmup + steps, threads, parallel)
-                                                          : time_optimizer(sam, model, batch, warmup + steps);
+  std::vector<double> ms = impl.rfind("trainer", 0) == 0
+                               ? time_trainer(sam, model, optimizer, batch, warmup + steps, threads, parallel)
+                               : time_optimizer(sam, model, optimizer, batch, warmup + steps);
   ms.erase(ms.begin(), ms.begin() + warmup);  // first steps allocate state and buffers
   std::vector<double> sorted = ms;
   std::sort(sorted.begin(), sorted.end());
@@ -156,6 +184,6 @@ int main(int argc, char** argv) {
   const double median = n % 2 == 1 ? sorted[n / 2] : (sorted[n / 2 - 1] + sorted[n / 2]) / 2;  // as Python's
   std::cout << "peer impl=" << impl << " model=" << model << " batch=" << batch << " threads=" << threads
             << " median_ms=" << median << " min_ms=" << sorted.front() << " steps=" << ms.size()
-            << " torch=" << basin::compat::torch_version() << std::endl;
+            << " torch=" << basin::compat::torch_version() << " peak_rss_mib=" << peak_rss_mib() << std::endl;
   return 0;
 }

@@ -1,0 +1,106 @@
+#!/usr/bin/env python3
+"""PyTorch FSDP2's training step with SAM, the peer of basin's zero3 step
+(bench/sharded_peers.py runs both side by side). One rank of a job started
+by basin-run or torchrun, over Gloo on the CPU; needs torch >= 2.6
+(torch.distributed.fsdp.fully_shard), PyPI's 2.11 in bench/sharded_peers.sh.
+
+  basin-run --nproc 2 -- python bench/fsdp_peer.py --model mlp4096x3 --optimizer adam --batch 32
+
+FSDP2 as its documentation sets it up: fully_shard on each Linear (a unit,
+as basin's mlp declares each layer one), then on the root; defaults
+otherwise (parameters resharded after forward and gathered again for
+backward, fp32). SAM as a user writes it over sharded parameters, its ascent
+synced (the reduce-scatter of FSDP's backward; a rank-local ascent would
+need whole gradients): the squared norm of each rank's gradient shards
+all-reduced into the global one, e = rho g / ||g|| on the shards, w + e,
+descent, w - e, base step. Same models, optimizers and rho as
+bench/ddp_peer.py.
+
+Every rank prints one line, timed as basin's step timer times its steps:
+  peer impl=fsdp2_<algorithm> model=... batch=... threads=... median_ms=... min_ms=... steps=... torch=... peak_rss_mib=...
+"""
+
+import argparse
+import resource
+import statistics
+import time
+import warnings
+
+warnings.filterwarnings("ignore", message=".*Failed to initialize NumPy.*")
+
+import torch  # noqa: E402
+import torch.distributed as dist  # noqa: E402
+import torch.nn as nn  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+from torch.distributed.fsdp import fully_shard  # noqa: E402
+
+from ddp_peer import LR, MOMENTUM, RHO, make_model  # noqa: E402
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model", default="mlp4096x3")
+    parser.add_argument("--algorithm", choices=("sgd", "sam_synced"), default="sam_synced")
+    parser.add_argument("--optimizer", choices=("sgd", "adam"), default="adam")
+    parser.add_argument("--batch", type=int, default=32, help="per rank")
+    parser.add_argument("--steps", type=int, default=10)
+    parser.add_argument("--warmup", type=int, default=3)
+    parser.add_argument("--threads", type=int, default=1)
+    args = parser.parse_args()
+
+    torch.set_num_threads(args.threads)
+    dist.init_process_group("gloo")
+    rank = dist.get_rank()
+    torch.manual_seed(0)
+    model = make_model(args.model)
+    for module in model.modules():
+        if isinstance(module, nn.Linear):
+            fully_shard(module)
+    fully_shard(model)
+    params = [p for p in model.parameters() if p.requires_grad]
+    optimizer = (torch.optim.Adam(params, lr=1e-3) if args.optimizer == "adam"
+                 else torch.optim.SGD(params, lr=LR, momentum=MOMENTUM))
+    generator = torch.Generator().manual_seed(rank)
+    batches = [(torch.randn(args.batch, 1, 28, 28, generator=generator),
+                torch.randint(0, 10, (args.batch,), generator=generator)) for _ in range(4)]
+
+    def sgd_step(x, y):
+        optimizer.zero_grad()
+        F.cross_entropy(model(x), y).backward()
+        optimizer.step()
+
+    def sam_step(x, y):
+        optimizer.zero_grad()
+        F.cross_entropy(model(x), y).backward()
+        with torch.no_grad():
+            shards = [p.grad.to_local() for p in params]
+            squared = torch.stack([g.pow(2).sum() for g in shards]).sum()
+            dist.all_reduce(squared)  # the norm of the whole gradient, not of this rank's shards
+            scale = RHO / (squared.sqrt() + 1e-12)
+            perturbation = [g * scale for g in shards]
+            for p, e in zip(params, perturbation):
+                p.to_local().add_(e)
+        optimizer.zero_grad()
+        F.cross_entropy(model(x), y).backward()
+        with torch.no_grad():
+            for p, e in zip(params, perturbation):
+                p.to_local().sub_(e)
+        optimizer.step()
+
+    step = sam_step if args.algorithm == "sam_synced" else sgd_step
+    times = []
+    for i in range(args.warmup + args.steps):
+        x, y = batches[i % len(batches)]
+        start = time.perf_counter()
+        step(x, y)
+        times.append((time.perf_counter() - start) * 1e3)
+    times = times[args.warmup:]
+    peak_rss_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    print(f"peer impl=fsdp2_{args.algorithm} model={args.model} batch={args.batch} threads={args.threads} "
+          f"median_ms={statistics.median(times):.4f} min_ms={min(times):.4f} steps={len(times)} "
+          f"torch={torch.__version__} peak_rss_mib={peak_rss_mib:.0f}", flush=True)
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,106 @@
+#!/usr/bin/env python3
+"""basin's ddp and zero3 SAM steps against PyTorch DDP's and FSDP2's, side by
+side, round after round, on the same LibTorch (bench/sharded_peers.sh sets it
+up on PyPI's torch). For each world size, four contenders run in turn, in an
+order that rotates each round, every one as a job of N processes under
+basin-run:
+
+  basin_ddp     basin's trainer, parallel.mode ddp (gradient sync overlapping backward)
+  pytorch_ddp   bench/ddp_peer.py: DistributedDataParallel
+  basin_zero3   basin's trainer, parallel.mode zero3 (each Linear a unit)
+  fsdp2         bench/fsdp_peer.py: fully_shard on each Linear, then the root
+
+all with SAM's ascent synced, the same model, optimizer, batch per rank and
+one thread per rank. It reports the median step time (rank 0's median over
+its steps, then the median over rounds), every rank's peak resident memory
+(the largest over rounds), and the per-round ratios basin_ddp / pytorch_ddp
+and basin_zero3 / fsdp2 (median and range): the machine's speed drifts
+between rounds, not within one.
+
+Usage: sharded_peers.py --step-timer BUILD/bench/basin-bench-step --launcher BUILD/examples/basin-run
+"""
+
+import argparse
+import os
+import re
+import statistics
+import subprocess
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+# basin's programs make malloc keep freed memory for reuse (examples/memory_reuse.h); the peers get the same.
+PEER_ENV = dict(os.environ, GLIBC_TUNABLES="glibc.malloc.mmap_threshold=33554432:glibc.malloc.trim_threshold=1073741824")
+PAIRS = (("basin_ddp", "pytorch_ddp"), ("basin_zero3", "fsdp2"))
+
+
+def run(command, ranks):
+    """{rank: fields} of each rank's 'peer ...' line (basin-run prefixes '[rank N] ')."""
+    out = subprocess.run(command, check=True, capture_output=True, text=True, env=PEER_ENV).stdout
+    lines = {}
+    for line in out.splitlines():
+        match = re.match(r"\[rank (\d+)\] peer (.*)", line)
+        if match:
+            lines[int(match.group(1))] = dict(f.split("=", 1) for f in match.group(2).split())
+    if sorted(lines) != list(range(ranks)):
+        sys.exit(f"sharded_peers: expected a line from each of {ranks} ranks, got {sorted(lines)} from {command}:\n{out}")
+    return lines
+
+
+def contenders(args, ranks):
+    common = ["--model", args.model, "--optimizer", args.optimizer, "--batch", str(args.batch),
+              "--steps", str(args.steps), "--threads", "1"]
+    launch = [args.launcher, "--nproc", str(ranks), "--"]
+    basin = launch + [args.step_timer, "--impl", "trainer_sam", "--sync-ascent", "1"] + common
+    python = [args.python]
+    return [("basin_ddp", basin + ["--parallel", "ddp"]),
+            ("pytorch_ddp", launch + python + [os.path.join(HERE, "ddp_peer.py"), "--algorithm", "sam_synced"] + common),
+            ("basin_zero3", basin + ["--parallel", "zero3"]),
+            ("fsdp2", launch + python + [os.path.join(HERE, "fsdp_peer.py"), "--algorithm", "sam_synced"] + common)]
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--step-timer", required=True)
+    parser.add_argument("--launcher", required=True)
+    parser.add_argument("--python", default=sys.executable, help="a Python with the torch basin builds against")
+    parser.add_argument("--ranks", default="2,4")
+    parser.add_argument("--model", default="mlp4096x3")
+    parser.add_argument("--optimizer", default="adam")
+    parser.add_argument("--batch", type=int, default=32, help="per rank")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--steps", type=int, default=8)
+    args = parser.parse_args()
+
+    versions = set()
+    for ranks in (int(r) for r in args.ranks.split(",")):
+        entries = contenders(args, ranks)
+        rounds = []
+        peak = {name: [0.0] * ranks for name, _ in entries}
+        for r in range(args.rounds):
+            shift = r % len(entries)
+            times = {}
+            for name, command in entries[shift:] + entries[:shift]:
+                lines = run(command, ranks)
+                times[name] = float(lines[0]["median_ms"])
+                versions.add(lines[0]["torch"])
+                for rank, fields in lines.items():
+                    peak[name][rank] = max(peak[name][rank], float(fields["peak_rss_mib"]))
+            rounds.append(times)
+            print(f"[{ranks} ranks, round {r + 1}/{args.rounds}] " +
+                  " ".join(f"{k}={v:.0f}ms" for k, v in sorted(times.items())), file=sys.stderr, flush=True)
+        print(f"\n{ranks} ranks, {args.model}, {args.optimizer}, SAM with a synced ascent, batch {args.batch} per rank, "
+              f"1 thread per rank; median over {args.rounds} rounds")
+        print(f"  {'contender':<12} {'step ms':>9}   peak RSS per rank (MiB)")
+        for name, _ in entries:
+            print(f"  {name:<12} {statistics.median(t[name] for t in rounds):9.1f}   "
+                  + " / ".join(f"{m:.0f}" for m in peak[name]))
+        for num, den in PAIRS:
+            ratios = [t[num] / t[den] for t in rounds]
+            memory = max(peak[num]) / max(peak[den])
+            print(f"  {num} / {den}: time {statistics.median(ratios):.3f} ({min(ratios):.3f}-{max(ratios):.3f}), "
+                  f"largest peak RSS {memory:.3f}")
+    print(f"\nLibTorch: {', '.join(sorted(versions))}; every contender with {PEER_ENV['GLIBC_TUNABLES']}")
+
+
+if __name__ == "__main__":
+    main()
