@@ -12,7 +12,9 @@ algorithm: sgd; sam_local (the ascent's backward under no_sync(): the
            w + e, descent, w - e, base step.
 model:     layer-for-layer copies of basin's registered models (mlp1024,
            mlp2048, mlp4096x3, resnet); --optimizer sgd (lr 0.01, momentum
-           0.9) or adam (lr 1e-3); rho 0.05.
+           0.9), adam (lr 1e-3, PyTorch's default implementation: one
+           tensor at a time on the CPU) or adam_fused (fused=True, the CPU
+           kernel of torch >= 2.4); rho 0.05.
 DDP runs with its defaults (25 MiB buckets, a 1 MiB first one, buckets
 rebuilt after the first step) except broadcast_buffers=False: basin syncs
 BatchNorm's buffers before evaluation, not at every forward.
@@ -96,7 +98,7 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", default="mlp1024")
     parser.add_argument("--algorithm", choices=("sgd", "sam_local", "sam_synced"), default="sgd")
-    parser.add_argument("--optimizer", choices=("sgd", "adam"), default="sgd")
+    parser.add_argument("--optimizer", choices=("sgd", "adam", "adam_fused"), default="sgd")
     parser.add_argument("--batch", type=int, default=128, help="per rank")
     parser.add_argument("--steps", type=int, default=30)
     parser.add_argument("--warmup", type=int, default=3)
@@ -109,7 +111,7 @@ def main():
     torch.manual_seed(0)
     model = DistributedDataParallel(make_model(args.model), broadcast_buffers=False)
     params = [p for p in model.parameters() if p.requires_grad]
-    optimizer = (torch.optim.Adam(params, lr=1e-3) if args.optimizer == "adam"
+    optimizer = (torch.optim.Adam(params, lr=1e-3, fused=args.optimizer == "adam_fused") if args.optimizer.startswith("adam")
                  else torch.optim.SGD(params, lr=LR, momentum=MOMENTUM))
     generator = torch.Generator().manual_seed(rank)
     batches = [(torch.randn(args.batch, 1, 28, 28, generator=generator),

@@ -41,7 +41,7 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", default="mlp4096x3")
     parser.add_argument("--algorithm", choices=("sgd", "sam_synced"), default="sam_synced")
-    parser.add_argument("--optimizer", choices=("sgd", "adam"), default="adam")
+    parser.add_argument("--optimizer", choices=("sgd", "adam", "adam_fused"), default="adam")
     parser.add_argument("--batch", type=int, default=32, help="per rank")
     parser.add_argument("--steps", type=int, default=10)
     parser.add_argument("--warmup", type=int, default=3)
@@ -58,7 +58,7 @@ def main():
             fully_shard(module)
     fully_shard(model)
     params = [p for p in model.parameters() if p.requires_grad]
-    optimizer = (torch.optim.Adam(params, lr=1e-3) if args.optimizer == "adam"
+    optimizer = (torch.optim.Adam(params, lr=1e-3, fused=args.optimizer == "adam_fused") if args.optimizer.startswith("adam")
                  else torch.optim.SGD(params, lr=LR, momentum=MOMENTUM))
     generator = torch.Generator().manual_seed(rank)
     batches = [(torch.randn(args.batch, 1, 28, 28, generator=generator),

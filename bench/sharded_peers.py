@@ -47,15 +47,14 @@ def run(command, ranks):
 
 
 def contenders(args, ranks):
-    common = ["--model", args.model, "--optimizer", args.optimizer, "--batch", str(args.batch),
-              "--steps", str(args.steps), "--threads", "1"]
+    common = ["--model", args.model, "--batch", str(args.batch), "--steps", str(args.steps), "--threads", "1"]
     launch = [args.launcher, "--nproc", str(ranks), "--"]
-    basin = launch + [args.step_timer, "--impl", "trainer_sam", "--sync-ascent", "1"] + common
-    python = [args.python]
+    basin = launch + [args.step_timer, "--impl", "trainer_sam", "--sync-ascent", "1", "--optimizer", args.optimizer] + common
+    peer = ["--algorithm", "sam_synced", "--optimizer", args.python_optimizer or args.optimizer] + common
     return [("basin_ddp", basin + ["--parallel", "ddp"]),
-            ("pytorch_ddp", launch + python + [os.path.join(HERE, "ddp_peer.py"), "--algorithm", "sam_synced"] + common),
+            ("pytorch_ddp", launch + [args.python, os.path.join(HERE, "ddp_peer.py")] + peer),
             ("basin_zero3", basin + ["--parallel", "zero3"]),
-            ("fsdp2", launch + python + [os.path.join(HERE, "fsdp_peer.py"), "--algorithm", "sam_synced"] + common)]
+            ("fsdp2", launch + [args.python, os.path.join(HERE, "fsdp_peer.py")] + peer)]
 
 
 def main():
@@ -65,7 +64,8 @@ def main():
     parser.add_argument("--python", default=sys.executable, help="a Python with the torch basin builds against")
     parser.add_argument("--ranks", default="2,4")
     parser.add_argument("--model", default="mlp4096x3")
-    parser.add_argument("--optimizer", default="adam")
+    parser.add_argument("--optimizer", default="adam", help="basin's: adam (fused), adam_libtorch or sgd")
+    parser.add_argument("--python-optimizer", help="the peers' (default --optimizer): adam, adam_fused (fused=True) or sgd")
     parser.add_argument("--batch", type=int, default=32, help="per rank")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--steps", type=int, default=8)
@@ -88,7 +88,7 @@ def main():
             rounds.append(times)
             print(f"[{ranks} ranks, round {r + 1}/{args.rounds}] " +
                   " ".join(f"{k}={v:.0f}ms" for k, v in sorted(times.items())), file=sys.stderr, flush=True)
-        print(f"\n{ranks} ranks, {args.model}, {args.optimizer}, SAM with a synced ascent, batch {args.batch} per rank, "
+        print(f"\n{ranks} ranks, {args.model}, basin {args.optimizer}, Python {args.python_optimizer or args.optimizer}, SAM with a synced ascent, batch {args.batch} per rank, "
               f"1 thread per rank; median over {args.rounds} rounds")
         print(f"  {'contender':<12} {'step ms':>9}   peak RSS per rank (MiB)")
         for name, _ in entries:
