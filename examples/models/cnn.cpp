@@ -6,7 +6,7 @@
 namespace basin {
 namespace {
 
-/// Two conv3x3+ReLU+maxpool stages, then a hidden Linear and the classifier.
+/// A stage per entry of channels (a 3x3 convolution, a 2x2 max-pool, ReLU), then a hidden Linear and the classifier.
 ///     {"name": "cnn", "channels": [32, 64], "hidden": 128, "channels_last": true}
 /// channels_last: the convolutions run on channels-last activations and a
 /// channels-last copy of each weight, made in the forward (the parameters,
@@ -30,7 +30,7 @@ class SmallCNN : public Model {
         params.fail("channels", "positive widths, one per 2x pooling the input allows", params.raw("channels"));
       }
       convs_.push_back(register_module("conv" + std::to_string(i),
-                                       torch::nn::Conv2d(torch::nn::Conv2dOptions(in, channels[i], 3).padding(1))));
+                                       torch::nn::Conv2d(torch::nn::Conv2dOptions(in, channels[i], 3).padding(kPadding))));
       in = channels[i];
       h /= 2;
       w /= 2;
@@ -44,7 +44,8 @@ class SmallCNN : public Model {
 
   at::Tensor forward(const at::Tensor& inputs) override {
     at::Tensor x = inputs;
-    for (auto& conv : convs_) x = at::max_pool2d(at::relu(unit(*conv, [&] { return convolve(*conv, x); })), {2, 2});
+    // Pooling before the ReLU: the same values and gradients (ReLU is monotone), on a quarter of the elements.
+    for (auto& conv : convs_) x = at::relu(at::max_pool2d(unit(*conv, [&] { return convolve(*conv, x); }), {2, 2}));
     x = at::relu(unit(*fc_, [&] { return fc_->forward(x.flatten(1)); }));
     return unit(*out_, [&] { return out_->forward(x); });
   }
@@ -55,9 +56,10 @@ class SmallCNN : public Model {
     // Strided as channels-last even where a dimension of 1 would let contiguous() keep them (one input channel):
     // oneDNN picks its channels-last kernels from the weight's strides.
     const at::Tensor weight = at::empty_like(conv.weight, at::MemoryFormat::ChannelsLast).copy_(conv.weight);
-    return at::conv2d(x, weight, conv.bias, /*stride=*/1, /*padding=*/1);
+    return at::conv2d(x, weight, conv.bias, /*stride=*/1, kPadding);
   }
 
+  static constexpr int64_t kPadding = 1;  // the size-keeping 3x3 convolution, in both forwards
   bool channels_last_ = true;
   std::vector<torch::nn::Conv2d> convs_;
   torch::nn::Linear fc_{nullptr};
