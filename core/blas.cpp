@@ -4,6 +4,7 @@
 
 #include <cstdlib>
 #include <filesystem>
+#include <mutex>
 #include <regex>
 #include <sstream>
 
@@ -113,7 +114,13 @@ void set_compute_threads(int threads) {
   const std::string library = sgemm_library();
   auto get_parallel = function_of<int (*)()>(library, "openblas_get_parallel");
   auto set_threads = function_of<void (*)(int)>(library, "openblas_set_num_threads");
-  if (get_parallel != nullptr && set_threads != nullptr && get_parallel() == 1) set_threads(threads);
+  auto get_threads = function_of<int (*)()>(library, "openblas_get_num_threads");
+  if (get_parallel == nullptr || set_threads == nullptr || get_threads == nullptr || get_parallel() != 1) return;
+  // The pool is the process's: ranks run as threads of one process (tests, the hand loop) share it, and
+  // resizing it while another thread multiplies is not safe. Set it once per change, under a lock.
+  static std::mutex resizing;
+  const std::lock_guard<std::mutex> lock(resizing);
+  if (get_threads() != threads) set_threads(threads);
 }
 
 }  // namespace basin

@@ -15,7 +15,8 @@ struct BlasInfo {
   std::string threading;  // "OpenMP", "pthreads", "sequential" when the library says so, else ""
   bool reference = false; // netlib's reference implementation: warn, and fail the build's test
 
-  /// One line: "OpenBLAS 0.3.21 (OpenMP threading, SkylakeX kernels) from /usr/lib/...".
+  /// One line: "OpenBLAS 0.3.21 (OpenMP threading) from /usr/lib/...".
+
   std::string describe() const;
 };
 

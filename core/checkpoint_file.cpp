@@ -9,6 +9,7 @@
 #include <functional>
 #include <iterator>
 #include <regex>
+#include <utility>
 
 #include <fcntl.h>
 #include <unistd.h>
@@ -56,52 +57,59 @@ struct Written {
   uint32_t crc = 0;
 };
 
+// The temporary file a checkpoint is written to: closed exactly once (a second
+// close could hit a descriptor another thread has since opened), and removed
+// unless it was renamed into place.
+class TemporaryFile {
+ public:
+  explicit TemporaryFile(fs::path path)
+      : path_(std::move(path)), fd_(::open(path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644)) {}
+  TemporaryFile(const TemporaryFile&) = delete;
+  TemporaryFile& operator=(const TemporaryFile&) = delete;
+  ~TemporaryFile() {
+    close();
+    if (!renamed_ && opened_) ::unlink(path_.c_str());
+  }
+
+  int fd() const { return fd_; }
+  bool close() { return fd_ < 0 || ::close(std::exchange(fd_, -1)) == 0; }
+  bool rename_to(const fs::path& target) { return renamed_ = ::rename(path_.c_str(), target.c_str()) == 0; }
+
+ private:
+  fs::path path_;
+  int fd_;
+  bool opened_ = fd_ >= 0;
+  bool renamed_ = false;
+};
+
 // Writes what `produce` hands its sink to `path` through a temporary file:
 // written, fsynced, renamed; nothing of it is left behind if anything fails.
 Written write_atomically(const fs::path& path, const std::function<void(const ByteSink&)>& produce) {
-  const fs::path temporary = path.string() + ".tmp";
-  const int fd = ::open(temporary.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) throw CheckpointError("cannot write checkpoint '" + path.string() + "': " + system_reason());
+  TemporaryFile file(path.string() + ".tmp");
+  // errno is read before the file is closed and removed, which may set it again.
   auto fail = [&](const std::string& doing) {
-    const std::string reason = system_reason();
-    ::close(fd);
-    ::unlink(temporary.c_str());
-    throw CheckpointError("cannot write checkpoint '" + path.string() + "' (" + doing + "): " + reason);
+    throw CheckpointError("cannot write checkpoint '" + path.string() + "'" + (doing.empty() ? "" : " (" + doing + ")") +
+                          ": " + system_reason());
   };
+  if (file.fd() < 0) fail("");
   Written written;
   uLong crc = crc32(0L, Z_NULL, 0);
-  try {
-    produce([&](const char* data, std::size_t size) {
-      crc = crc32_update(crc, data, size);
-      for (std::size_t done = 0; done < size;) {
-        const ssize_t n = ::write(fd, data + done, size - done);
-        if (n < 0) {
-          if (errno == EINTR) continue;
-          fail("write");
-        }
-        done += static_cast<std::size_t>(n);
+  produce([&](const char* data, std::size_t size) {
+    crc = crc32_update(crc, data, size);
+    for (std::size_t done = 0; done < size;) {
+      const ssize_t n = ::write(file.fd(), data + done, size - done);
+      if (n < 0) {
+        if (errno == EINTR) continue;
+        fail("write");
       }
-      written.bytes += size;
-    });
-  } catch (const CheckpointError&) {
-    throw;  // fail() closed and removed it
-  } catch (...) {
-    ::close(fd);
-    ::unlink(temporary.c_str());
-    throw;
-  }
+      done += static_cast<std::size_t>(n);
+    }
+    written.bytes += size;
+  });
   written.crc = static_cast<uint32_t>(crc);
-  if (::fsync(fd) != 0) fail("fsync");
-  if (::close(fd) != 0) {
-    const std::string reason = system_reason();
-    ::unlink(temporary.c_str());
-    throw CheckpointError("cannot write checkpoint '" + path.string() + "' (close): " + reason);
-  }
-  if (::rename(temporary.c_str(), path.c_str()) != 0) {
-    const std::string reason = system_reason();
-    ::unlink(temporary.c_str());
-    throw CheckpointError("cannot write checkpoint '" + path.string() + "' (rename): " + reason);
-  }
+  if (::fsync(file.fd()) != 0) fail("fsync");
+  if (!file.close()) fail("close");
+  if (!file.rename_to(path)) fail("rename");
   return written;
 }
 

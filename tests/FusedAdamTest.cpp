@@ -6,6 +6,7 @@
 
 #include <functional>
 #include <memory>
+#include <vector>
 
 #include <ATen/ATen.h>
 #include <torch/nn/modules/linear.h>
@@ -121,6 +122,69 @@ TEST(FusedAdamTest, AParameterThatCannotBeFusedTakesLibTorchsStep) {
       [](auto groups) { return std::make_shared<torch::optim::Adam>(std::move(groups), adam_options(false)); }, 3,
       at::kDouble);
   for (std::size_t i = 0; i < ours.size(); ++i) EXPECT_TRUE(ours[i].equal(theirs[i])) << "parameter " << i;
+}
+
+TEST(FusedAdamTest, OneParameterThatCannotBeFusedSendsTheWholeStepToLibTorch) {
+  // A double parameter among float ones: LibTorch's step for all, bit for bit, never a step half fused.
+  const auto with_a_double = [] {
+    Tensors t = fresh(at::kFloat);
+    t[2] = t[2].detach().to(at::kDouble).requires_grad_();
+    return groups_of({t[0], t[1]}, {t[2]});
+  };
+  auto ours_optimizer = std::make_shared<FusedAdam>(with_a_double(), adam_options(false));
+  auto theirs_optimizer = std::make_shared<torch::optim::Adam>(with_a_double(), adam_options(false));
+  const std::vector<torch::optim::Optimizer*> both{ours_optimizer.get(), theirs_optimizer.get()};
+  for (int s = 0; s < 3; ++s) {
+    for (auto* optimizer : both) {
+      at::manual_seed(s);
+      for (auto& p : optimizer->param_groups()[0].params()) p.mutable_grad() = at::randn_like(p);
+      for (auto& p : optimizer->param_groups()[1].params()) p.mutable_grad() = at::randn_like(p);
+      optimizer->step();
+    }
+  }
+  for (std::size_t g = 0; g < 2; ++g) {
+    const auto& mine = ours_optimizer->param_groups()[g].params();
+    const auto& libtorch = theirs_optimizer->param_groups()[g].params();
+    for (std::size_t i = 0; i < mine.size(); ++i) {
+      EXPECT_TRUE(mine[i].equal(libtorch[i])) << "group " << g << ", parameter " << i;
+    }
+  }
+}
+
+TEST(FusedAdamTest, AStateWithOtherStridesIsSteppedByLibTorchNotHalfFused) {
+  // As a state loaded from a file may come: exp_avg transposed in memory. LibTorch's step handles any strides.
+  Tensors ours = fresh(at::kFloat), theirs = fresh(at::kFloat);
+  FusedAdam fused(groups_of({ours[0], ours[1]}, {ours[2]}), adam_options(false));
+  torch::optim::Adam adam(groups_of({theirs[0], theirs[1]}, {theirs[2]}), adam_options(false));
+  for (int s = 0; s < 3; ++s) {
+    for (std::size_t i = 0; i < ours.size(); ++i) {
+      ours[i].mutable_grad() = at::randn_like(ours[i]);
+      theirs[i].mutable_grad() = ours[i].grad().clone();
+    }
+    if (s == 1) {
+      for (torch::optim::Optimizer* optimizer : std::vector<torch::optim::Optimizer*>{&fused, &adam}) {
+        auto& state = static_cast<torch::optim::AdamParamState&>(
+            *optimizer->state().at(optimizer_state_key(optimizer->param_groups()[0].params()[0])));
+        state.exp_avg(state.exp_avg().t().contiguous().t());  // the same values, column-major
+        ASSERT_FALSE(state.exp_avg().is_contiguous());
+      }
+    }
+    fused.step();
+    adam.step();
+  }
+  expect_close(ours, theirs, "adam after a state with other strides");  // the first step was fused: float rounding
+}
+
+TEST(FusedAdamTest, AGraphThatSavedAParameterFailsOnBackwardAfterTheStep) {
+  // As after LibTorch's in-place update: autograd's version counter moved, so stale values are never used.
+  Tensors params = fresh(at::kFloat);
+  FusedAdam fused(groups_of({params[0], params[1]}, {params[2]}), adam_options(false));
+  for (auto& p : params) p.mutable_grad() = at::ones_like(p);
+  const auto version = params[0]._version();
+  const at::Tensor saved = (params[0] * params[0]).sum();  // mul saves params[0] for its backward
+  fused.step();
+  EXPECT_GT(params[0]._version(), version);
+  EXPECT_THROW(saved.backward(), c10::Error);
 }
 
 TEST(FusedAdamTest, TheConfigGivesTheFusedOnesUnlessFusedIsFalse) {

@@ -132,9 +132,9 @@ std::vector<uint8_t> png_claiming(uint32_t height, uint32_t width) {
 
 // 30000 x 30000 pixels decoded to RGB floats would ask for 10.8 GB: the
 // header alone refuses it, before a pixel is allocated; the limit is
-// Pillow's, and inclusive.
+// Pillow's, and inclusive. Sizes read height x width, as data.size does.
 TEST(ImageFolderTest, AnImageAboveThePixelLimitIsRefusedFromItsHeader) {
-  const std::vector<uint8_t> bomb = png_claiming(30000, 30000);
+  const std::vector<uint8_t> bomb = png_claiming(30000, 30000), tall = png_claiming(30000, 7000);
   try {
     decode_image(bomb.data(), bomb.size(), 3);
     ADD_FAILURE() << "a 30000x30000 PNG decoded under the default limit";
@@ -144,6 +144,14 @@ TEST(ImageFolderTest, AnImageAboveThePixelLimitIsRefusedFromItsHeader) {
     EXPECT_EQ(error.max_pixels, 2 * 89478485);
     EXPECT_NE(std::string(error.what()).find("is 30000x30000 pixels (900000000), above the limit of 178956970"),
               std::string::npos) << error.what();
+  }
+  try {
+    decode_image(tall.data(), tall.size(), 1);
+    ADD_FAILURE() << "a 30000x7000 PNG decoded under the default limit";
+  } catch (const ImageTooLargeError& error) {
+    EXPECT_EQ(error.height, 30000);
+    EXPECT_EQ(error.width, 7000);
+    EXPECT_NE(std::string(error.what()).find("is 30000x7000 pixels (210000000)"), std::string::npos) << error.what();
   }
   const Image image = random_image(5, 4, 3, 12);
   for (const auto& bytes : {encode_png(image), encode_jpeg(image, 90)}) {

@@ -13,9 +13,10 @@
 // checkpoints, schedulers and every cast to torch::optim::Adam. The
 // arithmetic is Adam's formula in float with bias corrections in double, as
 // LibTorch's; its rounding differs in the last bits (LibTorch's own kernels
-// round differently between CPUs and versions too). A parameter that is not
-// a dense contiguous float32 CPU tensor (a GPU one, a half one) takes
-// LibTorch's step.
+// round differently between CPUs and versions too). If any parameter, its
+// gradient or its state is not a dense contiguous float32 CPU tensor (a GPU
+// one, a half one, a state loaded with other strides), the whole step is
+// LibTorch's: a step is never part one, part the other.
 
 #include <torch/optim/adam.h>
 #include <torch/optim/adamw.h>

@@ -97,7 +97,7 @@ Image with_channels(const Image& image, int64_t channels) {
 }  // namespace
 
 ImageTooLargeError::ImageTooLargeError(int64_t height_, int64_t width_, int64_t max_pixels_)
-    : ImageDecodeError("is " + std::to_string(width_) + "x" + std::to_string(height_) + " pixels (" +
+    : ImageDecodeError("is " + std::to_string(height_) + "x" + std::to_string(width_) + " pixels (" +
                        std::to_string(height_ * width_) + "), above the limit of " + std::to_string(max_pixels_) +
                        " pixels"),
       height(height_), width(width_), max_pixels(max_pixels_) {}
