@@ -7,6 +7,7 @@
 #include <set>
 
 #include "basin/core/interrupt.h"
+#include "test_paths.h"
 #include "test_util.h"
 
 namespace basin {

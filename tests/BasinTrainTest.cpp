@@ -3,6 +3,7 @@
 #include <filesystem>
 
 #include "basin/core/config.h"
+#include "test_paths.h"
 #include "test_util.h"
 
 namespace basin {

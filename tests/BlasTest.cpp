@@ -9,6 +9,7 @@
 
 #include "basin/core/blas.h"
 #include "basin/core/torch_compat.h"
+#include "test_paths.h"
 #include "test_util.h"
 
 namespace basin {

@@ -23,6 +23,7 @@
 #include "basin/examples/data/image_codec.h"
 #include "distributed_util.h"
 #include "python_models.h"
+#include "test_paths.h"
 #include "test_util.h"
 
 namespace basin {

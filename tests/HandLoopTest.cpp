@@ -1,5 +1,6 @@
 #include <gtest/gtest.h>
 
+#include "test_paths.h"
 #include "test_util.h"
 
 namespace basin {

@@ -13,6 +13,7 @@
 #include <string>
 
 #include "basin/core/config.h"
+#include "test_paths.h"
 #include "test_util.h"
 
 namespace basin {

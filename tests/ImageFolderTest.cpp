@@ -19,6 +19,7 @@
 #include "basin/examples/data/image_codec.h"
 #include "basin/examples/data/image_folder.h"
 #include "python_models.h"
+#include "test_paths.h"
 #include "test_util.h"
 
 namespace basin {

@@ -7,6 +7,7 @@
 
 #include "basin/core/config.h"
 #include "python_models.h"
+#include "test_paths.h"
 #include "test_util.h"
 
 namespace basin {

@@ -10,6 +10,7 @@
 
 #include <chrono>
 
+#include "test_paths.h"
 #include "test_util.h"
 
 namespace basin {

@@ -18,6 +18,7 @@
 
 #include "basin/core/checkpoint_file.h"
 #include "basin/core/interrupt.h"
+#include "test_paths.h"
 #include "test_util.h"
 
 namespace basin {

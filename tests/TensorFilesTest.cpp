@@ -13,6 +13,7 @@
 #include "basin/core/config_error.h"
 #include "basin/core/train/dataset.h"
 #include "basin/core/train/trainer.h"
+#include "test_paths.h"
 #include "test_util.h"
 
 namespace basin {

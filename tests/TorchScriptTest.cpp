@@ -9,6 +9,7 @@
 #include "basin/core/torch_compat.h"
 #include "basin/core/train/model.h"
 #include "python_models.h"
+#include "test_paths.h"
 #include "test_util.h"
 
 namespace basin {
