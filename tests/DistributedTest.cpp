@@ -50,6 +50,34 @@ TEST(DistributedTest, SyncedAscentSamOnTwoRanksEqualsOneRankOnTheJoinedBatch) {
   EXPECT_EQ(max_difference(ranks[0], ranks[1]), 0.0);
 }
 
+// The mode says what runs: "none" given a communicator of two ranks used to train data-parallel, as "ddp" does.
+// It is refused, naming the key; of one rank, it trains alone, as without one.
+TEST(DistributedTest, ModeNoneWithACommunicatorOfTwoRanksIsRefusedAndOfOneRankTrainsAlone) {
+  const Json config = sam_config(R"({"rho": 0.05})", "none");
+  std::vector<std::string> messages(2);
+  test::run_ranks(2, [&](int rank, std::shared_ptr<Communicator> communicator) {
+    try {
+      Trainer trainer(config, {}, {}, communicator);
+    } catch (const ConfigError& error) {
+      messages[static_cast<std::size_t>(rank)] = error.what();
+    }
+  });
+  for (const std::string& message : messages) {
+    EXPECT_NE(message.find("'parallel.mode'"), std::string::npos) << message;
+    EXPECT_NE(message.find("a communicator of 2 ranks"), std::string::npos) << message;
+  }
+  Trainer alone(config);
+  alone.fit();
+  std::vector<at::Tensor> with_one_rank;
+  test::run_ranks(1, [&](int, std::shared_ptr<Communicator> communicator) {
+    Trainer trainer(config, {}, {}, communicator);
+    EXPECT_EQ(trainer.state().communicator, nullptr);
+    trainer.fit();
+    with_one_rank = weights_of(trainer);
+  });
+  EXPECT_EQ(max_difference(with_one_rank, weights_of(alone)), 0.0);
+}
+
 TEST(DistributedTest, PlainDataParallelEqualsOneRankOnTheJoinedBatch) {
   Json config = test::smoke_config();
   config["max_steps"] = 5;

@@ -147,6 +147,20 @@ TEST(SAMTrainingTest, BadSamConfigsNameTheKey) {
   }
 }
 
+// A step takes one SAM-family algorithm: a second one used to be left out without a word while its keys passed
+// validation (and the run differed from either alone). Refused, naming both, whichever comes first.
+TEST(SAMTrainingTest, TwoSamFamilyAlgorithmsAreRefusedNamingBoth) {
+  for (const char* algorithms : {R"({"sam": {}, "gsam": {}})", R"({"looksam": {}, "momentum_sam": {}})"}) {
+    Json config = test::smoke_config();
+    config["algorithms"] = Json::parse(algorithms);
+    const std::string message = test::trainer_config_error(config);
+    for (const auto& [name, keys] : config["algorithms"].items()) {
+      EXPECT_NE(message.find("'algorithms." + name + "'"), std::string::npos) << algorithms << ": " << message;
+    }
+    EXPECT_NE(message.find("one SAM-family algorithm"), std::string::npos) << message;
+  }
+}
+
 TEST(SAMTrainingTest, SchedulerDrivesTheWrappedOptimizer) {
   Json config = sam_config(R"({"rho": 0.05})");
   config["schedulers"] = Json::parse(R"([{"name": "linear_warmup", "warmup": 4},

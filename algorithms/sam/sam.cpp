@@ -52,9 +52,8 @@ SAM::SAM(Params& params, const SAMDefaults& defaults) : path_(params.path()) {
   }
 }
 
-bool SAM::match(Event event, const State& state) const {
-  // Exactly once, and never around an optimizer that already is SAM.
-  return event == Event::AFTER_SHARDING && !made_ && dynamic_cast<const SAMOptimizer*>(state.optimizer.get()) == nullptr;
+bool SAM::match(Event event, const State& /*state*/) const {
+  return event == Event::AFTER_SHARDING && !made_;  // exactly once
 }
 
 std::unordered_set<const c10::TensorImpl*> SAM::parameters_named(const torch::nn::Module& model,
@@ -166,11 +165,19 @@ std::shared_ptr<SAMOptimizer> SAM::make_optimizer(std::shared_ptr<torch::optim::
     step->add_pass_hooks(std::move(freeze));
   }
   made_ = true;
+  step->set_made_by(path_);
   optimizer_ = step;
   return step;
 }
 
 void SAM::apply(Event /*event*/, State& state, Logger& /*logger*/) {
+  // Two SAM-family algorithms would wrap one step twice, or (as before this check) the second would be silently
+  // left out while its keys passed validation: neither is what a config naming both means.
+  if (const auto* wrapped = dynamic_cast<const SAMOptimizer*>(state.optimizer.get())) {
+    const std::string other = wrapped->made_by().empty() ? "a SAM step made by hand" : "'" + wrapped->made_by() + "'";
+    throw ConfigError("config key '" + path_ + "': the optimizer is already wrapped in a SAM step by " + other +
+                      "; a step takes one SAM-family algorithm, so name one of them in 'algorithms'");
+  }
   state.optimizer = make_optimizer(state.optimizer, state);
   install_state_hooks(state);
 }

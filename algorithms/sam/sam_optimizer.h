@@ -173,6 +173,11 @@ class SAMOptimizer : public torch::optim::Optimizer, public PassAwareOptimizer, 
   };
   void step_after_base(std::vector<StepAfterBase> steps);
 
+  /// The config key of the algorithm that made this step ("algorithms.gsam"); "" when made by hand. A second
+  /// SAM-family algorithm names it when it refuses to wrap this step again.
+  const std::string& made_by() const { return made_by_; }
+  void set_made_by(std::string key) { made_by_ = std::move(key); }
+
  private:
   at::Tensor run_pass(Pass pass, const LossClosure& closure, PassRequest request = {});
   bool gradients_finite(Pass pass);
@@ -220,6 +225,7 @@ class SAMOptimizer : public torch::optim::Optimizer, public PassAwareOptimizer, 
   /// mSAM: each parameter's descent gradients summed over the parts so far.
   std::vector<std::pair<at::Tensor, at::Tensor>> summed_descent_;
   std::unordered_map<const c10::TensorImpl*, std::size_t> summed_index_;
+  std::string made_by_;
 };
 
 }  // namespace basin

@@ -107,6 +107,15 @@ void Trainer::build(const Json& config, std::vector<std::shared_ptr<Callback>> c
                       std::string(std::getenv("WORLD_SIZE")) + "-process job (WORLD_SIZE), so it must be \"ddp\", "
                       "\"zero1\", \"zero2\" or \"zero3\", not \"none\"");
   }
+  if (communicator && parallel_mode_ == "none") {
+    // The mode says what runs: "none" is one process alone, whatever communicator a caller hands the trainer.
+    if (communicator->world_size() > 1) {
+      throw ConfigError("config key 'parallel.mode': \"none\" trains one process alone, but the trainer was given a "
+                        "communicator of " + std::to_string(communicator->world_size()) + " ranks; set it to "
+                        "\"ddp\", \"zero1\", \"zero2\" or \"zero3\" to train them together");
+    }
+    communicator = nullptr;
+  }
   if (!communicator && (sharded_mode() || parallel_mode_ == "zero3")) {
     // A one-rank group keeps single-process zero1, zero2 and zero3 on the same code path.
     communicator = make_gloo_communicator(c10::make_intrusive<c10d::HashStore>(), 0, 1, timeout);
