@@ -94,6 +94,35 @@ def make_model(name):
     raise ValueError(f"unknown model {name!r}")
 
 
+def make_optimizer(params, name):
+    """adam (PyTorch's default implementation), adam_fused (fused=True) or sgd (momentum)."""
+    if name.startswith("adam"):
+        return torch.optim.Adam(params, lr=1e-3, fused=name == "adam_fused")
+    return torch.optim.SGD(params, lr=LR, momentum=MOMENTUM)
+
+
+def make_batches(rank, batch):
+    """Four batches of this rank's own, drawn from its seed."""
+    generator = torch.Generator().manual_seed(rank)
+    return [(torch.randn(batch, 1, 28, 28, generator=generator),
+             torch.randint(0, 10, (batch,), generator=generator)) for _ in range(4)]
+
+
+def time_and_report(step, batches, impl, args):
+    """Times `step` over the batches in turn, warm-up steps left out; prints the peer line with the peak RSS."""
+    times = []
+    for i in range(args.warmup + args.steps):
+        x, y = batches[i % len(batches)]
+        start = time.perf_counter()
+        step(x, y)
+        times.append((time.perf_counter() - start) * 1e3)
+    times = times[args.warmup:]
+    peak_rss_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    print(f"peer impl={impl} model={args.model} batch={args.batch} threads={args.threads} "
+          f"median_ms={statistics.median(times):.4f} min_ms={min(times):.4f} steps={len(times)} "
+          f"torch={torch.__version__} peak_rss_mib={peak_rss_mib:.0f}", flush=True)
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", default="mlp1024")
@@ -111,11 +140,8 @@ def main():
     torch.manual_seed(0)
     model = DistributedDataParallel(make_model(args.model), broadcast_buffers=False)
     params = [p for p in model.parameters() if p.requires_grad]
-    optimizer = (torch.optim.Adam(params, lr=1e-3, fused=args.optimizer == "adam_fused") if args.optimizer.startswith("adam")
-                 else torch.optim.SGD(params, lr=LR, momentum=MOMENTUM))
-    generator = torch.Generator().manual_seed(rank)
-    batches = [(torch.randn(args.batch, 1, 28, 28, generator=generator),
-                torch.randint(0, 10, (args.batch,), generator=generator)) for _ in range(4)]
+    optimizer = make_optimizer(params, args.optimizer)
+    batches = make_batches(rank, args.batch)
 
     def sgd_step(x, y):
         optimizer.zero_grad()
@@ -141,17 +167,7 @@ def main():
 
     step = {"sgd": sgd_step, "sam_local": lambda x, y: sam_step(x, y, False),
             "sam_synced": lambda x, y: sam_step(x, y, True)}[args.algorithm]
-    times = []
-    for i in range(args.warmup + args.steps):
-        x, y = batches[i % len(batches)]
-        start = time.perf_counter()
-        step(x, y)
-        times.append((time.perf_counter() - start) * 1e3)
-    times = times[args.warmup:]
-    peak_rss_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    print(f"peer impl=pytorch_ddp_{args.algorithm} model={args.model} batch={args.batch} threads={args.threads} "
-          f"median_ms={statistics.median(times):.4f} min_ms={min(times):.4f} steps={len(times)} "
-          f"torch={torch.__version__} peak_rss_mib={peak_rss_mib:.0f}", flush=True)
+    time_and_report(step, batches, f"pytorch_ddp_{args.algorithm}", args)
     dist.destroy_process_group()
 
 

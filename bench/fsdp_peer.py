@@ -21,9 +21,6 @@ Every rank prints one line, timed as basin's step timer times its steps:
 """
 
 import argparse
-import resource
-import statistics
-import time
 import warnings
 
 warnings.filterwarnings("ignore", message=".*Failed to initialize NumPy.*")
@@ -34,7 +31,7 @@ import torch.nn as nn  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 from torch.distributed.fsdp import fully_shard  # noqa: E402
 
-from ddp_peer import LR, MOMENTUM, RHO, make_model  # noqa: E402
+from ddp_peer import RHO, make_batches, make_model, make_optimizer, time_and_report  # noqa: E402
 
 
 def main():
@@ -58,11 +55,8 @@ def main():
             fully_shard(module)
     fully_shard(model)
     params = [p for p in model.parameters() if p.requires_grad]
-    optimizer = (torch.optim.Adam(params, lr=1e-3, fused=args.optimizer == "adam_fused") if args.optimizer.startswith("adam")
-                 else torch.optim.SGD(params, lr=LR, momentum=MOMENTUM))
-    generator = torch.Generator().manual_seed(rank)
-    batches = [(torch.randn(args.batch, 1, 28, 28, generator=generator),
-                torch.randint(0, 10, (args.batch,), generator=generator)) for _ in range(4)]
+    optimizer = make_optimizer(params, args.optimizer)
+    batches = make_batches(rank, args.batch)
 
     def sgd_step(x, y):
         optimizer.zero_grad()
@@ -88,17 +82,7 @@ def main():
         optimizer.step()
 
     step = sam_step if args.algorithm == "sam_synced" else sgd_step
-    times = []
-    for i in range(args.warmup + args.steps):
-        x, y = batches[i % len(batches)]
-        start = time.perf_counter()
-        step(x, y)
-        times.append((time.perf_counter() - start) * 1e3)
-    times = times[args.warmup:]
-    peak_rss_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    print(f"peer impl=fsdp2_{args.algorithm} model={args.model} batch={args.batch} threads={args.threads} "
-          f"median_ms={statistics.median(times):.4f} min_ms={min(times):.4f} steps={len(times)} "
-          f"torch={torch.__version__} peak_rss_mib={peak_rss_mib:.0f}", flush=True)
+    time_and_report(step, batches, f"fsdp2_{args.algorithm}", args)
     dist.destroy_process_group()
 
 
