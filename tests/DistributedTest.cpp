@@ -61,6 +61,8 @@ TEST(DistributedTest, ModeNoneWithACommunicatorOfTwoRanksIsRefusedAndOfOneRankTr
     } catch (const ConfigError& error) {
       messages[static_cast<std::size_t>(rank)] = error.what();
     }
+    // Neither rank may close its connections while the other still connects.
+    communicator->barrier();
   });
   for (const std::string& message : messages) {
     EXPECT_NE(message.find("'parallel.mode'"), std::string::npos) << message;
