@@ -3,6 +3,7 @@
 #include <sstream>
 #include <stdexcept>
 #include <string>
+#include <unordered_set>
 #include <type_traits>
 #include <utility>
 
@@ -158,6 +159,17 @@ std::unique_ptr<AdamState> load_adam_state(const StateDict& entry, const at::Ten
 }  // namespace
 
 ParameterStates new_parameter_states() { return ParameterStates(c10::IntType::get(), c10::AnyType::get()); }
+
+std::vector<at::Tensor> unique_parameters(const Optimizer& optimizer) {
+  std::vector<at::Tensor> params;
+  std::unordered_set<const c10::TensorImpl*> seen;
+  for (const auto& group : optimizer.param_groups()) {
+    for (const auto& p : group.params()) {
+      if (seen.insert(p.unsafeGetTensorImpl()).second) params.push_back(p);
+    }
+  }
+  return params;
+}
 
 ParameterNumbering::ParameterNumbering(const Optimizer& optimizer) {
   for (const auto& group : optimizer.param_groups()) {

@@ -37,6 +37,11 @@ class ParameterNumbering {
   std::unordered_map<const void*, int64_t> index_;
 };
 
+/// `optimizer`'s parameters, each once in group order (ParameterNumbering's
+/// order): a tied weight (one tensor listed twice) counts once, in the
+/// gradient sync, the checks and clipping alike.
+std::vector<at::Tensor> unique_parameters(const torch::optim::Optimizer& optimizer);
+
 /// An optimizer that keeps its per-parameter state in another one: a
 /// wrapper's base (SAM), each rank's shard (ZeRO-1). Checkpoints reach the
 /// state through it.

@@ -2,12 +2,12 @@
 
 #include <stdexcept>
 #include <string>
-#include <unordered_set>
 
 #include <ATen/ATen.h>
 #include <torch/optim/optimizer.h>
 
 #include "basin/core/loss_scaler.h"
+#include "basin/core/optimizer_state.h"
 #include "basin/core/parallel/communicator.h"
 #include "basin/core/parallel/grad_norm.h"
 #include "basin/core/parallel/sharded_optimizer.h"
@@ -25,17 +25,6 @@ std::vector<at::Tensor> gradients_of(const std::vector<at::Tensor>& params) {
 }
 
 }  // namespace
-
-std::vector<at::Tensor> unique_parameters(const torch::optim::Optimizer& optimizer) {
-  std::vector<at::Tensor> params;
-  std::unordered_set<const c10::TensorImpl*> seen;
-  for (const auto& group : optimizer.param_groups()) {
-    for (const auto& p : group.params()) {
-      if (seen.insert(p.unsafeGetTensorImpl()).second) params.push_back(p);
-    }
-  }
-  return params;
-}
 
 StepChecks::StepChecks(Params& root) {
   grad_clip_norm_ = root.number("grad_clip_norm", 0.0, 0.0);

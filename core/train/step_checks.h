@@ -15,11 +15,6 @@ namespace basin {
 
 class ShardedParameters;
 
-/// `optimizer`'s parameters, each once in group order: a tied weight (one
-/// tensor listed twice) counts once, in the gradient sync, the checks and
-/// clipping alike.
-std::vector<at::Tensor> unique_parameters(const torch::optim::Optimizer& optimizer);
-
 /// What the trainer checks around each optimizer step:
 ///
 ///     "grad_clip_norm": 0                                       clip the gradients' global norm (0: off)

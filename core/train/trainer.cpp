@@ -11,7 +11,7 @@
 #include "basin/core/interrupt.h"
 #include "basin/core/loss_scaler.h"
 #include "basin/core/parallel/communicator.h"
-#include "basin/core/parallel/data_parallel.h"
+#include "basin/core/parallel/distributed_strategy.h"
 #include "basin/core/parallel/sharded_optimizer.h"
 #include "basin/core/scheduler.h"
 #include "basin/core/train/data_pipeline.h"
@@ -77,7 +77,7 @@ at::Tensor Trainer::optimizer_step() {
     at::AutoGradMode enable_grad(true);
     loss = run_pass();
   }
-  const PassHooks hooks = checks_->pass_hooks(state_, shards_);
+  const PassHooks hooks = checks_->pass_hooks(state_, strategy_->shards());
   if (hooks.gradients_finite(Pass::kPlain)) {
     hooks.before_base_step();
     state_.optimizer->step();
@@ -95,9 +95,10 @@ void Trainer::train_batch(const Batch& batch) {
   const double lr = current_lr();
   checks_->start_step();
   at::Tensor loss = optimizer_step();
-  // Buffers (BatchNorm statistics) follow rank 0's after every step, so the
-  // next step, evaluation and saved outputs do not depend on the rank.
-  if (data_parallel_) data_parallel_->broadcast_buffers(*model_);
+  // Under data parallelism buffers (BatchNorm statistics) follow rank 0's
+  // after every step, so the next step, evaluation and saved outputs do not
+  // depend on the rank.
+  strategy_->after_step();
   state_.step_loss = loss.defined() ? loss.detach() : at::full({}, NAN);
   state_.pass = Pass::kPlain;
   bool skipped = false;

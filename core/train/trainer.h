@@ -14,13 +14,10 @@
 
 namespace basin {
 
-class BucketReducer;
 class Callback;
 class Communicator;
-class DataParallel;
+class DistributedStrategy;
 class FullyShardedModel;
-class ShardedOptimizer;
-class ShardedParameters;
 class LoggerDestination;
 class Model;
 class Scheduler;
@@ -79,7 +76,9 @@ class Trainer {
   /// collective under zero3, which gathers every parameter for it.
   void export_model(const std::string& dir);
   /// The zero3 model's shards and units, when parallel.mode is zero3.
-  FullyShardedModel* fully_sharded() { return fully_sharded_.get(); }
+  FullyShardedModel* fully_sharded();
+  /// What the parallel mode does ("parallel.mode").
+  DistributedStrategy& strategy() { return *strategy_; }
 
   State& state() { return state_; }
   Engine& engine() { return *engine_; }
@@ -91,9 +90,8 @@ class Trainer {
  private:
   void build(const Json& config, std::vector<std::shared_ptr<Callback>> callbacks,
              std::vector<std::shared_ptr<LoggerDestination>> loggers, std::shared_ptr<Communicator> communicator);
-  /// The "wrap for distribution" point of the loop: replicas made equal,
-  /// gradient sync set up, the optimizer sharded under zero1 and zero2,
-  /// the model and its optimizer under zero3.
+  /// The "wrap for distribution" point of the loop: the strategy makes the
+  /// replicas equal and wraps the optimizer (and under zero3 the model).
   void wrap_for_distribution(Params& optimizer_config);
   void train_batch(const Batch& batch);
   /// Evaluates on the test split and logs the epoch's record.
@@ -103,24 +101,11 @@ class Trainer {
   /// The trainer's part of a checkpoint: where it stands in the epoch.
   c10::IValue loop_state() const;
   void load_loop_state(const c10::IValue& saved);
-  /// Under zero3, this rank's rows of every parameter (the checkpoint's "shards").
-  c10::IValue shards_state() const;
-  void load_shards_state(const c10::IValue& saved);
   /// One pass of the closure, its loss kept for the step checks.
   at::Tensor run_pass();
   /// One optimizer step: the optimizer's own passes when it runs the closure
   /// itself (SAM), else one pass, the checks and the base step here.
   at::Tensor optimizer_step();
-  /// Before and after the backward of a pass's last microbatch: averages
-  /// its gradients over ranks as the pass's request says (not kNone), from
-  /// backward's hooks when the sync overlaps.
-  void prepare_gradient_sync(GradientSync sync);
-  void finish_gradient_sync(GradientSync sync);
-  /// ZeRO-1's descent: reduced to the owners once backward has ended.
-  bool reduced_to_owners_after_backward(GradientSync sync) const;
-  bool sharded_mode() const;
-  /// The reducer over the parameters the optimizer holds now.
-  BucketReducer& reducer();
   double current_lr() const;
   /// Ranks agree on stopping: a callback's request or a signal on any rank.
   void agree_on_stop();
@@ -133,14 +118,7 @@ class Trainer {
   int64_t microbatches_ = 1;
   int64_t eval_batch_size_ = 0;
   bool shuffle_ = true;
-  std::string parallel_mode_ = "none";
-  int64_t bucket_bytes_ = 0;
-  bool overlap_ = true;  // gradient buckets start from backward's hooks
-  std::unique_ptr<DataParallel> data_parallel_;
-  std::unique_ptr<BucketReducer> reducer_;  // data-parallel gradient sync, built at the first all-reduce
-  ShardedOptimizer* sharded_ = nullptr;  // the zero1 or zero2 optimizer, when there is one
-  std::shared_ptr<FullyShardedModel> fully_sharded_;  // zero3's shards and units
-  ShardedParameters* shards_ = nullptr;  // the optimizer's shards under zero1, zero2 and zero3
+  std::unique_ptr<DistributedStrategy> strategy_;
   Loss loss_;
   std::unique_ptr<StepChecks> checks_;
   std::unique_ptr<TrainingClosure> closure_;

@@ -3,13 +3,11 @@
 #include "basin/core/train/trainer.h"
 
 #include <string>
-#include <unordered_map>
 
 #include <ATen/ATen.h>
 
 #include "basin/core/checkpoint.h"
-#include "basin/core/optimizer_state.h"
-#include "basin/core/parallel/fully_sharded_model.h"
+#include "basin/core/parallel/distributed_strategy.h"
 #include "basin/core/train/model.h"
 #include "basin/core/train/run_identity.h"
 #include "basin/core/train/step_checks.h"
@@ -39,61 +37,12 @@ void Trainer::resume(const StateDict& checkpoint, bool allow_config_change) {
       }
     }
   }
-  if (state_.parameters_sharded && checkpoint.contains("basin") && checkpoint.at("basin").isGenericDict()) {
+  if (checkpoint.contains("basin") && checkpoint.at("basin").isGenericDict()) {
     const auto meta = checkpoint.at("basin").toGenericDict();
-    const int64_t saved_world = meta.contains("world_size") ? meta.at("world_size").toInt() : 1;
-    if (saved_world != state_.world_size) {
-      throw ConfigError("the zero3 checkpoint holds the shards of " + std::to_string(saved_world) +
-                        " ranks and this run has " + std::to_string(state_.world_size) +
-                        ": resume with " + std::to_string(saved_world) + " ranks, or join the shards with "
-                        "basin-consolidate and start a new run from that file (\"init_from\")");
-    }
+    strategy_->check_resume(meta.contains("world_size") ? meta.at("world_size").toInt() : 1);
   }
   restore_checkpoint(*engine_, checkpoint);
   resumed_ = true;
-}
-
-c10::IValue Trainer::shards_state() const {
-  // This rank's rows of every parameter, by the model's names, and each
-  // parameter's whole shape (basin-consolidate joins the ranks' rows).
-  StateDict parameters = new_state_dict();
-  StateDict shapes = new_state_dict();
-  const auto named = model_->named_parameters(/*recurse=*/true);
-  for (const auto& item : named) {
-    parameters.insert(item.key(), fully_sharded_->shard_of(item.value()).detach().cpu());
-    c10::List<int64_t> shape;
-    for (const int64_t d : item.value().sizes()) shape.push_back(d);
-    shapes.insert(item.key(), shape);
-  }
-  // The optimizer numbers the shards (optimizer_state.h): their names in that order.
-  std::unordered_map<const c10::TensorImpl*, std::string> names;
-  for (const auto& item : named) names[fully_sharded_->shard_of(item.value()).unsafeGetTensorImpl()] = item.key();
-  c10::List<std::string> numbering;
-  const ParameterNumbering order(*state_.optimizer);
-  for (const auto& shard : order.parameters()) {
-    numbering.push_back(names.at(shard.unsafeGetTensorImpl()));
-  }
-  StateDict shards = new_state_dict();
-  shards.insert("layout", std::string("rows"));
-  shards.insert("numbering", numbering);
-  shards.insert("parameters", parameters);
-  shards.insert("shapes", shapes);
-  return shards;
-}
-
-void Trainer::load_shards_state(const c10::IValue& saved) {
-  const StateDict shards = saved.toGenericDict();
-  const StateDict parameters = shards.at("parameters").toGenericDict();
-  at::NoGradGuard no_grad;
-  for (const auto& item : model_->named_parameters(/*recurse=*/true)) {
-    if (!parameters.contains(item.key())) throw CheckpointError("checkpoint shards lack parameter '" + item.key() + "'");
-    at::Tensor shard = fully_sharded_->shard_of(item.value());
-    const at::Tensor value = parameters.at(item.key()).toTensor();
-    if (value.sizes() != shard.sizes()) {
-      throw CheckpointError("checkpoint shard of '" + item.key() + "' does not fit this rank's (another layout)");
-    }
-    shard.copy_(value);
-  }
 }
 
 c10::IValue Trainer::loop_state() const {

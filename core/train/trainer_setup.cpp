@@ -12,19 +12,15 @@
 
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
-#include <torch/csrc/distributed/c10d/HashStore.hpp>
 #include <torch/optim/optimizer.h>
 
 #include "basin/core/algorithm.h"
 #include "basin/core/blas.h"
 #include "basin/core/callback.h"
-#include "basin/core/parallel/bucket_reducer.h"
 #include "basin/core/parallel/communicator.h"
-#include "basin/core/parallel/data_parallel.h"
+#include "basin/core/parallel/distributed_strategy.h"
 #include "basin/core/parallel/fully_sharded_model.h"
-#include "basin/core/parallel/fully_sharded_optimizer.h"
 #include "basin/core/parallel/rendezvous.h"
-#include "basin/core/parallel/sharded_optimizer.h"
 #include "basin/core/scheduler.h"
 #include "basin/core/torch_compat.h"
 #include "basin/core/train/autocast.h"
@@ -59,7 +55,11 @@ Trainer::Trainer(const Json& config, std::vector<std::shared_ptr<Callback>> call
 }
 
 Trainer::~Trainer() {
-  if (fully_sharded_) model_->set_unit_runner(nullptr);  // the model may outlive the trainer
+  if (model_) model_->set_unit_runner(nullptr);  // the model may outlive the trainer
+}
+
+FullyShardedModel* Trainer::fully_sharded() {
+  return strategy_ ? dynamic_cast<FullyShardedModel*>(strategy_->unit_runner()) : nullptr;
 }
 
 void Trainer::build(const Json& config, std::vector<std::shared_ptr<Callback>> callbacks,
@@ -94,32 +94,8 @@ void Trainer::build(const Json& config, std::vector<std::shared_ptr<Callback>> c
   Params parallel = root.object("parallel");
   root.finish();
 
-  parallel_mode_ = parallel.choice("mode", "none", {"none", "ddp", "zero1", "zero2", "zero3"});
-  const auto timeout = std::chrono::milliseconds(
-      static_cast<int64_t>(1000 * parallel.positive("timeout_seconds", 300)));
-  bucket_bytes_ = static_cast<int64_t>(parallel.positive("bucket_mb", 25) * (1 << 20));
-  overlap_ = parallel.boolean("overlap", true);
-  parallel.finish();
-  if (!communicator && parallel_mode_ != "none" && in_multi_process_job()) {
-    communicator = connect_job(read_job_environment(), timeout, state_.device.is_cuda());
-  } else if (!communicator && parallel_mode_ == "none" && in_multi_process_job()) {
-    throw ConfigError("config key 'parallel.mode': this process is one rank of a " +
-                      std::string(std::getenv("WORLD_SIZE")) + "-process job (WORLD_SIZE), so it must be \"ddp\", "
-                      "\"zero1\", \"zero2\" or \"zero3\", not \"none\"");
-  }
-  if (communicator && parallel_mode_ == "none") {
-    // The mode says what runs: "none" is one process alone, whatever communicator a caller hands the trainer.
-    if (communicator->world_size() > 1) {
-      throw ConfigError("config key 'parallel.mode': \"none\" trains one process alone, but the trainer was given a "
-                        "communicator of " + std::to_string(communicator->world_size()) + " ranks; set it to "
-                        "\"ddp\", \"zero1\", \"zero2\" or \"zero3\" to train them together");
-    }
-    communicator = nullptr;
-  }
-  if (!communicator && (sharded_mode() || parallel_mode_ == "zero3")) {
-    // A one-rank group keeps single-process zero1, zero2 and zero3 on the same code path.
-    communicator = make_gloo_communicator(c10::make_intrusive<c10d::HashStore>(), 0, 1, timeout);
-  }
+  strategy_ = make_strategy(parallel, std::move(communicator), state_.device.is_cuda());
+  communicator = strategy_->communicator();
   state_.communicator = communicator;
   state_.rank = communicator ? communicator->rank() : 0;
   state_.world_size = communicator ? communicator->world_size() : 1;
@@ -180,12 +156,10 @@ void Trainer::build(const Json& config, std::vector<std::shared_ptr<Callback>> c
   loss_ = loss;
   closure_ = std::make_unique<TrainingClosure>(
       state_, *engine_, *model_, loss, microbatches_,
-      TrainingClosure::Sync{[this](GradientSync sync) { prepare_gradient_sync(sync); },
-                            [this](GradientSync sync) { finish_gradient_sync(sync); },
-                            [this] {
-                              if (fully_sharded_) fully_sharded_->abandon_backward();
-                            },
-                            /*every_microbatch=*/parallel_mode_ == "zero3"});
+      TrainingClosure::Sync{[this](GradientSync sync) { strategy_->prepare_gradient_sync(sync); },
+                            [this](GradientSync sync) { strategy_->finish_gradient_sync(sync); },
+                            [this] { strategy_->abandon_gradient_sync(); },
+                            strategy_->syncs_every_microbatch()});
 
   for (std::size_t i = 0; i < schedulers.size(); ++i) {
     Params entry(schedulers[i], "schedulers[" + std::to_string(i) + "]");
@@ -216,7 +190,7 @@ void Trainer::build(const Json& config, std::vector<std::shared_ptr<Callback>> c
   engine_->run(Event::AFTER_SHARDING);
   // An optimizer that runs its own passes (SAM) calls the trainer's checks itself.
   if (auto* pass_aware = dynamic_cast<PassAwareOptimizer*>(state_.optimizer.get())) {
-    pass_aware->add_pass_hooks(checks_->pass_hooks(state_, shards_));
+    pass_aware->add_pass_hooks(checks_->pass_hooks(state_, strategy_->shards()));
   }
 
   // Schedulers attach to the optimizer as the algorithms left it (SAM's wrapper).
@@ -235,10 +209,6 @@ void Trainer::build(const Json& config, std::vector<std::shared_ptr<Callback>> c
 }
 
 void Trainer::wrap_for_distribution(Params& optimizer_config) {
-  if (!state_.communicator) return;
-  data_parallel_ = std::make_unique<DataParallel>(state_.communicator);
-  data_parallel_->broadcast_model(*model_);  // replicas start from rank 0's weights and buffers
-  if (!sharded_mode() && parallel_mode_ != "zero3") return;
   const std::string name = optimizer_config.string("name");
   const Json settings = optimizer_config.raw_object();
   auto make_local = [name, settings](std::vector<torch::optim::OptimizerParamGroup> groups) {
@@ -247,98 +217,22 @@ void Trainer::wrap_for_distribution(Params& optimizer_config) {
     params.claim("param_groups");  // the groups come with their options already
     return optimizer_registry().create(name, params, std::move(groups));
   };
-  if (parallel_mode_ == "zero3") {
-    // Each rank keeps its shard of every parameter; the model's own hold
-    // bytes only while their unit runs, and the optimizer steps the shards.
-    fully_sharded_ = std::make_shared<FullyShardedModel>(*model_, model_->units(), state_.communicator, overlap_);
-    model_->set_unit_runner(fully_sharded_.get());
-    auto optimizer = std::make_shared<FullyShardedOptimizer>(*state_.optimizer, make_local, fully_sharded_,
-                                                             state_.communicator);
-    shards_ = optimizer.get();
-    state_.optimizer = optimizer;
-    state_.parameters_sharded = true;
-    engine_->add_checkpoint_part({"shards", [this] { return shards_state(); },
-                                  [this](const c10::IValue& saved) { load_shards_state(saved); }});
-    return;
-  }
-  auto sharded = std::make_shared<ShardedOptimizer>(*state_.optimizer, make_local, state_.communicator,
-                                                    /*shard_gradients=*/parallel_mode_ == "zero2");
-  sharded_ = sharded.get();
-  shards_ = sharded_;
-  state_.optimizer = sharded;
+  strategy_->wrap(state_, model_->units(), make_local);
+  model_->set_unit_runner(strategy_->unit_runner());
+  state_.parameters_sharded = strategy_->parameters_sharded();
+  for (auto& part : strategy_->checkpoint_parts()) engine_->add_checkpoint_part(std::move(part));
 }
-
-BucketReducer& Trainer::reducer() {
-  // Over the parameters the optimizer steps now (the same on every rank):
-  // built at the first all-reduce, so a zero1 run that never needs one holds
-  // no buckets, and again when they change (a group added).
-  std::vector<at::Tensor> params = unique_parameters(*state_.optimizer);
-  const bool same = reducer_ && reducer_->parameters().size() == params.size() &&
-                    std::equal(params.begin(), params.end(), reducer_->parameters().begin(),
-                               [](const at::Tensor& a, const at::Tensor& b) { return a.is_same(b); });
-  if (!same) {
-    BucketReducer::Options options;
-    options.bucket_bytes = bucket_bytes_;
-    options.overlap = overlap_;
-    if (sharded_ != nullptr && sharded_->gradients_sharded()) {
-      for (const auto& p : params) options.owners.push_back(sharded_->owner(p));
-    }
-    reducer_ = std::make_unique<BucketReducer>(state_.communicator, std::move(params), options);
-  }
-  return *reducer_;
-}
-
-// Under zero1 the gradients go where they are stepped: to their owners,
-// after backward; every other sync is the reducer's all-reduce. Under
-// zero2 every sync is the reducer's, to the owners, during backward.
-void Trainer::prepare_gradient_sync(GradientSync sync) {
-  if (fully_sharded_) {
-    fully_sharded_->prepare_for_backward();  // every backward's gradients go to the shards, unit by unit
-    return;
-  }
-  if (!data_parallel_ || reduced_to_owners_after_backward(sync)) return;
-  reducer().prepare_for_backward();
-}
-
-void Trainer::finish_gradient_sync(GradientSync sync) {
-  if (fully_sharded_) {
-    fully_sharded_->finish_backward();
-    return;
-  }
-  if (!data_parallel_) return;  // one process: nothing to sync
-  if (reduced_to_owners_after_backward(sync)) {
-    sharded_->reduce_gradients_to_owners();
-    return;
-  }
-  reducer_->finish_backward();  // prepare_gradient_sync built it
-}
-
-bool Trainer::reduced_to_owners_after_backward(GradientSync sync) const {
-  return sync == GradientSync::kWhereStepped && sharded_ != nullptr && !sharded_->gradients_sharded();
-}
-
-bool Trainer::sharded_mode() const { return parallel_mode_ == "zero1" || parallel_mode_ == "zero2"; }
 
 }  // namespace basin
 
 namespace basin {
 
 void Trainer::export_model(const std::string& dir) {
-  auto write = [&] {
+  strategy_->with_whole_parameters([&] {
     if (state_.rank == 0) model_->export_trained(dir);
-  };
-  if (fully_sharded_) {
-    fully_sharded_->with_whole_parameters(write);  // collective
-  } else {
-    write();
-  }
+  });
 }
 
-std::vector<at::Tensor> Trainer::whole_parameters() {
-  if (fully_sharded_) return fully_sharded_->whole_parameters();
-  std::vector<at::Tensor> whole;
-  for (const auto& p : model_->parameters()) whole.push_back(p.detach().clone());
-  return whole;
-}
+std::vector<at::Tensor> Trainer::whole_parameters() { return strategy_->whole_parameters(); }
 
 }  // namespace basin

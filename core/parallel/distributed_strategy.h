@@ -1,0 +1,107 @@
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <ATen/core/Tensor.h>
+
+#include "basin/core/config.h"
+#include "basin/core/engine.h"
+#include "basin/core/parallel/sharded_optimizer.h"
+#include "basin/core/pass_request.h"
+#include "basin/core/state.h"
+
+namespace torch::nn { class Module; }
+
+namespace basin {
+
+class Communicator;
+class UnitRunner;
+
+/// What a parallel mode ("parallel.mode") does to training, in one object:
+/// how replicas start, how the optimizer is wrapped, how each pass's
+/// gradients are synced, what a step does after the base step, the
+/// checkpoint's per-mode parts, and the whole parameters on demand. The
+/// trainer holds one and never asks which mode it is.
+///
+/// A new mode is a subclass plus its line in make_strategy's table.
+class DistributedStrategy {
+ public:
+  /// Builds the base optimizer over this rank's parameter groups (the
+  /// config's optimizer, by name): what a sharding mode steps locally.
+  using LocalOptimizerFactory = ShardedOptimizer::LocalFactory;
+
+  virtual ~DistributedStrategy();
+  DistributedStrategy(const DistributedStrategy&) = delete;
+  DistributedStrategy& operator=(const DistributedStrategy&) = delete;
+
+  /// The mode's name as the config spells it.
+  const std::string& mode() const { return mode_; }
+  /// The ranks trained together; null when this process trains alone.
+  const std::shared_ptr<Communicator>& communicator() const { return communicator_; }
+
+  /// After INIT, before AFTER_SHARDING: makes the replicas equal and puts
+  /// the mode's optimizer (a wrapper over state.optimizer) in its place.
+  /// `units` are the model's declared units (zero3 shards by them). The
+  /// strategy keeps `state` to read the optimizer the step runs later.
+  virtual void wrap(State& state, const std::vector<torch::nn::Module*>& units,
+                    const LocalOptimizerFactory& make_local);
+  /// Runs the model's units (zero3 gathers them); null: plain calls.
+  virtual UnitRunner* unit_runner() { return nullptr; }
+  /// The optimizer's shards (zero1, zero2, zero3); null when every rank
+  /// steps every parameter.
+  virtual ShardedParameters* shards() { return nullptr; }
+  /// Each rank holds only its rows of every parameter (zero3): the
+  /// checkpoint is one file per rank.
+  virtual bool parameters_sharded() const { return false; }
+
+  /// Around the backward of a pass's microbatch that syncs (the request is
+  /// not kNone): the sync may start inside the backward, from its hooks.
+  virtual void prepare_gradient_sync(GradientSync /*sync*/) {}
+  virtual void finish_gradient_sync(GradientSync /*sync*/) {}
+  /// A synced backward (or its finish) threw: drops what it left.
+  virtual void abandon_gradient_sync() {}
+  /// Every microbatch's backward syncs, not just the last one's (zero3's
+  /// gradients accumulate on the shards, never whole).
+  virtual bool syncs_every_microbatch() const { return false; }
+  /// After each optimizer step: buffers (BatchNorm's statistics) follow
+  /// rank 0's, so nothing after the step depends on the rank.
+  virtual void after_step() {}
+
+  /// The mode's own parts of a checkpoint (zero3: this rank's shards).
+  virtual std::vector<Engine::CheckpointPart> checkpoint_parts() { return {}; }
+  /// Refuses, before loading, a checkpoint whose layout needs this run's
+  /// world size (`saved_world_size`: the ranks that wrote it).
+  virtual void check_resume(int64_t /*saved_world_size*/) const {}
+  /// Runs `body` while the model holds whole parameters (collective under zero3).
+  virtual void with_whole_parameters(const std::function<void()>& body) { body(); }
+  /// Copies of the model's whole parameters, in the model's order (collective under zero3).
+  virtual std::vector<at::Tensor> whole_parameters();
+
+ protected:
+  DistributedStrategy(std::string mode, std::shared_ptr<Communicator> communicator);
+  State& state() const;
+
+ private:
+  std::string mode_;
+  std::shared_ptr<Communicator> communicator_;
+  State* state_ = nullptr;
+};
+
+/// The strategy the config's "parallel" section asks for, the only reader
+/// of that section:
+///
+///     "parallel": {"mode": "none",         none, ddp, zero1, zero2, zero3
+///                  "timeout_seconds": 300, a collective that takes longer fails
+///                  "bucket_mb": 25,        data-parallel gradient buckets
+///                  "overlap": true}        buckets start from backward's hooks
+///
+/// `given` is a communicator the caller made (the hand loop, tests); without
+/// one, a process started by basin-run or torchrun joins its job, and a
+/// sharding mode alone gets a one-rank group (one code path). "none" trains
+/// one process alone and refuses a communicator of several ranks.
+std::unique_ptr<DistributedStrategy> make_strategy(Params& parallel, std::shared_ptr<Communicator> given, bool cuda);
+
+}  // namespace basin

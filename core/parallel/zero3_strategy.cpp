@@ -1,0 +1,116 @@
+#include "basin/core/parallel/zero3_strategy.h"
+
+#include <string>
+#include <unordered_map>
+#include <utility>
+
+#include <ATen/ATen.h>
+#include <torch/nn/module.h>
+
+#include "basin/core/checkpoint.h"
+#include "basin/core/config_error.h"
+#include "basin/core/optimizer_state.h"
+#include "basin/core/parallel/communicator.h"
+#include "basin/core/parallel/data_parallel.h"
+#include "basin/core/parallel/fully_sharded_model.h"
+#include "basin/core/parallel/fully_sharded_optimizer.h"
+
+namespace basin {
+
+Zero3Strategy::Zero3Strategy(std::shared_ptr<Communicator> communicator, bool overlap)
+    : DistributedStrategy("zero3", communicator),
+      overlap_(overlap),
+      replicas_(std::make_unique<DataParallel>(std::move(communicator))) {}
+
+Zero3Strategy::~Zero3Strategy() = default;
+
+void Zero3Strategy::wrap(State& state, const std::vector<torch::nn::Module*>& units,
+                         const LocalOptimizerFactory& make_local) {
+  DistributedStrategy::wrap(state, units, make_local);
+  replicas_->broadcast_model(*state.model);  // replicas start from rank 0's weights and buffers
+  // Each rank keeps its shard of every parameter; the model's own hold
+  // bytes only while their unit runs, and the optimizer steps the shards.
+  model_ = std::make_shared<FullyShardedModel>(*state.model, units, communicator(), overlap_);
+  auto optimizer = std::make_shared<FullyShardedOptimizer>(*state.optimizer, make_local, model_, communicator());
+  optimizer_ = optimizer.get();
+  state.optimizer = std::move(optimizer);
+}
+
+UnitRunner* Zero3Strategy::unit_runner() { return model_.get(); }
+
+ShardedParameters* Zero3Strategy::shards() { return optimizer_; }
+
+void Zero3Strategy::prepare_gradient_sync(GradientSync) {
+  model_->prepare_for_backward();  // every backward's gradients go to the shards, unit by unit
+}
+
+void Zero3Strategy::finish_gradient_sync(GradientSync) { model_->finish_backward(); }
+
+void Zero3Strategy::abandon_gradient_sync() { model_->abandon_backward(); }
+
+void Zero3Strategy::after_step() { replicas_->broadcast_buffers(*state().model); }
+
+std::vector<Engine::CheckpointPart> Zero3Strategy::checkpoint_parts() {
+  return {{"shards", [this] { return shards_state(); }, [this](const c10::IValue& saved) { load_shards_state(saved); }}};
+}
+
+void Zero3Strategy::check_resume(int64_t saved_world_size) const {
+  const int64_t world = communicator()->world_size();
+  if (saved_world_size != world) {
+    throw ConfigError("the zero3 checkpoint holds the shards of " + std::to_string(saved_world_size) +
+                      " ranks and this run has " + std::to_string(world) + ": resume with " +
+                      std::to_string(saved_world_size) + " ranks, or join the shards with basin-consolidate and "
+                      "start a new run from that file (\"init_from\")");
+  }
+}
+
+void Zero3Strategy::with_whole_parameters(const std::function<void()>& body) {
+  model_->with_whole_parameters(body);  // collective
+}
+
+std::vector<at::Tensor> Zero3Strategy::whole_parameters() { return model_->whole_parameters(); }
+
+c10::IValue Zero3Strategy::shards_state() const {
+  // This rank's rows of every parameter, by the model's names, and each
+  // parameter's whole shape (basin-consolidate joins the ranks' rows).
+  StateDict parameters = new_state_dict();
+  StateDict shapes = new_state_dict();
+  const auto named = state().model->named_parameters(/*recurse=*/true);
+  for (const auto& item : named) {
+    parameters.insert(item.key(), model_->shard_of(item.value()).detach().cpu());
+    c10::List<int64_t> shape;
+    for (const int64_t d : item.value().sizes()) shape.push_back(d);
+    shapes.insert(item.key(), shape);
+  }
+  // The optimizer numbers the shards (optimizer_state.h): their names in that order.
+  std::unordered_map<const c10::TensorImpl*, std::string> names;
+  for (const auto& item : named) names[model_->shard_of(item.value()).unsafeGetTensorImpl()] = item.key();
+  c10::List<std::string> numbering;
+  const ParameterNumbering order(*state().optimizer);
+  for (const auto& shard : order.parameters()) {
+    numbering.push_back(names.at(shard.unsafeGetTensorImpl()));
+  }
+  StateDict shards = new_state_dict();
+  shards.insert("layout", std::string("rows"));
+  shards.insert("numbering", numbering);
+  shards.insert("parameters", parameters);
+  shards.insert("shapes", shapes);
+  return shards;
+}
+
+void Zero3Strategy::load_shards_state(const c10::IValue& saved) {
+  const StateDict shards = saved.toGenericDict();
+  const StateDict parameters = shards.at("parameters").toGenericDict();
+  at::NoGradGuard no_grad;
+  for (const auto& item : state().model->named_parameters(/*recurse=*/true)) {
+    if (!parameters.contains(item.key())) throw CheckpointError("checkpoint shards lack parameter '" + item.key() + "'");
+    at::Tensor shard = model_->shard_of(item.value());
+    const at::Tensor value = parameters.at(item.key()).toTensor();
+    if (value.sizes() != shard.sizes()) {
+      throw CheckpointError("checkpoint shard of '" + item.key() + "' does not fit this rank's (another layout)");
+    }
+    shard.copy_(value);
+  }
+}
+
+}  // namespace basin

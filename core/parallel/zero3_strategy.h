@@ -1,0 +1,53 @@
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include "basin/core/parallel/distributed_strategy.h"
+
+namespace basin {
+
+class DataParallel;
+class FullyShardedModel;
+class FullyShardedOptimizer;
+
+/// "zero3": each rank keeps its rows of every parameter (FullyShardedModel);
+/// the model's own parameters hold bytes only while their unit runs, every
+/// microbatch's gradients go to the shards, unit by unit, and the optimizer
+/// steps the shards (FullyShardedOptimizer). Its checkpoint is one file per
+/// rank, with this rank's shards.
+class Zero3Strategy : public DistributedStrategy {
+ public:
+  Zero3Strategy(std::shared_ptr<Communicator> communicator, bool overlap);
+  ~Zero3Strategy() override;
+
+  void wrap(State& state, const std::vector<torch::nn::Module*>& units,
+            const LocalOptimizerFactory& make_local) override;
+  UnitRunner* unit_runner() override;
+  ShardedParameters* shards() override;
+  bool parameters_sharded() const override { return true; }
+
+  void prepare_gradient_sync(GradientSync sync) override;
+  void finish_gradient_sync(GradientSync sync) override;
+  void abandon_gradient_sync() override;
+  bool syncs_every_microbatch() const override { return true; }
+  void after_step() override;
+
+  std::vector<Engine::CheckpointPart> checkpoint_parts() override;
+  void check_resume(int64_t saved_world_size) const override;
+  void with_whole_parameters(const std::function<void()>& body) override;
+  std::vector<at::Tensor> whole_parameters() override;
+
+ private:
+  /// This rank's rows of every parameter, by the model's names (the "shards" part).
+  c10::IValue shards_state() const;
+  void load_shards_state(const c10::IValue& saved);
+
+  bool overlap_;
+  std::unique_ptr<DataParallel> replicas_;
+  std::shared_ptr<FullyShardedModel> model_;
+  FullyShardedOptimizer* optimizer_ = nullptr;  // held by the state's optimizer chain
+};
+
+}  // namespace basin
