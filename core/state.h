@@ -22,6 +22,7 @@ namespace basin {
 class Communicator;
 class LossScaler;
 class Scheduler;
+class ShardedParameters;
 
 /// Which pass of the step the closure is running: a plain step runs it once,
 /// SAM runs an ascent pass at w and a descent pass at w + e(w).
@@ -29,7 +30,6 @@ enum class Pass { kPlain, kAscent, kDescent };
 const char* pass_name(Pass pass);
 
 enum class Precision { kFp32, kAmpBf16, kAmpFp16 };
-const char* precision_name(Precision precision);
 
 /// Progress through training. `step` counts optimizer steps, skipped ones included.
 struct Timestamp {
@@ -97,6 +97,10 @@ struct State {
   /// ZeRO-3: the model's parameters hold bytes only while their unit runs;
   /// each rank's shards are its own, and so is its checkpoint file.
   bool parameters_sharded = false;
+  /// The optimizer's shards under zero1, zero2 and zero3, as the parallel
+  /// mode's strategy made them (rules ask them for global norms and owners);
+  /// null when every rank steps every parameter.
+  ShardedParameters* shards = nullptr;
   /// The job's ranks; null in a single process.
   std::shared_ptr<Communicator> communicator;
   /// Where the model and batches live (cuda:LOCAL_RANK for a CUDA job).

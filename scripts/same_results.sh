@@ -15,8 +15,9 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 
-# A TorchScript model and tensor data, written by Debian's PyTorch.
-(cd "$work" && /usr/bin/python3 -c "
+# A TorchScript model and tensor data, written by Debian's PyTorch (the
+# scripted class needs a source file).
+cat > "$work/models.py" <<'PY'
 import torch
 class Net(torch.nn.Module):
     def __init__(self):
@@ -26,8 +27,11 @@ class Net(torch.nn.Module):
         self.head = torch.nn.Linear(64, 3)
     def forward(self, x):
         return self.head(torch.relu(self.bn(self.conv(x))).flatten(1))
+PY
+(cd "$work" && /usr/bin/python3 -c "
+import torch, models
 torch.manual_seed(0)
-torch.jit.script(Net()).save('net.pt')
+torch.jit.script(models.Net()).save('net.pt')
 w = torch.randn(16, 3)
 for name, n in (('train', 256), ('test', 128)):
     x = torch.randn(n, 1, 4, 4)
@@ -62,9 +66,12 @@ train() {
   "${command[@]}" > "$run_dir.log" 2>&1 || { echo "FAILED (see $run_dir.log)"; tail -5 "$run_dir.log" >&2; return; }
   result "$run_dir"
 }
+# The summary's loss and accuracy, the exported weights' hash and, with
+# several ranks, the ranks' digests of their weights (one, when they agree).
 result() {
   local digest
-  digest=$(grep -o 'final weights digest [0-9a-f]*' "$1.log" | head -1 | awk '{print $4}')
+  digest=$(sha256sum "$1/state_dict.pt" | cut -c1-16)
+  digest+=$(grep -o 'final weights digest [0-9a-f]*' "$1.log" | awk '{print $4}' | sort -u | sed 's/^/ rank /' | tr -d '\n')
   /usr/bin/python3 -c "import json,sys; s=json.load(open(sys.argv[1])); print('loss %r acc %r digest %s' % (s['final_train_loss'], s['test_accuracy'], sys.argv[2]))" \
     "$1/summary.json" "$digest"
 }

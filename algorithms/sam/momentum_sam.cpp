@@ -27,7 +27,6 @@
 #include "basin/algorithms/sam/sam.h"
 #include "basin/algorithms/sam/sam_registry.h"
 #include "basin/core/optimizer_state.h"
-#include "basin/core/parallel/fully_sharded_optimizer.h"
 #include "basin/core/parallel/sharded_optimizer.h"
 
 namespace basin {
@@ -36,9 +35,8 @@ namespace {
 /// The optimizer that keeps the momentum: under ZeRO-1, 2 and 3 the sharded
 /// one's local optimizer, which holds this rank's shard.
 torch::optim::Optimizer& momentum_keeper(SAMOptimizer& step) {
-  if (auto* sharded = dynamic_cast<ShardedOptimizer*>(&step.base())) return sharded->local();
-  if (auto* sharded = dynamic_cast<FullyShardedOptimizer*>(&step.base())) return sharded->local();
-  return step.base();
+  ShardedParameters* shards = step.sharded();
+  return shards != nullptr && shards->local_optimizer() != nullptr ? *shards->local_optimizer() : step.base();
 }
 
 }  // namespace

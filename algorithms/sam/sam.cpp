@@ -115,8 +115,7 @@ std::shared_ptr<SAMOptimizer> SAM::make_optimizer(std::shared_ptr<torch::optim::
                       synced_because + "; set it to true");
   }
   SAMOptions options = options_;
-  const auto* shards = dynamic_cast<const ShardedParameters*>(base.get());
-  if (shards != nullptr && shards->parameters_sharded()) {
+  if (state.shards != nullptr && state.shards->parameters_sharded()) {
     // ZeRO-3: no rank ever holds a whole gradient, so the ascent is synced.
     if (sync_ascent_given_ && !options.sync_ascent) {
       throw ConfigError(key("sync_ascent") + ": false under parallel.mode zero3, but a rank-local ascent needs each "
@@ -129,7 +128,7 @@ std::shared_ptr<SAMOptimizer> SAM::make_optimizer(std::shared_ptr<torch::optim::
     if (run_length(state) == 0) throw ConfigError(key("start") + ": a fraction of the run needs the run's length");
     options.start = std::llround(start_fraction_ * static_cast<double>(run_length(state)));
   }
-  auto step = std::make_shared<SAMOptimizer>(std::move(base), options, shared_rule());
+  auto step = std::make_shared<SAMOptimizer>(std::move(base), options, shared_rule(), state.shards);
   if (!perturb_.empty()) {
     if (!state.model) throw ConfigError(key("perturb") + ": there is no model whose parameter names it could match");
     const auto perturbed = parameters_named(*state.model, perturb_);

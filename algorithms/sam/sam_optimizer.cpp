@@ -20,14 +20,14 @@ std::map<std::string, double> group_values(const SAMOptions& options) {
 }  // namespace
 
 SAMOptimizer::SAMOptimizer(std::shared_ptr<torch::optim::Optimizer> base, SAMOptions options,
-                           std::shared_ptr<SAMRule> rule)
+                           std::shared_ptr<SAMRule> rule, ShardedParameters* shards)
     : Optimizer(GroupSync(group_values(options)).mirror_groups(*base),
                 GroupSync(group_values(options)).mirror_defaults(*base)),
       base_(std::move(base)),
       options_(options),
       rule_(rule ? std::move(rule) : std::make_shared<SAMRule>()),
       plan_(dynamic_cast<PassPlan*>(rule_.get())),
-      shards_(dynamic_cast<ShardedParameters*>(base_.get())),
+      shards_(shards),
       sync_(group_values(options)) {
   if (!(options_.rho >= 0)) throw std::invalid_argument("SAM: rho must be >= 0");
   if (!(options_.epsilon >= 0)) throw std::invalid_argument("SAM: epsilon must be >= 0");

@@ -65,8 +65,11 @@ struct SAMOptions {
 class SAMOptimizer : public torch::optim::Optimizer, public PassAwareOptimizer, public WrappingOptimizer {
  public:
   /// `rule` null: SAM's. A rule that is also a PassPlan plans the passes.
+  /// `shards`: the base's, when it steps shards of the parameters (zero1,
+  /// zero2, zero3: State::shards); SAM then norms, perturbs and restores
+  /// through them.
   SAMOptimizer(std::shared_ptr<torch::optim::Optimizer> base, SAMOptions options = {},
-               std::shared_ptr<SAMRule> rule = nullptr);
+               std::shared_ptr<SAMRule> rule = nullptr, ShardedParameters* shards = nullptr);
 
   at::Tensor step(LossClosure closure = nullptr) override;
 

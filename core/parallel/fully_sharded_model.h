@@ -85,7 +85,6 @@ class FullyShardedModel : public UnitRunner {
   void reset_peak() { peak_gathered_bytes_ = gathered_bytes(); }
   /// Bytes of this rank's shards.
   int64_t shard_bytes() const;
-  std::size_t unit_count() const { return units_.size(); }
   c10::Device device() const;
 
  private:

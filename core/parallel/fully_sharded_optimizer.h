@@ -41,6 +41,7 @@ class FullyShardedOptimizer : public torch::optim::Optimizer, public ShardedPara
   at::Tensor stepped(const at::Tensor& param) const override;
 
   torch::optim::Optimizer& local() { return *local_; }
+  torch::optim::Optimizer* local_optimizer() override { return local_.get(); }
   FullyShardedModel& model() { return *model_; }
   void sync_param_groups() override { sync_.sync(*this, *local_); }
   /// This rank's shards' state (each rank saves its own).

@@ -41,6 +41,10 @@ class ShardedParameters {
   /// The tensor the optimizer steps for the model's parameter `param`:
   /// itself, or under ZeRO-3 this rank's shard of it.
   virtual at::Tensor stepped(const at::Tensor& param) const { return param; }
+  /// The base optimizer that steps this rank's shard and keeps its state
+  /// (the config's optimizer, over the shard's groups); null when the
+  /// shards have none of their own.
+  virtual torch::optim::Optimizer* local_optimizer() { return nullptr; }
 };
 
 /// ZeRO-1: optimizer state sharded across ranks (ZeRO-2: gradients too).
@@ -89,6 +93,7 @@ class ShardedOptimizer : public torch::optim::Optimizer, public ShardedParameter
   c10::Device device() const override;
 
   torch::optim::Optimizer& local() { return *local_; }
+  torch::optim::Optimizer* local_optimizer() override { return local_.get(); }
   /// Copies hyper-parameters changed on the wrapper or the local optimizer to the other.
   void sync_param_groups() override { sync_.sync(*this, *local_); }
 
