@@ -104,10 +104,14 @@ for side in old new; do
   bin=$old; [ $side = new ] && bin=$new
   dir=$work/$side-zero3-resume
   train "$bin" 2 "$dir" "${resume_sets[@]}" > /dev/null
-  first=$(ls "$dir"/checkpoints/ 2>/dev/null | sort | head -1)
-  "$bin/basin-run" --nproc 2 -- "$bin/basin-train" --run-dir "$dir" --resume "$dir/checkpoints/$first" \
-    > "$dir.log" 2>&1 || echo "FAILED resume" >> "$dir.log"
-  declare "resumed_$side=$(result "$dir")"
+  first=$(ls "$dir"/checkpoints/ 2>/dev/null | sort -V | head -1)
+  rm -f "$dir/summary.json" "$dir/state_dict.pt"  # only the resumed run may write them
+  if "$bin/basin-run" --nproc 2 -- "$bin/basin-train" --run-dir "$dir" --resume "$dir/checkpoints/$first" \
+       > "$dir.log" 2>&1 && grep -q "resumed from" "$dir.log"; then
+    declare "resumed_$side=$(result "$dir")"
+  else
+    declare "resumed_$side=FAILED (see $dir.log)"
+  fi
 done
 compare "zero3-resumed" "$resumed_old" "$resumed_new"
 exit $status
