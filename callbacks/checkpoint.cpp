@@ -9,7 +9,7 @@
 #include "basin/core/config.h"
 #include "basin/core/console.h"
 #include "basin/core/engine.h"
-#include "basin/core/parallel/communicator.h"
+#include "basin/core/parallel/communication/communicator.h"
 
 namespace fs = std::filesystem;
 

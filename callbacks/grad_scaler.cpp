@@ -7,8 +7,8 @@
 #include <ATen/ATen.h>
 
 #include "basin/core/logger.h"
+#include "basin/core/parallel/communication/communicator.h"
 #include "basin/core/torch_compat.h"
-#include "basin/core/parallel/communicator.h"
 
 namespace basin {
 

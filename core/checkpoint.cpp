@@ -15,8 +15,8 @@
 #include "basin/core/engine.h"
 #include "basin/core/logger.h"
 #include "basin/core/optimizer_state.h"
-#include "basin/core/parallel/byte_collectives.h"
-#include "basin/core/parallel/communicator.h"
+#include "basin/core/parallel/communication/byte_collectives.h"
+#include "basin/core/parallel/communication/communicator.h"
 #include "basin/core/scheduler.h"
 #include "basin/core/torch_compat.h"
 

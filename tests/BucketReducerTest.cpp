@@ -11,8 +11,8 @@
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
 
-#include "basin/core/parallel/bucket_reducer.h"
-#include "basin/core/parallel/communicator.h"
+#include "basin/core/parallel/communication/communicator.h"
+#include "basin/core/parallel/ddp/bucket_reducer.h"
 #include "basin/core/train/trainer.h"
 #include "distributed_util.h"
 #include "test_util.h"

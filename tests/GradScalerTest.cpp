@@ -7,7 +7,7 @@
 #include <torch/csrc/distributed/c10d/HashStore.hpp>
 
 #include "basin/callbacks/grad_scaler.h"
-#include "basin/core/parallel/communicator.h"
+#include "basin/core/parallel/communication/communicator.h"
 #include "basin/core/torch_compat.h"
 
 namespace basin {

@@ -13,7 +13,7 @@
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 #include <torch/nn/modules/linear.h>
 
-#include "basin/core/parallel/communicator.h"
+#include "basin/core/parallel/communication/communicator.h"
 #include "basin/core/train/data_pipeline.h"
 #include "basin/core/train/model.h"
 #include "distributed_util.h"

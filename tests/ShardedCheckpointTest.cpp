@@ -12,7 +12,7 @@
 #include "basin/core/checkpoint.h"
 #include "basin/core/checkpoint_file.h"
 #include "basin/core/optimizer_state.h"
-#include "basin/core/parallel/fully_sharded_optimizer.h"
+#include "basin/core/parallel/zero3/fully_sharded_optimizer.h"
 #include "basin/core/sharded_checkpoint.h"
 #include "distributed_util.h"
 #include "test_util.h"

@@ -12,10 +12,10 @@
 #include <torch/optim/sgd.h>
 
 #include "basin/core/callback.h"
-#include "basin/core/parallel/communicator.h"
-#include "basin/core/parallel/sharded_optimizer.h"
-#include "basin/core/train/step_checks.h"
+#include "basin/core/parallel/communication/communicator.h"
+#include "basin/core/parallel/zero/sharded_optimizer.h"
 #include "basin/core/train/model.h"
+#include "basin/core/train/step_checks.h"
 #include "basin/core/train/trainer.h"
 #include "test_util.h"
 

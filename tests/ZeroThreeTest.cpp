@@ -12,9 +12,9 @@
 
 #include "basin/algorithms/sam/sam_optimizer.h"
 #include "basin/core/callback.h"
-#include "basin/core/parallel/fully_sharded_model.h"
-#include "basin/core/parallel/fully_sharded_optimizer.h"
 #include "basin/core/optimizer_state.h"
+#include "basin/core/parallel/zero3/fully_sharded_model.h"
+#include "basin/core/parallel/zero3/fully_sharded_optimizer.h"
 #include "basin/core/train/model.h"
 #include "distributed_util.h"
 #include "test_util.h"

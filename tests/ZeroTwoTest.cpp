@@ -9,7 +9,7 @@
 
 #include "basin/algorithms/sam/sam_optimizer.h"
 #include "basin/core/callback.h"
-#include "basin/core/parallel/sharded_optimizer.h"
+#include "basin/core/parallel/zero/sharded_optimizer.h"
 #include "distributed_util.h"
 #include "test_util.h"
 

@@ -13,7 +13,7 @@
 #include <torch/csrc/distributed/c10d/HashStore.hpp>
 
 #include "basin/core/algorithm.h"
-#include "basin/core/parallel/communicator.h"
+#include "basin/core/parallel/communication/communicator.h"
 #include "basin/core/train/trainer.h"
 #include "test_util.h"
 

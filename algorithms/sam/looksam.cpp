@@ -23,7 +23,7 @@
 #include "basin/algorithms/sam/clean_gradients.h"
 #include "basin/algorithms/sam/sam.h"
 #include "basin/algorithms/sam/sam_registry.h"
-#include "basin/core/parallel/sharded_optimizer.h"
+#include "basin/core/parallel/sharded_parameters.h"
 
 namespace basin {
 class LookSAM : public SAM {

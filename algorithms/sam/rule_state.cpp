@@ -4,7 +4,7 @@
 
 #include <ATen/ATen.h>
 
-#include "basin/core/parallel/sharded_optimizer.h"
+#include "basin/core/parallel/sharded_parameters.h"
 
 namespace basin {
 

@@ -12,7 +12,7 @@
 #include "basin/algorithms/sam/sam_registry.h"
 #include "basin/core/hyperparameters.h"
 #include "basin/core/logger.h"
-#include "basin/core/parallel/sharded_optimizer.h"
+#include "basin/core/parallel/sharded_parameters.h"
 
 namespace basin {
 

@@ -5,9 +5,9 @@
 
 #include <ATen/ATen.h>
 
-#include "basin/core/parallel/communicator.h"
+#include "basin/core/parallel/communication/communicator.h"
 #include "basin/core/parallel/grad_norm.h"
-#include "basin/core/parallel/sharded_optimizer.h"
+#include "basin/core/parallel/sharded_parameters.h"
 
 namespace basin {
 
@@ -75,47 +75,6 @@ std::vector<at::Tensor> SAMOptimizer::parameters_of(const std::vector<GroupView>
   std::vector<at::Tensor> params;
   for (const auto& g : groups) params.insert(params.end(), g.params.begin(), g.params.end());
   return params;
-}
-
-bool SAMOptimizer::owns(const at::Tensor& param) const { return shards_ == nullptr || shards_->owns(param); }
-
-at::Tensor SAMOptimizer::sum_over_shards(const at::Tensor& partial) {
-  if (shards_ == nullptr) return partial;
-  std::vector<at::Tensor> sums{partial.clone()};
-  shards_->communicator().all_reduce_sum(sums);
-  return sums.front();
-}
-
-bool SAMOptimizer::ascent_sharded() const {
-  return shards_ != nullptr && shards_->gradients_sharded() && options_.sync_ascent && rule_->ascent_pass();
-}
-
-c10::Device SAMOptimizer::device() const {
-  if (shards_ != nullptr) return shards_->device();
-  for (const auto& group : param_groups_) {
-    if (!group.params().empty()) return group.params().front().device();
-  }
-  return c10::Device(c10::kCPU);
-}
-
-at::Tensor SAMOptimizer::gradient_squares(const std::vector<GroupView>& groups) {
-  std::vector<at::Tensor> grads;
-  for (const auto& g : groups) grads.insert(grads.end(), g.grads.begin(), g.grads.end());
-  if (!ascent_sharded()) return sum_of_squares(grads);
-  return sum_of_squares_over_shards(grads, parameters_of(groups), *shards_);
-}
-
-void SAMOptimizer::scale_to_rho(std::vector<Perturbation>& perturbation, const std::vector<GroupView>& groups,
-                                const std::vector<at::Tensor>& normed, const std::vector<at::Tensor>& params) {
-  // Averaged gradients are the same on every rank: under ZeRO-1 each rank
-  // norms its own shard and one all-reduce adds them up.
-  const bool over_shards = shards_ != nullptr && (options_.sync_ascent || rule_->perturbs_on_owners());
-  last_grad_norm_ = over_shards ? global_norm_over_shards(normed, params, *shards_) : global_norm(normed);
-  const double norm = last_grad_norm_.item<double>();
-  if (norm == 0) return;
-  for (std::size_t k = 0; k < groups.size(); ++k) {
-    if (!groups[k].params.empty()) perturbation[k].scale = groups[k].get("rho") / (norm + options_.epsilon);
-  }
 }
 
 void SAMOptimizer::move_to_perturbed(const std::vector<GroupView>& groups, const std::vector<Perturbation>& perturbation) {
@@ -390,34 +349,6 @@ bool SAMOptimizer::sam_part(const LossClosure& closure, at::Tensor& loss, bool& 
   restore_weights(/*base_step_follows=*/finite && part_ + 1 == options_.parts);
   if (finite && options_.parts > 1) add_to_descent_sum();
   return finite;
-}
-
-void SAMOptimizer::add_to_descent_sum() {
-  // Summed by parameter: a part may leave a parameter without a gradient.
-  at::NoGradGuard no_grad;
-  for (const auto& g : groups_with_grads()) {
-    for (std::size_t j = 0; j < g.params.size(); ++j) {
-      const auto [found, added] = summed_index_.emplace(g.params[j].unsafeGetTensorImpl(), summed_descent_.size());
-      if (added) {
-        summed_descent_.emplace_back(g.params[j], g.grads[j].clone());
-      } else {
-        summed_descent_[found->second].second.add_(g.grads[j]);
-      }
-    }
-  }
-}
-
-void SAMOptimizer::take_descent_mean() {
-  at::NoGradGuard no_grad;
-  const double parts = static_cast<double>(options_.parts);
-  for (auto& [param, sum] : summed_descent_) {
-    at::Tensor& grad = param.mutable_grad();
-    if (grad.defined()) {
-      grad.copy_(sum).div_(parts);
-    } else {
-      grad = sum.div_(parts);
-    }
-  }
 }
 
 }  // namespace basin

@@ -9,7 +9,7 @@
 
 #include "basin/core/config.h"
 #include "basin/core/engine.h"
-#include "basin/core/parallel/sharded_optimizer.h"
+#include "basin/core/parallel/sharded_parameters.h"
 #include "basin/core/pass_request.h"
 #include "basin/core/state.h"
 
@@ -29,10 +29,6 @@ class UnitRunner;
 /// A new mode is a subclass plus its line in make_strategy's table.
 class DistributedStrategy {
  public:
-  /// Builds the base optimizer over this rank's parameter groups (the
-  /// config's optimizer, by name): what a sharding mode steps locally.
-  using LocalOptimizerFactory = ShardedOptimizer::LocalFactory;
-
   virtual ~DistributedStrategy();
   DistributedStrategy(const DistributedStrategy&) = delete;
   DistributedStrategy& operator=(const DistributedStrategy&) = delete;

@@ -2,8 +2,8 @@
 
 #include <ATen/ATen.h>
 
-#include "basin/core/parallel/communicator.h"
-#include "basin/core/parallel/sharded_optimizer.h"
+#include "basin/core/parallel/communication/communicator.h"
+#include "basin/core/parallel/sharded_parameters.h"
 
 namespace basin {
 

@@ -8,9 +8,9 @@
 
 #include "basin/core/loss_scaler.h"
 #include "basin/core/optimizer_state.h"
-#include "basin/core/parallel/communicator.h"
+#include "basin/core/parallel/communication/communicator.h"
 #include "basin/core/parallel/grad_norm.h"
-#include "basin/core/parallel/sharded_optimizer.h"
+#include "basin/core/parallel/sharded_parameters.h"
 
 namespace basin {
 

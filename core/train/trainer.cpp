@@ -10,9 +10,9 @@
 
 #include "basin/core/interrupt.h"
 #include "basin/core/loss_scaler.h"
-#include "basin/core/parallel/communicator.h"
+#include "basin/core/parallel/communication/communicator.h"
 #include "basin/core/parallel/distributed_strategy.h"
-#include "basin/core/parallel/sharded_optimizer.h"
+#include "basin/core/parallel/sharded_parameters.h"
 #include "basin/core/scheduler.h"
 #include "basin/core/train/data_pipeline.h"
 #include "basin/core/train/generator_lock.h"

@@ -4,9 +4,18 @@
 # as file:line: rule, and exits 1 if there is any.
 #   core/, core/parallel/   include no plug-in folder and nothing of core/train/
 #   core/train/             includes no plug-in folder
+#   core/parallel/communication/
+#                           includes nothing else of core/parallel/
+#   core/parallel/ (its root: the contracts)
+#                           includes no mode's folder; modes.cpp, where the
+#                           modes register, aside
+#   core/parallel/<mode>/   includes no other mode's folder but ddp/ (every
+#                           mode keeps data-parallel replicas)
 #   algorithms/, callbacks/, schedulers/
-#                           include core/, core/parallel/ and their own folder
-#                           (its subfolders included: algorithms/sam/) only
+#                           include core/, core/parallel/'s root (the
+#                           contracts), core/parallel/communication/ and
+#                           their own folder (its subfolders included:
+#                           algorithms/sam/) only: never a parallel mode's
 #   core/ (every folder)    names no class or struct that a plug-in folder defines
 set -uo pipefail
 root=${1:?usage: check_layout.sh SOURCE_ROOT}
@@ -26,12 +35,30 @@ violations=$(
   grep -nE '#include [<"]basin/core/train/' "${below_train[@]}" /dev/null |
     as_violation "core/ and core/parallel/ include nothing of core/train/"
 
+  parallel=core/parallel
+  modes=(ddp zero zero3)
+  mode_pattern=$(IFS='|'; echo "${modes[*]}")
+  mapfile -t communication < <(sources $parallel/communication)
+  [ ${#communication[@]} -gt 0 ] && grep -nE "#include [<\"]basin/$parallel/" "${communication[@]}" /dev/null |
+    grep -vE "#include [<\"]basin/$parallel/communication/" |
+    as_violation "core/parallel/communication/ includes nothing else of core/parallel/"
+  mapfile -t contracts < <(find $parallel -maxdepth 1 -type f \( -name '*.h' -o -name '*.cpp' \) ! -name modes.cpp | sort)
+  [ ${#contracts[@]} -gt 0 ] && grep -nE "#include [<\"]basin/$parallel/($mode_pattern)/" "${contracts[@]}" /dev/null |
+    as_violation "core/parallel/'s root includes no mode's folder (modes.cpp aside)"
+  for mode in "${modes[@]}"; do
+    mapfile -t files < <(sources $parallel/$mode)
+    [ ${#files[@]} -gt 0 ] || continue
+    grep -nE "#include [<\"]basin/$parallel/($mode_pattern)/" "${files[@]}" /dev/null |
+      grep -vE "#include [<\"]basin/$parallel/($mode|ddp)/" |
+      as_violation "core/parallel/$mode/ includes no other mode's folder but ddp/"
+  done
+
   for plugin in "${plugins[@]}"; do
     mapfile -t files < <(sources "$plugin")
     [ ${#files[@]} -gt 0 ] || continue
     grep -nE '#include [<"]basin/' "${files[@]}" /dev/null |
-      grep -vE "#include [<\"]basin/(core|core/parallel|$plugin(/[a-z0-9_]+)?)/[a-z0-9_]+\.h[>\"]" |
-      as_violation "$plugin/ includes only core/, core/parallel/ and $plugin/"
+      grep -vE "#include [<\"]basin/(core|core/parallel|core/parallel/communication|$plugin(/[a-z0-9_]+)?)/[a-z0-9_]+\.h[>\"]" |
+      as_violation "$plugin/ includes only core/, core/parallel/, core/parallel/communication/ and $plugin/"
   done
 
   # The types the plug-ins define (definitions, not forward declarations).

@@ -15,15 +15,21 @@ plant() {  # file, line to append; prints the file:line it lands on
 expected=(
   "$(plant core/engine.h '#include "basin/callbacks/progress.h"'): core includes a plug-in"
   "$(plant core/train/trainer.cpp '#include <basin/algorithms/sam.h>'): core includes a plug-in"
-  "$(plant core/parallel/communicator.cpp '#include "basin/core/train/trainer.h"'): core/ and core/parallel/ include nothing of core/train/"
+  "$(plant core/parallel/communication/communicator.cpp '#include "basin/core/train/trainer.h"'): core/ and core/parallel/ include nothing of core/train/"
+  "$(plant core/parallel/communication/rendezvous.cpp '#include "basin/core/parallel/grad_norm.h"'): core/parallel/communication/ includes nothing else of core/parallel/"
+  "$(plant core/parallel/distributed_strategy.cpp '#include "basin/core/parallel/zero/zero_strategy.h"'): core/parallel/'s root includes no mode's folder (modes.cpp aside)"
+  "$(plant core/parallel/ddp/bucket_reducer.cpp '#include "basin/core/parallel/zero3/fully_sharded_model.h"'): core/parallel/ddp/ includes no other mode's folder but ddp/"
+  "$(plant algorithms/sam/looksam.cpp '#include "basin/core/parallel/zero/sharded_optimizer.h"'): algorithms/ includes only core/, core/parallel/, core/parallel/communication/ and algorithms/"
   "$(plant core/group_sync.cpp 'basin::GradScaler* planted = nullptr;'): core names the plug-in type GradScaler"
-  "$(plant algorithms/sam/sam.cpp '#include "basin/callbacks/grad_scaler.h"'): algorithms/ includes only core/, core/parallel/ and algorithms/"
-  "$(plant schedulers/step.cpp '#include "basin/core/train/model.h"'): schedulers/ includes only core/, core/parallel/ and schedulers/"
+  "$(plant algorithms/sam/sam.cpp '#include "basin/callbacks/grad_scaler.h"'): algorithms/ includes only core/, core/parallel/, core/parallel/communication/ and algorithms/"
+  "$(plant schedulers/step.cpp '#include "basin/core/train/model.h"'): schedulers/ includes only core/, core/parallel/, core/parallel/communication/ and schedulers/"
 )
 # Allowed: a plug-in named in a comment or a message, core/train including core/parallel.
 plant core/engine.cpp '// SAMOptimizer calls this; "GradScaler" too' > /dev/null
 plant core/config.cpp 'static const char* planted_message = "wrapped by SAM";' > /dev/null
-plant core/train/model.cpp '#include "basin/core/parallel/communicator.h"' > /dev/null
+plant core/train/model.cpp '#include "basin/core/parallel/communication/communicator.h"' > /dev/null
+plant core/parallel/zero3/zero3_strategy.cpp '#include "basin/core/parallel/ddp/data_parallel.h"' > /dev/null  # ddp's replicas
+plant core/parallel/modes.cpp '#include "basin/core/parallel/zero3/zero3_strategy.h"' > /dev/null  # the registration
 plant algorithms/loss/saf.cpp '#include "basin/algorithms/sam/rule_state.h"' > /dev/null  # a plug-in's own subfolder
 
 set +e

@@ -7,9 +7,9 @@
 #define USE_C10D_NCCL 1
 #endif
 
-#include "basin/core/parallel/communicator.h"
-#include "basin/core/parallel/flat_tensors.h"
-#include "basin/core/parallel/serial_worker.h"
+#include "basin/core/parallel/communication/communicator.h"
+#include "basin/core/parallel/communication/flat_tensors.h"
+#include "basin/core/parallel/communication/serial_worker.h"
 #include "basin/core/torch_compat.h"
 
 #include <algorithm>

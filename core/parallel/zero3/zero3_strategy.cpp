@@ -1,4 +1,4 @@
-#include "basin/core/parallel/zero3_strategy.h"
+#include "basin/core/parallel/zero3/zero3_strategy.h"
 
 #include <string>
 #include <unordered_map>
@@ -10,10 +10,10 @@
 #include "basin/core/checkpoint.h"
 #include "basin/core/config_error.h"
 #include "basin/core/optimizer_state.h"
-#include "basin/core/parallel/communicator.h"
-#include "basin/core/parallel/data_parallel.h"
-#include "basin/core/parallel/fully_sharded_model.h"
-#include "basin/core/parallel/fully_sharded_optimizer.h"
+#include "basin/core/parallel/communication/communicator.h"
+#include "basin/core/parallel/ddp/data_parallel.h"
+#include "basin/core/parallel/zero3/fully_sharded_model.h"
+#include "basin/core/parallel/zero3/fully_sharded_optimizer.h"
 
 namespace basin {
 

@@ -1,12 +1,12 @@
-#include "basin/core/parallel/data_parallel.h"
+#include "basin/core/parallel/ddp/data_parallel.h"
 
 #include <map>
 
 #include <ATen/ATen.h>
 #include <torch/nn/module.h>
 
-#include "basin/core/parallel/communicator.h"
-#include "basin/core/parallel/flat_tensors.h"
+#include "basin/core/parallel/communication/communicator.h"
+#include "basin/core/parallel/communication/flat_tensors.h"
 
 namespace basin {
 

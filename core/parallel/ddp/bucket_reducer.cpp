@@ -1,6 +1,6 @@
 // Data-parallel gradient sync as backward runs: hooks mark gradients ready,
 // ready buckets go out in order, finish_backward() brings the means back.
-#include "basin/core/parallel/bucket_reducer.h"
+#include "basin/core/parallel/ddp/bucket_reducer.h"
 
 #include <algorithm>
 #include <exception>
@@ -12,7 +12,7 @@
 #include <torch/csrc/autograd/function_hook.h>
 #include <torch/csrc/autograd/variable.h>
 
-#include "basin/core/parallel/communicator.h"
+#include "basin/core/parallel/communication/communicator.h"
 
 namespace basin {
 

@@ -1,8 +1,8 @@
-#include "basin/core/parallel/agreed_gradients.h"
+#include "basin/core/parallel/zero/agreed_gradients.h"
 
 #include <ATen/ATen.h>
 
-#include "basin/core/parallel/communicator.h"
+#include "basin/core/parallel/communication/communicator.h"
 
 namespace basin {
 

@@ -3,7 +3,7 @@
 #include <memory>
 #include <vector>
 
-#include "basin/core/parallel/data_parallel_strategy.h"
+#include "basin/core/parallel/ddp/data_parallel_strategy.h"
 
 namespace basin {
 

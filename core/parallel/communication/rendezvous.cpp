@@ -1,4 +1,4 @@
-#include "basin/core/parallel/rendezvous.h"
+#include "basin/core/parallel/communication/rendezvous.h"
 
 #include <arpa/inet.h>
 #include <netdb.h>
@@ -12,9 +12,9 @@
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
 #include "basin/core/config_error.h"
-#include "basin/core/parallel/communicator.h"
-#include "basin/core/parallel/peer_watch.h"
-#include "basin/core/parallel/watched_communicator.h"
+#include "basin/core/parallel/communication/communicator.h"
+#include "basin/core/parallel/communication/peer_watch.h"
+#include "basin/core/parallel/communication/watched_communicator.h"
 
 namespace basin {
 

@@ -1,5 +1,5 @@
 // ZeRO-3: shards at rest, a unit whole while it runs (see the header).
-#include "basin/core/parallel/fully_sharded_model.h"
+#include "basin/core/parallel/zero3/fully_sharded_model.h"
 
 #include <algorithm>
 #include <stdexcept>
@@ -13,7 +13,7 @@
 #include <torch/csrc/autograd/variable.h>
 #include <torch/nn/module.h>
 
-#include "basin/core/parallel/communicator.h"
+#include "basin/core/parallel/communication/communicator.h"
 
 namespace basin {
 

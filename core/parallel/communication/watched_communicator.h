@@ -2,7 +2,7 @@
 
 #include <memory>
 
-#include "basin/core/parallel/communicator.h"
+#include "basin/core/parallel/communication/communicator.h"
 
 namespace basin {
 

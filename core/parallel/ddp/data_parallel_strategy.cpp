@@ -1,4 +1,4 @@
-#include "basin/core/parallel/data_parallel_strategy.h"
+#include "basin/core/parallel/ddp/data_parallel_strategy.h"
 
 #include <algorithm>
 #include <utility>
@@ -6,8 +6,8 @@
 #include <torch/nn/module.h>
 
 #include "basin/core/optimizer_state.h"
-#include "basin/core/parallel/bucket_reducer.h"
-#include "basin/core/parallel/data_parallel.h"
+#include "basin/core/parallel/ddp/bucket_reducer.h"
+#include "basin/core/parallel/ddp/data_parallel.h"
 
 namespace basin {
 

@@ -1,8 +1,8 @@
-#include "basin/core/parallel/zero_strategy.h"
+#include "basin/core/parallel/zero/zero_strategy.h"
 
 #include <utility>
 
-#include "basin/core/parallel/sharded_optimizer.h"
+#include "basin/core/parallel/zero/sharded_optimizer.h"
 
 namespace basin {
 

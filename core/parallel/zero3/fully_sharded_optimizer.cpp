@@ -1,15 +1,15 @@
-#include "basin/core/parallel/fully_sharded_optimizer.h"
+#include "basin/core/parallel/zero3/fully_sharded_optimizer.h"
 
 #include <ATen/ATen.h>
 
-#include "basin/core/parallel/fully_sharded_model.h"
+#include "basin/core/parallel/zero3/fully_sharded_model.h"
 
 namespace basin {
 
 namespace {
 
 std::shared_ptr<torch::optim::Optimizer> local_over_shards(const torch::optim::Optimizer& full,
-                                                           const ShardedOptimizer::LocalFactory& make_local,
+                                                           const LocalOptimizerFactory& make_local,
                                                            const FullyShardedModel& model) {
   std::vector<torch::optim::OptimizerParamGroup> groups;
   for (const auto& group : full.param_groups()) {
@@ -23,7 +23,7 @@ std::shared_ptr<torch::optim::Optimizer> local_over_shards(const torch::optim::O
 }  // namespace
 
 FullyShardedOptimizer::FullyShardedOptimizer(const torch::optim::Optimizer& full,
-                                             const ShardedOptimizer::LocalFactory& make_local,
+                                             const LocalOptimizerFactory& make_local,
                                              std::shared_ptr<FullyShardedModel> model,
                                              std::shared_ptr<Communicator> communicator)
     : FullyShardedOptimizer(local_over_shards(full, make_local, *model), model, std::move(communicator)) {}
@@ -40,14 +40,7 @@ FullyShardedOptimizer::FullyShardedOptimizer(std::shared_ptr<torch::optim::Optim
 }
 
 at::Tensor FullyShardedOptimizer::step(LossClosure closure) {
-  at::Tensor loss;
-  if (closure) {
-    at::AutoGradMode enable_grad(true);
-    loss = closure();
-  }
-  sync_param_groups();
-  local_->step();
-  return loss;
+  return step_shard(closure, [this] { sync_param_groups(); }, *local_);
 }
 
 c10::Device FullyShardedOptimizer::device() const { return model_->device(); }

@@ -1,4 +1,4 @@
-#include "basin/core/parallel/sharded_optimizer.h"
+#include "basin/core/parallel/zero/sharded_optimizer.h"
 
 #include <algorithm>
 #include <map>
@@ -11,10 +11,10 @@
 
 #include <ATen/ATen.h>
 
-#include "basin/core/parallel/agreed_gradients.h"
-#include "basin/core/parallel/byte_collectives.h"
-#include "basin/core/parallel/communicator.h"
-#include "basin/core/parallel/flat_tensors.h"
+#include "basin/core/parallel/communication/byte_collectives.h"
+#include "basin/core/parallel/communication/communicator.h"
+#include "basin/core/parallel/communication/flat_tensors.h"
+#include "basin/core/parallel/zero/agreed_gradients.h"
 
 namespace basin {
 
@@ -181,13 +181,7 @@ void ShardedOptimizer::load_parameter_states(const ParameterStates& states, cons
 }
 
 at::Tensor ShardedOptimizer::step(LossClosure closure) {
-  at::Tensor loss;
-  if (closure) {
-    at::AutoGradMode enable_grad(true);
-    loss = closure();
-  }
-  sync_param_groups();
-  local_->step();
+  at::Tensor loss = step_shard(closure, [this] { sync_param_groups(); }, *local_);
   broadcast_parameters();
   return loss;
 }

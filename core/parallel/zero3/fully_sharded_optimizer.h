@@ -8,7 +8,7 @@
 
 #include "basin/core/group_sync.h"
 #include "basin/core/optimizer_state.h"
-#include "basin/core/parallel/sharded_optimizer.h"
+#include "basin/core/parallel/sharded_parameters.h"
 
 namespace basin {
 
@@ -24,7 +24,7 @@ class FullyShardedOptimizer : public torch::optim::Optimizer, public ShardedPara
   /// `full` is the optimizer the config built over the model's parameters;
   /// only its groups and options are used. `make_local` builds the base
   /// over the shards' groups.
-  FullyShardedOptimizer(const torch::optim::Optimizer& full, const ShardedOptimizer::LocalFactory& make_local,
+  FullyShardedOptimizer(const torch::optim::Optimizer& full, const LocalOptimizerFactory& make_local,
                         std::shared_ptr<FullyShardedModel> model, std::shared_ptr<Communicator> communicator);
 
   /// Runs the closure (if any), then steps the shards.

@@ -1,0 +1,92 @@
+// Every parallel mode, registered: a new mode is its folder (its strategy)
+// plus its line in modes()'s table; make_strategy is the only reader of the
+// config's "parallel" section.
+#include "basin/core/parallel/distributed_strategy.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
+#include <utility>
+
+#include <torch/csrc/distributed/c10d/HashStore.hpp>
+
+#include "basin/core/parallel/communication/communicator.h"
+#include "basin/core/parallel/communication/rendezvous.h"
+#include "basin/core/parallel/ddp/data_parallel_strategy.h"
+#include "basin/core/parallel/zero/zero_strategy.h"
+#include "basin/core/parallel/zero3/zero3_strategy.h"
+
+namespace basin {
+
+namespace {
+
+/// One process alone: "none", or a data-parallel mode outside a job.
+class SingleProcess : public DistributedStrategy {
+ public:
+  explicit SingleProcess(std::string mode) : DistributedStrategy(std::move(mode), nullptr) {}
+};
+
+/// A mode: its name, whether it needs a communicator even alone, and how it is made over one.
+struct Mode {
+  const char* name;
+  bool shards;  // one process alone still runs it over a one-rank group (one code path)
+  std::function<std::unique_ptr<DistributedStrategy>(std::shared_ptr<Communicator>, DataParallelStrategy::Options)> make;
+};
+
+/// Every mode, in the order error messages list them.
+const std::vector<Mode>& modes() {
+  using Options = DataParallelStrategy::Options;
+  static const std::vector<Mode> table = {
+      {"none", false, [](std::shared_ptr<Communicator>, Options) { return std::make_unique<SingleProcess>("none"); }},
+      {"ddp", false,
+       [](std::shared_ptr<Communicator> c, Options o) { return std::make_unique<DataParallelStrategy>(std::move(c), o); }},
+      {"zero1", true,
+       [](std::shared_ptr<Communicator> c, Options o) { return std::make_unique<ZeroStrategy>(std::move(c), o, false); }},
+      {"zero2", true,
+       [](std::shared_ptr<Communicator> c, Options o) { return std::make_unique<ZeroStrategy>(std::move(c), o, true); }},
+      {"zero3", true,
+       [](std::shared_ptr<Communicator> c, Options o) { return std::make_unique<Zero3Strategy>(std::move(c), o.overlap); }},
+  };
+  return table;
+}
+
+}  // namespace
+
+std::unique_ptr<DistributedStrategy> make_strategy(Params& parallel, std::shared_ptr<Communicator> given, bool cuda) {
+  std::vector<std::string> names;
+  for (const Mode& mode : modes()) names.emplace_back(mode.name);
+  const std::string name = parallel.choice("mode", "none", names);
+  const auto timeout =
+      std::chrono::milliseconds(static_cast<int64_t>(1000 * parallel.positive("timeout_seconds", 300)));
+  DataParallelStrategy::Options options;
+  options.bucket_bytes = static_cast<int64_t>(parallel.positive("bucket_mb", 25) * (1 << 20));
+  options.overlap = parallel.boolean("overlap", true);
+  parallel.finish();
+  const Mode& mode = *std::find_if(modes().begin(), modes().end(), [&](const Mode& m) { return name == m.name; });
+
+  std::shared_ptr<Communicator> communicator = std::move(given);
+  const bool alone = name == "none";
+  if (!communicator && !alone && in_multi_process_job()) {
+    communicator = connect_job(read_job_environment(), timeout, cuda);
+  } else if (!communicator && alone && in_multi_process_job()) {
+    throw ConfigError("config key 'parallel.mode': this process is one rank of a " +
+                      std::string(std::getenv("WORLD_SIZE")) + "-process job (WORLD_SIZE), so it must be \"ddp\", "
+                      "\"zero1\", \"zero2\" or \"zero3\", not \"none\"");
+  }
+  if (communicator && alone) {
+    // The mode says what runs: "none" is one process alone, whatever communicator a caller hands the trainer.
+    if (communicator->world_size() > 1) {
+      throw ConfigError("config key 'parallel.mode': \"none\" trains one process alone, but the trainer was given a "
+                        "communicator of " + std::to_string(communicator->world_size()) + " ranks; set it to "
+                        "\"ddp\", \"zero1\", \"zero2\" or \"zero3\" to train them together");
+    }
+    communicator = nullptr;
+  }
+  if (!communicator && mode.shards) {
+    communicator = make_gloo_communicator(c10::make_intrusive<c10d::HashStore>(), 0, 1, timeout);
+  }
+  if (!communicator) return std::make_unique<SingleProcess>(name);
+  return mode.make(std::move(communicator), options);
+}
+
+}  // namespace basin

@@ -1,0 +1,19 @@
+#include "basin/core/parallel/sharded_parameters.h"
+
+#include <ATen/ATen.h>
+
+namespace basin {
+
+at::Tensor step_shard(const torch::optim::Optimizer::LossClosure& closure, const std::function<void()>& sync_groups,
+                      torch::optim::Optimizer& local) {
+  at::Tensor loss;
+  if (closure) {
+    at::AutoGradMode enable_grad(true);
+    loss = closure();
+  }
+  sync_groups();
+  local.step();
+  return loss;
+}
+
+}  // namespace basin
