@@ -3,7 +3,8 @@
 #include <string>
 #include <vector>
 
-#include "basin/core/config.h"
+#include "basin/core/config_error.h"
+#include "basin/core/config_file.h"
 #include "basin/core/config_text.h"
 
 namespace basin {

@@ -6,7 +6,7 @@
 #include <cstddef>
 #include <string>
 
-#include "basin/core/config.h"
+#include "basin/core/json.h"
 
 namespace basin::config_text {
 
