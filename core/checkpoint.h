@@ -1,20 +1,13 @@
 #pragma once
 
 #include <cstdint>
-#include <stdexcept>
 
+#include "basin/core/checkpoint_error.h"
 #include "basin/core/state_dict.h"
 
 namespace basin {
 
 class Engine;
-
-/// A checkpoint that cannot be written, read or restored; the message names
-/// the file or the part and what was expected.
-class CheckpointError : public std::runtime_error {
- public:
-  using std::runtime_error::runtime_error;
-};
 
 /// Version of the layout below; a checkpoint of another version is refused.
 inline constexpr int64_t kCheckpointFormat = 1;

@@ -7,7 +7,7 @@
 #include <ATen/ATen.h>
 #include <torch/nn/module.h>
 
-#include "basin/core/checkpoint.h"
+#include "basin/core/checkpoint_error.h"
 #include "basin/core/config_error.h"
 #include "basin/core/optimizer_state.h"
 #include "basin/core/parallel/communication/communicator.h"
