@@ -34,9 +34,8 @@
 #include "basin/core/callback.h"
 #include "basin/core/parallel/communication/communicator.h"
 #include "basin/core/parallel/communication/rendezvous.h"
-#include "basin/core/parallel/zero/sharded_optimizer.h"
+#include "basin/core/parallel/sharded_parameters.h"
 #include "basin/core/parallel/zero3/fully_sharded_model.h"
-#include "basin/core/parallel/zero3/fully_sharded_optimizer.h"
 #include "basin/core/train/model.h"
 #include "basin/core/train/trainer.h"
 #include "bench_models.h"
@@ -118,8 +117,9 @@ std::array<double, 4> held_bytes(basin::Trainer& trainer) {
     for (const auto& b : sam->perturbed_buffers()) held[3] += bytes_of(b);
     stepping = &sam->base();
   }
-  if (auto* sharded = dynamic_cast<basin::ShardedOptimizer*>(stepping)) stepping = &sharded->local();
-  if (auto* sharded = dynamic_cast<basin::FullyShardedOptimizer*>(stepping)) stepping = &sharded->local();
+  if (basin::ShardedParameters* shards = trainer.state().shards; shards && shards->local_optimizer()) {
+    stepping = shards->local_optimizer();
+  }
   for (const auto& [key, state] : stepping->state()) {  // SGD's momentum: the benchmark's optimizer
     if (const auto* sgd = dynamic_cast<const torch::optim::SGDParamState*>(state.get())) {
       held[2] += bytes_of(sgd->momentum_buffer());

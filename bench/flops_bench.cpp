@@ -28,7 +28,6 @@
 #include "basin/core/blas.h"
 #include "basin/core/callback.h"
 #include "basin/core/config.h"
-#include "basin/core/config_text.h"
 #include "basin/core/torch_compat.h"
 #include "basin/core/train/trainer.h"
 #include "basin/examples/memory_reuse.h"

@@ -99,7 +99,8 @@ struct State {
   bool parameters_sharded = false;
   /// The optimizer's shards under zero1, zero2 and zero3, as the parallel
   /// mode's strategy made them (rules ask them for global norms and owners);
-  /// null when every rank steps every parameter.
+  /// null when every rank steps every parameter. Not owned: the optimizer
+  /// chain in `optimizer` holds them, and they live as long as it does.
   ShardedParameters* shards = nullptr;
   /// The job's ranks; null in a single process.
   std::shared_ptr<Communicator> communicator;

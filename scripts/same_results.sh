@@ -13,7 +13,8 @@ old=${1:?usage: same_results.sh OLD_BIN_DIR NEW_BIN_DIR}
 new=${2:?usage: same_results.sh OLD_BIN_DIR NEW_BIN_DIR}
 root=$(cd "$(dirname "$0")/.." && pwd)
 work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
+# The runs' logs stay when a run failed or differed (the lines name them).
+trap '[ "${status:-1}" -eq 0 ] && rm -rf "$work"' EXIT
 
 # A TorchScript model and tensor data, written by Debian's PyTorch (the
 # scripted class needs a source file).

@@ -19,11 +19,13 @@
 #include <torch/optim/sgd.h>
 #include <torch/serialize.h>
 
+#include "basin/algorithms/sam/sam_family.h"
 #include "basin/algorithms/sam/sam_optimizer.h"
 #include "basin/core/algorithm.h"
 #include "basin/core/hyperparameters.h"
 #include "basin/core/parallel/communication/rendezvous.h"
 #include "basin/core/parallel/ddp/data_parallel.h"
+#include "basin/core/parallel/distributed_strategy.h"
 #include "basin/core/parallel/grad_norm.h"
 #include "basin/core/parallel/zero/sharded_optimizer.h"
 #include "basin/core/train/model.h"
@@ -78,6 +80,38 @@ TEST(DistributedTest, ModeNoneWithACommunicatorOfTwoRanksIsRefusedAndOfOneRankTr
     with_one_rank = weights_of(trainer);
   });
   EXPECT_EQ(max_difference(with_one_rank, weights_of(alone)), 0.0);
+}
+
+TEST(DistributedTest, EachModeIsOneStrategyThatTheStateAndTheRulesSee) {
+  // Alone, "ddp" trains as one process; the sharding modes keep their code path over a one-rank group.
+  for (const std::string mode : {"none", "ddp", "zero1", "zero2", "zero3"}) {
+    Trainer trainer(sam_config(R"({"rho": 0.05})", mode));
+    const bool sharding = mode.rfind("zero", 0) == 0;
+    DistributedStrategy& strategy = trainer.strategy();
+    EXPECT_EQ(strategy.mode(), mode);
+    EXPECT_EQ(strategy.communicator() != nullptr, sharding) << mode;
+    EXPECT_EQ(strategy.shards() != nullptr, sharding) << mode;
+    EXPECT_EQ(trainer.state().shards, strategy.shards()) << mode;
+    EXPECT_EQ(dynamic_cast<SAMOptimizer&>(*trainer.state().optimizer).sharded(), strategy.shards()) << mode;
+    EXPECT_EQ(trainer.state().parameters_sharded, mode == "zero3") << mode;
+    EXPECT_EQ(strategy.syncs_every_microbatch(), mode == "zero3") << mode;
+    EXPECT_EQ(trainer.fully_sharded() != nullptr, mode == "zero3") << mode;
+  }
+}
+
+TEST(DistributedTest, SamOverAHandBuiltShardedOptimizerStepsThroughItsShards) {
+  // A hand loop has no strategy: SAM finds that its base steps shards.
+  test::run_ranks(2, [&](int, std::shared_ptr<Communicator> communicator) {
+    torch::nn::Linear layer(4, 3);
+    torch::optim::SGD full(layer->parameters(), torch::optim::SGDOptions(0.1).momentum(0.9));
+    auto make_local = [](std::vector<torch::optim::OptimizerParamGroup> groups) -> std::shared_ptr<torch::optim::Optimizer> {
+      return std::make_shared<torch::optim::SGD>(std::move(groups), torch::optim::SGDOptions(0.1).momentum(0.9));
+    };
+    auto sharded = std::make_shared<ShardedOptimizer>(full, make_local, communicator, /*shard_gradients=*/true);
+    EXPECT_EQ(make_sam_optimizer("sam", sharded)->sharded(), sharded.get());
+    EXPECT_EQ(make_sam_optimizer("momentum_sam", sharded, Json::object())->sharded(), sharded.get());
+    communicator->barrier();  // neither rank closes its connections while the other still connects
+  });
 }
 
 TEST(DistributedTest, PlainDataParallelEqualsOneRankOnTheJoinedBatch) {

@@ -115,7 +115,9 @@ std::shared_ptr<SAMOptimizer> SAM::make_optimizer(std::shared_ptr<torch::optim::
                       synced_because + "; set it to true");
   }
   SAMOptions options = options_;
-  if (state.shards != nullptr && state.shards->parameters_sharded()) {
+  // The trainer's strategy says which shards the base steps; a hand loop's base may be a zero optimizer itself.
+  ShardedParameters* shards = state.shards != nullptr ? state.shards : shards_of(*base);
+  if (shards != nullptr && shards->parameters_sharded()) {
     // ZeRO-3: no rank ever holds a whole gradient, so the ascent is synced.
     if (sync_ascent_given_ && !options.sync_ascent) {
       throw ConfigError(key("sync_ascent") + ": false under parallel.mode zero3, but a rank-local ascent needs each "
@@ -128,7 +130,7 @@ std::shared_ptr<SAMOptimizer> SAM::make_optimizer(std::shared_ptr<torch::optim::
     if (run_length(state) == 0) throw ConfigError(key("start") + ": a fraction of the run needs the run's length");
     options.start = std::llround(start_fraction_ * static_cast<double>(run_length(state)));
   }
-  auto step = std::make_shared<SAMOptimizer>(std::move(base), options, shared_rule(), state.shards);
+  auto step = std::make_shared<SAMOptimizer>(std::move(base), options, shared_rule(), shards);
   if (!perturb_.empty()) {
     if (!state.model) throw ConfigError(key("perturb") + ": there is no model whose parameter names it could match");
     const auto perturbed = parameters_named(*state.model, perturb_);

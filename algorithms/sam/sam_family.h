@@ -23,8 +23,8 @@ std::shared_ptr<SAMOptimizer> make_sam_optimizer(const std::string& name, std::s
 /// The same with what a variant may need of the run (see SAM::make_optimizer):
 /// the model (ASAM's default "scale", "perturb", the BatchNorm snapshot of
 /// the descent), the seed (ESAM), the run's length (AE-SAM, a fractional
-/// "start") and the world size, and the shards (State::shards) when `base` steps
-/// shards of the parameters (a ShardedOptimizer built by hand).
+/// "start") and the world size. A `base` that steps shards of the parameters
+/// (a ShardedOptimizer built by hand) is found to be one (shards_of).
 std::shared_ptr<SAMOptimizer> make_sam_optimizer(const std::string& name, std::shared_ptr<torch::optim::Optimizer> base,
                                                  const Json& options, const State& state);
 

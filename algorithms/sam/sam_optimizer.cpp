@@ -6,7 +6,6 @@
 #include <ATen/ATen.h>
 
 #include "basin/core/parallel/communication/communicator.h"
-#include "basin/core/parallel/grad_norm.h"
 #include "basin/core/parallel/sharded_parameters.h"
 
 namespace basin {
@@ -27,7 +26,7 @@ SAMOptimizer::SAMOptimizer(std::shared_ptr<torch::optim::Optimizer> base, SAMOpt
       options_(options),
       rule_(rule ? std::move(rule) : std::make_shared<SAMRule>()),
       plan_(dynamic_cast<PassPlan*>(rule_.get())),
-      shards_(shards),
+      shards_(shards != nullptr ? shards : shards_of(*base_)),
       sync_(group_values(options)) {
   if (!(options_.rho >= 0)) throw std::invalid_argument("SAM: rho must be >= 0");
   if (!(options_.epsilon >= 0)) throw std::invalid_argument("SAM: epsilon must be >= 0");

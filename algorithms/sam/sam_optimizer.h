@@ -67,7 +67,8 @@ class SAMOptimizer : public torch::optim::Optimizer, public PassAwareOptimizer, 
   /// `rule` null: SAM's. A rule that is also a PassPlan plans the passes.
   /// `shards`: the base's, when it steps shards of the parameters (zero1,
   /// zero2, zero3: State::shards); SAM then norms, perturbs and restores
-  /// through them.
+  /// through them. Null: the base's own when it is a zero optimizer built
+  /// by hand (shards_of), else none.
   SAMOptimizer(std::shared_ptr<torch::optim::Optimizer> base, SAMOptions options = {},
                std::shared_ptr<SAMRule> rule = nullptr, ShardedParameters* shards = nullptr);
 
@@ -136,7 +137,7 @@ class SAMOptimizer : public torch::optim::Optimizer, public PassAwareOptimizer, 
   /// has one now; the views' `grads` are empty.
   std::vector<GroupView> parameter_groups(bool perturbed_only = false);
   static std::vector<at::Tensor> parameters_of(const std::vector<GroupView>& groups);
-  /// The ZeRO-1 shards when the base is sharded, else nullptr.
+  /// The shards the base steps (zero1, zero2, zero3), else nullptr.
   ShardedParameters* sharded() const { return shards_; }
   /// Under ZeRO-1, whether this rank owns `param` (its descent gradient is
   /// the average over ranks); always true otherwise.

@@ -5,7 +5,6 @@
 
 #include <torch/nn/module.h>
 
-
 namespace basin {
 
 DistributedStrategy::DistributedStrategy(std::string mode, std::shared_ptr<Communicator> communicator)

@@ -26,7 +26,8 @@ class UnitRunner;
 /// checkpoint's per-mode parts, and the whole parameters on demand. The
 /// trainer holds one and never asks which mode it is.
 ///
-/// A new mode is a subclass plus its line in make_strategy's table.
+/// A new mode is a subclass in a folder of its own plus its line in the
+/// table of modes.cpp (see docs/distributed.md, "How a mode is built").
 class DistributedStrategy {
  public:
   virtual ~DistributedStrategy();
@@ -62,8 +63,9 @@ class DistributedStrategy {
   /// Every microbatch's backward syncs, not just the last one's (zero3's
   /// gradients accumulate on the shards, never whole).
   virtual bool syncs_every_microbatch() const { return false; }
-  /// After each optimizer step: buffers (BatchNorm's statistics) follow
-  /// rank 0's, so nothing after the step depends on the rank.
+  /// After each optimizer step (data-parallel modes: buffers such as
+  /// BatchNorm's statistics follow rank 0's, so nothing after the step
+  /// depends on the rank).
   virtual void after_step() {}
 
   /// The mode's own parts of a checkpoint (zero3: this rank's shards).

@@ -20,7 +20,7 @@ namespace basin {
 
 namespace {
 
-/// One process alone: "none", or a data-parallel mode outside a job.
+/// One process alone: "none", or "ddp" outside a job.
 class SingleProcess : public DistributedStrategy {
  public:
   explicit SingleProcess(std::string mode) : DistributedStrategy(std::move(mode), nullptr) {}
@@ -29,7 +29,7 @@ class SingleProcess : public DistributedStrategy {
 /// A mode: its name, whether it needs a communicator even alone, and how it is made over one.
 struct Mode {
   const char* name;
-  bool shards;  // one process alone still runs it over a one-rank group (one code path)
+  bool group_when_alone;  // one process alone still runs it over a one-rank group (one code path)
   std::function<std::unique_ptr<DistributedStrategy>(std::shared_ptr<Communicator>, DataParallelStrategy::Options)> make;
 };
 
@@ -82,7 +82,7 @@ std::unique_ptr<DistributedStrategy> make_strategy(Params& parallel, std::shared
     }
     communicator = nullptr;
   }
-  if (!communicator && mode.shards) {
+  if (!communicator && mode.group_when_alone) {
     communicator = make_gloo_communicator(c10::make_intrusive<c10d::HashStore>(), 0, 1, timeout);
   }
   if (!communicator) return std::make_unique<SingleProcess>(name);

@@ -4,6 +4,10 @@
 
 namespace basin {
 
+ShardedParameters* shards_of(torch::optim::Optimizer& optimizer) {
+  return dynamic_cast<ShardedParameters*>(&optimizer);
+}
+
 at::Tensor step_shard(const torch::optim::Optimizer::LossClosure& closure, const std::function<void()>& sync_groups,
                       torch::optim::Optimizer& local) {
   at::Tensor loss;

@@ -51,6 +51,11 @@ class ShardedParameters {
   virtual torch::optim::Optimizer* local_optimizer() { return nullptr; }
 };
 
+/// `optimizer` itself when it steps shards of the parameters (a zero
+/// optimizer built by hand, outside the trainer, whose strategy hands its
+/// shards to rules in State::shards); null otherwise.
+ShardedParameters* shards_of(torch::optim::Optimizer& optimizer);
+
 /// The step of an optimizer over shards: the closure's passes (with
 /// autograd on), then `sync_groups` (the wrapper's hyper-parameters into
 /// `local`), then `local`'s step over this rank's shard. Returns the

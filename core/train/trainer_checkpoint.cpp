@@ -39,7 +39,8 @@ void Trainer::resume(const StateDict& checkpoint, bool allow_config_change) {
   }
   if (checkpoint.contains("basin") && checkpoint.at("basin").isGenericDict()) {
     const auto meta = checkpoint.at("basin").toGenericDict();
-    strategy_->check_resume(meta.contains("world_size") ? meta.at("world_size").toInt() : 1);
+    strategy_->check_resume(meta.contains("world_size") && meta.at("world_size").isInt() ? meta.at("world_size").toInt()
+                                                                                          : 1);
   }
   restore_checkpoint(*engine_, checkpoint);
   resumed_ = true;
