@@ -3,27 +3,28 @@
 // basin in one include, for a program of the user's own: the engine and its
 // contracts, the distributed layer, the trainer, the SAM family (its step,
 // its rule contract and make_sam_optimizer), the loss-side algorithms and
-// the callbacks. basin's own sources include the narrow headers instead.
+// the callbacks, in the order of core's layers. basin's own sources include
+// the narrow headers instead.
 
-#include "basin/core/algorithm.h"
-#include "basin/core/callback.h"
-#include "basin/core/checkpoint.h"
-#include "basin/core/checkpoint_file.h"
-#include "basin/core/config.h"
-#include "basin/core/engine.h"
-#include "basin/core/event.h"
-#include "basin/core/pass_hooks.h"
-#include "basin/core/pass_request.h"
-#include "basin/core/registry.h"
-#include "basin/core/schedule.h"
-#include "basin/core/scheduler.h"
-#include "basin/core/state.h"
+#include "basin/core/config/config.h"
+#include "basin/core/config/registry.h"
+#include "basin/core/optim/schedule.h"
+#include "basin/core/optim/scheduler.h"
+#include "basin/core/engine/algorithm.h"
+#include "basin/core/engine/callback.h"
+#include "basin/core/engine/engine.h"
+#include "basin/core/engine/event.h"
+#include "basin/core/engine/pass_hooks.h"
+#include "basin/core/engine/pass_request.h"
+#include "basin/core/engine/state.h"
 #include "basin/core/parallel/communication/communicator.h"
 #include "basin/core/parallel/communication/rendezvous.h"
 #include "basin/core/parallel/ddp/data_parallel.h"
 #include "basin/core/parallel/distributed_strategy.h"
 #include "basin/core/parallel/sharded_parameters.h"
 #include "basin/core/parallel/zero/sharded_optimizer.h"
+#include "basin/core/checkpoint/checkpoint.h"
+#include "basin/core/checkpoint/checkpoint_file.h"
 #include "basin/core/train/dataset.h"
 #include "basin/core/train/model.h"
 #include "basin/core/train/trainer.h"

@@ -3,14 +3,14 @@
 #include <string>
 #include <vector>
 
-#include "basin/core/config.h"
+#include "basin/core/config/config.h"
 
 namespace basin::bench {
 
 /// The models benchmarks compare by name: mlp (784-256-10), mlp1024
 /// (784-1024-1024-10), mlp2048 (784-2048-2048-10), mlp4096x3
-/// (784-4096-4096-4096-10, 36.8M parameters), cnn (the examples' small CNN)
-/// or resnet (the examples' resnet, width 16, blocks [1, 1, 1]);
+/// (784-4096-4096-4096-10, 36.8M parameters), cnn (models/cnn.cpp's small CNN)
+/// or resnet (models/resnet.cpp, width 16, blocks [1, 1, 1]);
 /// cnn_contiguous: the cnn on contiguous activations and weights (its
 /// "channels_last": false), to measure what channels-last gains.
 inline const std::vector<std::string>& model_names() {

@@ -32,7 +32,7 @@ for flavour in reference openblas-pthread openblas-openmp; do
         --set threads=$threads --steps $steps | grep -E '^(config|LibTorch|step|reached)'
     done
     if [ $quick = 0 ]; then
-      LD_LIBRARY_PATH=${path[$flavour]} "$build_dir/examples/basin-train" --config examples/configs/fashion_mnist_sam.json \
+      LD_LIBRARY_PATH=${path[$flavour]} "$build_dir/programs/basin-train" --config examples/configs/fashion_mnist_sam.json \
         --set threads=$threads --set max_epochs=1 --run-dir "$(mktemp -d)/run" 2>&1 | grep -E 'test accuracy'
     fi
   done

@@ -12,7 +12,7 @@ and reports, per case, the median over rounds of the per-round ratios
 basin / pytorch_ddp and basin / basin_after (with their range): the machine's
 speed drifts between rounds, not within one.
 
-Usage: ddp_peers.py --step-timer BUILD/bench/basin-bench-step --launcher BUILD/examples/basin-run
+Usage: ddp_peers.py --step-timer BUILD/bench/basin-bench-step --launcher BUILD/programs/basin-run
 """
 
 import argparse

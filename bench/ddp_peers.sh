@@ -12,4 +12,4 @@ shift || true
   { echo "bench/ddp_peers.sh needs Debian's python3-torch (apt-get install python3-torch)" >&2; exit 2; }
 cmake --build "$build" --target basin-run basin-bench-step > /dev/null
 /usr/bin/python3 bench/ddp_peers.py --step-timer "$build/bench/basin-bench-step" \
-  --launcher "$build/examples/basin-run" "$@"
+  --launcher "$build/programs/basin-run" "$@"

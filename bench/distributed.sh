@@ -8,7 +8,7 @@ build=${1:-build}
 cmake --build "$build" --target basin-run basin-bench-distributed > /dev/null
 for model in ${BASIN_BENCH_MODELS:-cnn mlp1024 resnet}; do
   for n in 2 4; do
-    BASIN_BENCH_MODEL=$model "$build/examples/basin-run" --nproc "$n" -- "$build/bench/basin-bench-distributed" |
+    BASIN_BENCH_MODEL=$model "$build/programs/basin-run" --nproc "$n" -- "$build/bench/basin-bench-distributed" |
       grep '^\[rank 0\]' | sed 's/^\[rank 0\] //'
     echo
   done

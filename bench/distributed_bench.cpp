@@ -31,7 +31,7 @@
 #include <torch/optim/sgd.h>
 
 #include "basin/algorithms/sam/sam_optimizer.h"
-#include "basin/core/callback.h"
+#include "basin/core/engine/callback.h"
 #include "basin/core/parallel/communication/communicator.h"
 #include "basin/core/parallel/communication/rendezvous.h"
 #include "basin/core/parallel/sharded_parameters.h"

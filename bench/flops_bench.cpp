@@ -25,12 +25,12 @@
 #include <ATen/record_function.h>
 #include <CLI/CLI.hpp>
 
-#include "basin/core/blas.h"
-#include "basin/core/callback.h"
-#include "basin/core/config.h"
-#include "basin/core/torch_compat.h"
+#include "basin/core/base/blas.h"
+#include "basin/core/base/memory_reuse.h"
+#include "basin/core/base/torch_compat.h"
+#include "basin/core/config/config.h"
+#include "basin/core/engine/callback.h"
 #include "basin/core/train/trainer.h"
-#include "basin/examples/memory_reuse.h"
 
 namespace {
 
@@ -159,7 +159,7 @@ double gemm_gflops(int64_t n) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  basin::examples::keep_freed_memory_for_reuse();  // as basin-train does
+  basin::keep_freed_memory_for_reuse();  // as basin-train does
   CLI::App app{"The matrix-product throughput a config's training step reaches, against one large GEMM"};
   std::string config_path;
   std::vector<std::string> overrides;

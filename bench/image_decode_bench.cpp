@@ -20,9 +20,9 @@
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 
-#include "basin/core/blas.h"
-#include "basin/examples/data/image_codec.h"
-#include "basin/examples/data/image_folder.h"
+#include "basin/core/base/blas.h"
+#include "basin/datasets/image_codec.h"
+#include "basin/datasets/image_folder.h"
 
 namespace {
 

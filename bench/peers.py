@@ -32,7 +32,7 @@ RATIOS = (
 )
 
 
-# basin's programs make malloc keep freed memory for reuse (examples/memory_reuse.h);
+# basin's programs make malloc keep freed memory for reuse (core/base/memory_reuse.h);
 # the Python peers get the same through glibc's tunables, so all run alike.
 PEER_ENV = dict(os.environ, GLIBC_TUNABLES="glibc.malloc.mmap_threshold=33554432:glibc.malloc.trim_threshold=1073741824")
 

@@ -84,7 +84,7 @@ section "Image decoding for data \"image_folder\" (images per second per thread)
 distributed() {
   for model in $models; do
     for n in $ranks; do
-      BASIN_BENCH_MODEL=$model "$build_dir/examples/basin-run" --nproc "$n" -- "$build_dir/bench/basin-bench-distributed" |
+      BASIN_BENCH_MODEL=$model "$build_dir/programs/basin-run" --nproc "$n" -- "$build_dir/bench/basin-bench-distributed" |
         grep '^\[rank 0\]' | sed 's/^\[rank 0\] //'
       echo
     done

@@ -1,5 +1,5 @@
 // What each SAM-family algorithm costs over the plain optimizer it wraps,
-// on the CNN of the examples (Fashion-MNIST shapes, batch 128, SGD with
+// on basin's small CNN, models/cnn.cpp (Fashion-MNIST shapes, batch 128, SGD with
 // momentum). The optimizer-side ones step a SAMOptimizer with a closure; the
 // loss-side ones (saf, mesa) run through the engine as a hand-written loop
 // does, with their term in the loss (an epoch past their start) and SAF's
@@ -29,8 +29,8 @@
 #include <torch/optim/sgd.h>
 
 #include "basin/algorithms/sam/sam_family.h"
-#include "basin/core/blas.h"
-#include "basin/core/engine.h"
+#include "basin/core/base/blas.h"
+#include "basin/core/engine/engine.h"
 #include "basin/core/train/model.h"
 #include "tracking_allocator.h"
 

@@ -1,5 +1,5 @@
-// Cost of SAM against the plain optimizer it wraps, on a model of the
-// examples (Fashion-MNIST shapes, batch 128). This machine's timings drift
+// Cost of SAM against the plain optimizer it wraps, on a model of
+// models/ (Fashion-MNIST shapes, batch 128). This machine's timings drift
 // by tens of percent between runs, so every ratio comes from *interleaved*
 // pairs: each iteration times one SGD step and one SAM step back to back,
 // and the reported figure is the median of the per-pair ratios.
@@ -25,7 +25,7 @@
 #include <torch/optim/sgd.h>
 
 #include "basin/algorithms/sam/sam_optimizer.h"
-#include "basin/core/blas.h"
+#include "basin/core/base/blas.h"
 #include "basin/core/train/model.h"
 #include "tracking_allocator.h"
 

@@ -17,7 +17,7 @@ its steps, then the median over rounds), every rank's peak resident memory
 and basin_zero3 / fsdp2 (median and range): the machine's speed drifts
 between rounds, not within one.
 
-Usage: sharded_peers.py --step-timer BUILD/bench/basin-bench-step --launcher BUILD/examples/basin-run
+Usage: sharded_peers.py --step-timer BUILD/bench/basin-bench-step --launcher BUILD/programs/basin-run
 """
 
 import argparse
@@ -28,7 +28,7 @@ import subprocess
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-# basin's programs make malloc keep freed memory for reuse (examples/memory_reuse.h); the peers get the same.
+# basin's programs make malloc keep freed memory for reuse (core/base/memory_reuse.h); the peers get the same.
 PEER_ENV = dict(os.environ, GLIBC_TUNABLES="glibc.malloc.mmap_threshold=33554432:glibc.malloc.trim_threshold=1073741824")
 PAIRS = (("basin_ddp", "pytorch_ddp"), ("basin_zero3", "fsdp2"))
 

@@ -11,4 +11,4 @@ bash scripts/build.sh --target basin-bench-step basin-run > /dev/null
 source scripts/build_dir.sh
 python=$(bash scripts/libtorch.sh --python)
 "$python" bench/sharded_peers.py --python "$python" --step-timer "$build_dir/bench/basin-bench-step" \
-  --launcher "$build_dir/examples/basin-run" "$@"
+  --launcher "$build_dir/programs/basin-run" "$@"

@@ -14,7 +14,7 @@
 // resnet); --optimizer sgd (lr 0.01, momentum 0.9), adam (lr 1e-3, basin's
 // fused Adam) or adam_libtorch (LibTorch's Adam, "fused": false);
 // SAM rho 0.05. malloc keeps freed memory for reuse, as in basin-train
-// (examples/memory_reuse.h). Prints one line:
+// (core/base/memory_reuse.h). Prints one line:
 //   peer impl=... model=... batch=... threads=... median_ms=... min_ms=... steps=... torch=... peak_rss_mib=...
 // (peak_rss_mib: the process's peak resident memory, getrusage's ru_maxrss).
 //
@@ -38,13 +38,13 @@
 #include <torch/optim/sgd.h>
 
 #include "basin/algorithms/sam/sam_optimizer.h"
-#include "basin/core/blas.h"
-#include "basin/core/callback.h"
-#include "basin/core/torch_compat.h"
+#include "basin/core/base/blas.h"
+#include "basin/core/base/memory_reuse.h"
+#include "basin/core/base/torch_compat.h"
+#include "basin/core/engine/callback.h"
 #include "basin/core/train/fused_adam.h"
 #include "basin/core/train/model.h"
 #include "basin/core/train/trainer.h"
-#include "basin/examples/memory_reuse.h"
 #include "bench_models.h"
 
 namespace {
@@ -150,7 +150,7 @@ std::vector<double> time_optimizer(bool sam, const std::string& model_name, cons
 }  // namespace
 
 int main(int argc, char** argv) {
-  basin::examples::keep_freed_memory_for_reuse();  // as basin-train does; bench/peers.py gives the peers the same
+  basin::keep_freed_memory_for_reuse();  // as basin-train does; bench/peers.py gives the peers the same
   CLI::App app{"Times basin's training step (one line out, for bench/peers.sh)"};
   std::string impl = "trainer_sam", model = "cnn", optimizer = "sgd";
   int64_t batch = 128, steps = 30, warmup = 3;

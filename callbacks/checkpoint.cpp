@@ -4,11 +4,11 @@
 
 #include <ATen/ATen.h>
 
-#include "basin/core/checkpoint.h"
-#include "basin/core/checkpoint_file.h"
-#include "basin/core/config.h"
-#include "basin/core/console.h"
-#include "basin/core/engine.h"
+#include "basin/core/base/console.h"
+#include "basin/core/checkpoint/checkpoint.h"
+#include "basin/core/checkpoint/checkpoint_file.h"
+#include "basin/core/config/config.h"
+#include "basin/core/engine/engine.h"
 #include "basin/core/parallel/communication/communicator.h"
 
 namespace fs = std::filesystem;

@@ -3,13 +3,13 @@
 #include <cstdint>
 #include <string>
 
-#include "basin/core/callback.h"
+#include "basin/core/engine/callback.h"
 
 namespace basin {
 
 class Engine;
 
-/// Writes checkpoints of the whole run (everything core/checkpoint.h lists),
+/// Writes checkpoints of the whole run (everything core/checkpoint/checkpoint.h lists),
 /// from which `basin-train --resume` continues as if never stopped:
 ///
 ///     {"callbacks": {"checkpoint": {"every_epochs": 1, "every_steps": 0, "keep_last": 3,

@@ -6,9 +6,9 @@
 
 #include <ATen/ATen.h>
 
-#include "basin/core/logger.h"
+#include "basin/core/base/torch_compat.h"
+#include "basin/core/engine/logger.h"
 #include "basin/core/parallel/communication/communicator.h"
-#include "basin/core/torch_compat.h"
 
 namespace basin {
 

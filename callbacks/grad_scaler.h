@@ -5,8 +5,8 @@
 
 #include <ATen/core/Tensor.h>
 
-#include "basin/core/callback.h"
-#include "basin/core/loss_scaler.h"
+#include "basin/core/engine/callback.h"
+#include "basin/core/optim/loss_scaler.h"
 
 namespace basin {
 

@@ -4,7 +4,7 @@
 #include <fstream>
 #include <string>
 
-#include "basin/core/logger.h"
+#include "basin/core/engine/logger.h"
 
 namespace basin {
 

@@ -3,7 +3,7 @@
 #include <chrono>
 #include <cstdio>
 
-#include "basin/core/callback.h"
+#include "basin/core/engine/callback.h"
 
 namespace basin {
 

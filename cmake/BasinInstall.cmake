@@ -2,11 +2,11 @@
 include(GNUInstallDirs)
 include(CMakePackageConfigHelpers)
 
-install(TARGETS basin EXPORT basinTargets
+install(TARGETS basin basin_models basin_datasets basin_launch EXPORT basinTargets
         LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}
         ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
         RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
-foreach(dir core algorithms callbacks schedulers)
+foreach(dir core algorithms callbacks schedulers datasets launch)
   install(DIRECTORY ${PROJECT_SOURCE_DIR}/${dir}/ DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/basin/${dir}
           FILES_MATCHING PATTERN "*.h" PATTERN "precompiled.h" EXCLUDE)
 endforeach()

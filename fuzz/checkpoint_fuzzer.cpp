@@ -24,12 +24,12 @@
 #include <torch/nn/modules/linear.h>
 #include <torch/optim/adam.h>
 
-#include "basin/core/callback.h"
-#include "basin/core/checkpoint.h"
-#include "basin/core/checkpoint_file.h"
-#include "basin/core/config.h"
-#include "basin/core/engine.h"
-#include "basin/core/scheduler.h"
+#include "basin/core/checkpoint/checkpoint.h"
+#include "basin/core/checkpoint/checkpoint_file.h"
+#include "basin/core/config/config.h"
+#include "basin/core/engine/callback.h"
+#include "basin/core/engine/engine.h"
+#include "basin/core/optim/scheduler.h"
 
 namespace {
 

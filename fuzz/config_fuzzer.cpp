@@ -17,7 +17,7 @@
 #include <utility>
 #include <vector>
 
-#include "basin/core/config.h"
+#include "basin/core/config/config.h"
 
 namespace {
 

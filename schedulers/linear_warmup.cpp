@@ -1,4 +1,4 @@
-#include "basin/core/schedule.h"
+#include "basin/core/optim/schedule.h"
 #include "basin/schedulers/warmup.h"
 
 namespace basin {

@@ -1,7 +1,7 @@
 #include <algorithm>
 #include <cmath>
 
-#include "basin/core/schedule.h"
+#include "basin/core/optim/schedule.h"
 
 namespace basin {
 namespace {

@@ -2,7 +2,7 @@
 #include <memory>
 #include <vector>
 
-#include "basin/core/schedule.h"
+#include "basin/core/optim/schedule.h"
 
 namespace basin {
 namespace {

@@ -1,6 +1,6 @@
 #include <cmath>
 
-#include "basin/core/schedule.h"
+#include "basin/core/optim/schedule.h"
 
 namespace basin {
 namespace {

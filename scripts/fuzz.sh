@@ -16,7 +16,7 @@ shift || true
 bash scripts/install-deps.sh clang libclang-rt-14-dev
 build_dir=build-fuzz
 options=(-DCMAKE_BUILD_TYPE=RelWithDebInfo -DBASIN_BUILD_FUZZERS=ON -DBASIN_BUILD_TESTS=OFF
-         -DBASIN_BUILD_EXAMPLES=OFF -DBASIN_BUILD_BENCH=OFF
+         -DBASIN_BUILD_PROGRAMS=OFF -DBASIN_BUILD_BENCH=OFF
          -DBASIN_SANITIZE=address,undefined,fuzzer-no-link)
 if [ ! -f "$build_dir/CMakeCache.txt" ]; then
   options+=(-DCMAKE_CXX_COMPILER=clang++)

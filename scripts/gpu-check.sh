@@ -241,7 +241,7 @@ grep -E "Test +#[0-9]+: " "$logs/ctest.log" | sed -E 's/^ *[0-9]+\/[0-9]+ Test +
 begin train
 run_dir=$(mktemp -d /tmp/basin-gpu-train.XXXXXX)
 status=0
-timeout 240 "$build/examples/basin-train" --config examples/configs/fashion_mnist_sam.json --set device=cuda \
+timeout 240 "$build/programs/basin-train" --config examples/configs/fashion_mnist_sam.json --set device=cuda \
   --set "data.root=$data_root" --run-dir "$run_dir" --overwrite > "$logs/train.log" 2>&1 || status=$?
 summary=""
 [ -f "$run_dir/summary.json" ] && summary=$("$python" -c '

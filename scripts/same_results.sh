@@ -4,7 +4,7 @@
 # run's final loss, accuracy and weights digest, which must be equal to the
 # bit. Prints one line per config and exits 1 if any differs.
 #   bash scripts/same_results.sh OLD_BIN_DIR NEW_BIN_DIR
-# Each BIN_DIR holds basin-train and basin-run (e.g. build/examples of an
+# Each BIN_DIR holds basin-train and basin-run (e.g. build/programs of an
 # older checkout). The configs cover every mode, both ascents, bf16,
 # microbatches, a TorchScript model, the SAM family under ZeRO, and a
 # zero3 run resumed from its checkpoint.

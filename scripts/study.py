@@ -10,7 +10,7 @@ which runs are going, how far, and about how long is left. The cost figures
 come from a timing phase after the runs (each method one process at a time,
 right after SGD), since two runs side by side time each other too.
 
-  python3 scripts/study.py --basin-train build/examples/basin-train [--smoke] [--out docs]
+  python3 scripts/study.py --basin-train build/programs/basin-train [--smoke] [--out docs]
 
 scripts/study.sh builds basin-train and runs this. --smoke runs a tiny
 version (a small subset, 2 epochs, 1 seed, few methods) in seconds, for the

@@ -12,4 +12,4 @@ bash scripts/build.sh --target basin-train
 source scripts/build_dir.sh
 readme=(--readme README.md)  # README's tables come from the full study only
 [[ " $* " == *" --smoke "* ]] && readme=()
-python3 scripts/study.py --basin-train "$build_dir/examples/basin-train" "${readme[@]}" "$@"
+python3 scripts/study.py --basin-train "$build_dir/programs/basin-train" "${readme[@]}" "$@"

@@ -5,4 +5,4 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/build.sh --target basin-train
 source scripts/build_dir.sh
-"$build_dir/examples/basin-train" --config examples/configs/fashion_mnist_sam.json "$@"
+"$build_dir/programs/basin-train" --config examples/configs/fashion_mnist_sam.json "$@"

@@ -6,7 +6,7 @@
 #include <regex>
 #include <set>
 
-#include "basin/core/interrupt.h"
+#include "basin/core/base/interrupt.h"
 #include "test_paths.h"
 #include "test_util.h"
 

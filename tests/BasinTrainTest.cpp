@@ -2,7 +2,7 @@
 
 #include <filesystem>
 
-#include "basin/core/config.h"
+#include "basin/core/config/config.h"
 #include "test_paths.h"
 #include "test_util.h"
 

@@ -7,8 +7,8 @@
 
 #include <filesystem>
 
-#include "basin/core/blas.h"
-#include "basin/core/torch_compat.h"
+#include "basin/core/base/blas.h"
+#include "basin/core/base/torch_compat.h"
 #include "test_paths.h"
 #include "test_util.h"
 

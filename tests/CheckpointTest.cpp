@@ -15,12 +15,12 @@
 
 #include <torch/csrc/jit/serialization/pickle.h>
 
-#include "basin/core/checkpoint.h"
-#include "basin/core/checkpoint_file.h"
-#include "basin/core/engine.h"
-#include "basin/core/optimizer_state.h"
-#include "basin/core/torch_compat.h"
-#include "basin/examples/data/image_codec.h"
+#include "basin/core/base/torch_compat.h"
+#include "basin/core/checkpoint/checkpoint.h"
+#include "basin/core/checkpoint/checkpoint_file.h"
+#include "basin/core/engine/engine.h"
+#include "basin/core/optim/optimizer_state.h"
+#include "basin/datasets/image_codec.h"
 #include "distributed_util.h"
 #include "python_models.h"
 #include "test_paths.h"

@@ -1,6 +1,6 @@
 #include <gtest/gtest.h>
 
-#include "basin/core/config.h"
+#include "basin/core/config/config.h"
 #include "test_util.h"
 
 namespace basin {

@@ -1,9 +1,9 @@
 #include <gtest/gtest.h>
 
-#include "basin/core/algorithm.h"
-#include "basin/core/callback.h"
-#include "basin/core/engine.h"
-#include "basin/core/logger.h"
+#include "basin/core/engine/algorithm.h"
+#include "basin/core/engine/callback.h"
+#include "basin/core/engine/engine.h"
+#include "basin/core/engine/logger.h"
 
 namespace basin {
 namespace {

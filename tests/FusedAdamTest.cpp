@@ -13,8 +13,8 @@
 #include <torch/optim/adam.h>
 #include <torch/optim/adamw.h>
 
-#include "basin/core/config.h"
-#include "basin/core/optimizer_state.h"
+#include "basin/core/config/config.h"
+#include "basin/core/optim/optimizer_state.h"
 #include "basin/core/train/fused_adam.h"
 #include "basin/core/train/optimizers.h"
 

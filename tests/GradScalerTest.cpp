@@ -7,8 +7,8 @@
 #include <torch/csrc/distributed/c10d/HashStore.hpp>
 
 #include "basin/callbacks/grad_scaler.h"
+#include "basin/core/base/torch_compat.h"
 #include "basin/core/parallel/communication/communicator.h"
-#include "basin/core/torch_compat.h"
 
 namespace basin {
 namespace {

@@ -12,7 +12,7 @@
 #include <fstream>
 #include <string>
 
-#include "basin/core/config.h"
+#include "basin/core/config/config.h"
 #include "test_paths.h"
 #include "test_util.h"
 

@@ -5,7 +5,7 @@
 #include <ATen/ATen.h>
 
 #include "basin/core/train/dataset.h"
-#include "basin/examples/data/idx_file.h"
+#include "basin/datasets/idx_file.h"
 #include "test_util.h"
 
 namespace basin {

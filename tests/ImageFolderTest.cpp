@@ -12,12 +12,12 @@
 #include <ATen/ATen.h>
 #include <zlib.h>
 
-#include "basin/core/config.h"
+#include "basin/core/base/torch_compat.h"
+#include "basin/core/config/config.h"
 #include "basin/core/serialization/torch_save_file.h"
-#include "basin/core/torch_compat.h"
 #include "basin/core/train/trainer.h"
-#include "basin/examples/data/image_codec.h"
-#include "basin/examples/data/image_folder.h"
+#include "basin/datasets/image_codec.h"
+#include "basin/datasets/image_folder.h"
 #include "python_models.h"
 #include "test_paths.h"
 #include "test_util.h"

@@ -5,7 +5,7 @@
 
 #include <algorithm>
 
-#include "basin/core/config.h"
+#include "basin/core/config/config.h"
 #include "python_models.h"
 #include "test_paths.h"
 #include "test_util.h"

@@ -7,10 +7,10 @@
 #include <torch/optim/rmsprop.h>
 #include <torch/optim/sgd.h>
 
-#include "basin/core/algorithm.h"
-#include "basin/core/callback.h"
-#include "basin/core/hyperparameters.h"
-#include "basin/core/scheduler.h"
+#include "basin/core/engine/algorithm.h"
+#include "basin/core/engine/callback.h"
+#include "basin/core/optim/hyperparameters.h"
+#include "basin/core/optim/scheduler.h"
 #include "basin/core/train/dataset.h"
 #include "basin/core/train/model.h"
 #include "basin/core/train/optimizers.h"

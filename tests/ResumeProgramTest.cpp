@@ -16,8 +16,8 @@
 
 #include <torch/csrc/jit/serialization/pickle.h>
 
-#include "basin/core/checkpoint_file.h"
-#include "basin/core/interrupt.h"
+#include "basin/core/base/interrupt.h"
+#include "basin/core/checkpoint/checkpoint_file.h"
 #include "test_paths.h"
 #include "test_util.h"
 

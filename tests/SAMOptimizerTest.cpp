@@ -10,7 +10,7 @@
 
 #include "basin/algorithms/sam/sam_family.h"
 #include "basin/algorithms/sam/sam_optimizer.h"
-#include "basin/core/hyperparameters.h"
+#include "basin/core/optim/hyperparameters.h"
 #include "sam_reference.h"
 #include "test_util.h"
 

@@ -9,8 +9,8 @@
 #include <torch/optim/sgd.h>
 
 #include "basin/algorithms/sam/sam_optimizer.h"
-#include "basin/core/hyperparameters.h"
-#include "basin/core/scheduler.h"
+#include "basin/core/optim/hyperparameters.h"
+#include "basin/core/optim/scheduler.h"
 
 namespace basin {
 namespace {

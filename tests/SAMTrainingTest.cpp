@@ -14,8 +14,8 @@
 #include <torch/optim/sgd.h>
 
 #include "basin/algorithms/sam/sam.h"
-#include "basin/core/engine.h"
-#include "basin/core/hyperparameters.h"
+#include "basin/core/engine/engine.h"
+#include "basin/core/optim/hyperparameters.h"
 #include "basin/core/train/model.h"
 #include "basin/core/train/trainer.h"
 #include "test_util.h"

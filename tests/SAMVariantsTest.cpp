@@ -14,7 +14,7 @@
 #include <torch/optim/sgd.h>
 
 #include "basin/algorithms/sam/sam_optimizer.h"
-#include "basin/core/hyperparameters.h"
+#include "basin/core/optim/hyperparameters.h"
 #include "sam_reference.h"
 #include "sam_variants.h"
 #include "test_util.h"

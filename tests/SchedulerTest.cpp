@@ -5,8 +5,8 @@
 #include <ATen/ATen.h>
 #include <torch/optim/sgd.h>
 
-#include "basin/core/hyperparameters.h"
-#include "basin/core/scheduler.h"
+#include "basin/core/optim/hyperparameters.h"
+#include "basin/core/optim/scheduler.h"
 #include "test_util.h"
 
 namespace basin {

@@ -9,11 +9,11 @@
 #include <ATen/ATen.h>
 #include <torch/csrc/jit/serialization/pickle.h>
 
-#include "basin/core/checkpoint.h"
-#include "basin/core/checkpoint_file.h"
-#include "basin/core/optimizer_state.h"
+#include "basin/core/checkpoint/checkpoint.h"
+#include "basin/core/checkpoint/checkpoint_file.h"
+#include "basin/core/checkpoint/sharded_checkpoint.h"
+#include "basin/core/optim/optimizer_state.h"
 #include "basin/core/parallel/zero3/fully_sharded_optimizer.h"
-#include "basin/core/sharded_checkpoint.h"
 #include "distributed_util.h"
 #include "test_util.h"
 

@@ -9,8 +9,8 @@
 #include <ATen/ATen.h>
 #include <torch/csrc/jit/serialization/pickle.h>
 
-#include "basin/core/config.h"
-#include "basin/core/config_error.h"
+#include "basin/core/config/config.h"
+#include "basin/core/config/config_error.h"
 #include "basin/core/train/dataset.h"
 #include "basin/core/train/trainer.h"
 #include "test_paths.h"

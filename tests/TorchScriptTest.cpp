@@ -5,8 +5,8 @@
 
 #include <ATen/ATen.h>
 
-#include "basin/core/config.h"
-#include "basin/core/torch_compat.h"
+#include "basin/core/base/torch_compat.h"
+#include "basin/core/config/config.h"
 #include "basin/core/train/model.h"
 #include "python_models.h"
 #include "test_paths.h"

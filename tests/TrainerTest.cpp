@@ -11,7 +11,7 @@
 #include <torch/csrc/distributed/c10d/HashStore.hpp>
 #include <torch/optim/sgd.h>
 
-#include "basin/core/callback.h"
+#include "basin/core/engine/callback.h"
 #include "basin/core/parallel/communication/communicator.h"
 #include "basin/core/parallel/zero/sharded_optimizer.h"
 #include "basin/core/train/model.h"

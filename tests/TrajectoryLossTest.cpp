@@ -14,8 +14,8 @@
 
 #include "basin/algorithms/loss/mesa.h"
 #include "basin/algorithms/loss/saf.h"
-#include "basin/core/callback.h"
-#include "basin/core/engine.h"
+#include "basin/core/engine/callback.h"
+#include "basin/core/engine/engine.h"
 #include "basin/core/train/trainer.h"
 #include "test_util.h"
 

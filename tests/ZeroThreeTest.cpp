@@ -11,8 +11,8 @@
 #include <ATen/ATen.h>
 
 #include "basin/algorithms/sam/sam_optimizer.h"
-#include "basin/core/callback.h"
-#include "basin/core/optimizer_state.h"
+#include "basin/core/engine/callback.h"
+#include "basin/core/optim/optimizer_state.h"
 #include "basin/core/parallel/zero3/fully_sharded_model.h"
 #include "basin/core/parallel/zero3/fully_sharded_optimizer.h"
 #include "basin/core/train/model.h"

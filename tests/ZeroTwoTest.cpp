@@ -8,7 +8,7 @@
 #include <ATen/ATen.h>
 
 #include "basin/algorithms/sam/sam_optimizer.h"
-#include "basin/core/callback.h"
+#include "basin/core/engine/callback.h"
 #include "basin/core/parallel/zero/sharded_optimizer.h"
 #include "distributed_util.h"
 #include "test_util.h"

@@ -12,8 +12,8 @@
 #include <vector>
 
 #include "basin/algorithms/sam/sam_family.h"
-#include "basin/core/callback.h"
-#include "basin/core/config.h"
+#include "basin/core/config/config.h"
+#include "basin/core/engine/callback.h"
 #include "basin/core/train/model.h"
 #include "basin/core/train/trainer.h"
 

@@ -2,8 +2,8 @@
 
 #include <ATen/core/Tensor.h>
 
-#include "basin/core/algorithm.h"
-#include "basin/core/config.h"
+#include "basin/core/config/config.h"
+#include "basin/core/engine/algorithm.h"
 
 namespace basin {
 

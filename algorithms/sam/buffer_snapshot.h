@@ -1,6 +1,6 @@
 #pragma once
 
-#include "basin/core/reused_buffers.h"
+#include "basin/core/base/reused_buffers.h"
 
 namespace torch::nn { class Module; }
 

@@ -36,7 +36,7 @@
 #include "basin/algorithms/sam/pass_plan.h"
 #include "basin/algorithms/sam/sam.h"
 #include "basin/algorithms/sam/sam_registry.h"
-#include "basin/core/random.h"
+#include "basin/core/base/random.h"
 
 namespace basin {
 

@@ -6,7 +6,7 @@
 
 #include <ATen/core/Tensor.h>
 
-#include "basin/core/optimizer_state.h"
+#include "basin/core/optim/optimizer_state.h"
 
 namespace basin {
 

@@ -7,7 +7,7 @@
 #include <ATen/core/Tensor.h>
 
 #include "basin/algorithms/sam/sam_rule.h"
-#include "basin/core/reused_buffers.h"
+#include "basin/core/base/reused_buffers.h"
 
 namespace basin {
 

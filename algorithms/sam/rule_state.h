@@ -8,7 +8,7 @@
 #include <ATen/core/Tensor.h>
 
 #include "basin/algorithms/sam/parameter_buffers.h"
-#include "basin/core/optimizer_state.h"
+#include "basin/core/optim/optimizer_state.h"
 
 namespace basin {
 

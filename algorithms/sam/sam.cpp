@@ -10,8 +10,8 @@
 #include <torch/nn/module.h>
 
 #include "basin/algorithms/sam/sam_registry.h"
-#include "basin/core/hyperparameters.h"
-#include "basin/core/logger.h"
+#include "basin/core/engine/logger.h"
+#include "basin/core/optim/hyperparameters.h"
 #include "basin/core/parallel/sharded_parameters.h"
 
 namespace basin {

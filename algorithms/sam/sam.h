@@ -9,7 +9,7 @@
 #include "basin/algorithms/sam/rule_state.h"
 #include "basin/algorithms/sam/sam_optimizer.h"
 #include "basin/algorithms/sam/sam_rule.h"
-#include "basin/core/algorithm.h"
+#include "basin/core/engine/algorithm.h"
 
 namespace torch::nn { class Module; }
 

@@ -6,8 +6,8 @@
 #include "basin/algorithms/sam/sam.h"
 #include "basin/algorithms/sam/sam_optimizer.h"
 #include "basin/algorithms/sam/sam_registry.h"
-#include "basin/core/config.h"
-#include "basin/core/state.h"
+#include "basin/core/config/config.h"
+#include "basin/core/engine/state.h"
 
 namespace basin {
 

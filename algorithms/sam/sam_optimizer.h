@@ -11,11 +11,11 @@
 #include "basin/algorithms/sam/parameter_swap.h"
 #include "basin/algorithms/sam/pass_plan.h"
 #include "basin/algorithms/sam/sam_rule.h"
-#include "basin/core/group_sync.h"
-#include "basin/core/optimizer_state.h"
-#include "basin/core/pass_hooks.h"
-#include "basin/core/pass_request.h"
-#include "basin/core/state.h"
+#include "basin/core/engine/pass_hooks.h"
+#include "basin/core/engine/pass_request.h"
+#include "basin/core/engine/state.h"
+#include "basin/core/optim/group_sync.h"
+#include "basin/core/optim/optimizer_state.h"
 
 namespace basin {
 

@@ -7,7 +7,7 @@
 #include <ATen/ATen.h>
 #include <torch/serialize/archive.h>
 
-#include "basin/core/hyperparameters.h"
+#include "basin/core/optim/hyperparameters.h"
 
 namespace basin {
 

@@ -1,7 +1,7 @@
 #pragma once
 
-#include "basin/core/algorithm.h"
-#include "basin/core/registry.h"
+#include "basin/core/config/registry.h"
+#include "basin/core/engine/algorithm.h"
 
 namespace basin {
 

@@ -3,7 +3,7 @@
 #include <torch/optim/optimizer.h>
 
 #include "basin/algorithms/sam/sam_optimizer.h"
-#include "basin/core/hyperparameters.h"
+#include "basin/core/optim/hyperparameters.h"
 
 namespace basin {
 

@@ -7,11 +7,11 @@
 
 #include <ATen/core/Tensor.h>
 
-#include "basin/core/config.h"
-#include "basin/core/engine.h"
+#include "basin/core/config/config.h"
+#include "basin/core/engine/engine.h"
+#include "basin/core/engine/pass_request.h"
+#include "basin/core/engine/state.h"
 #include "basin/core/parallel/sharded_parameters.h"
-#include "basin/core/pass_request.h"
-#include "basin/core/state.h"
 
 namespace torch::nn { class Module; }
 

@@ -1,13 +1,15 @@
+// check_pickle: the safety walk over a pickle program's opcodes (class Walk),
+// with the stack effects LibTorch's unpickler gives them, and the rewrite of
+// what LibTorch cannot read. The values it tracks and the opcode names of its
+// messages are in pickle_opcodes.h.
 #include "basin/core/serialization/pickle_check.h"
 
 #include <algorithm>
 #include <array>
-#include <map>
 #include <memory>
 #include <vector>
 
-#include <c10/core/ScalarType.h>
-
+#include "basin/core/serialization/pickle_opcodes.h"
 #include "basin/core/serialization/zip_directory.h"
 
 namespace basin {
@@ -18,70 +20,13 @@ constexpr int kMaxDepth = 100;
 constexpr std::size_t kMaxKeptText = 256;  // longer strings are never names the walk needs
 constexpr const char* kOrderedDict = "collections.OrderedDict";
 
-// What the walk knows of a value: enough to follow storages, OrderedDicts and nesting.
-struct Node {
-  enum class Kind { kMark, kString, kInt, kGlobal, kTuple, kList, kDict, kOrderedDict, kOther } kind = Kind::kOther;
-  std::string text;  // a kString's value; a kGlobal's "module.name"
-  int64_t number = 0;
-  std::vector<std::shared_ptr<Node>> items;  // a kTuple's elements
-  int depth = 0;           // containers nested in it, itself included; final once it is contained
-  bool contained = false;  // an element of a tuple, list or dict: no longer filled
-  bool memoized = false;
-  int key_kinds = 0;                  // a kOrderedDict's keys: 1 strings, 2 integers, 4 others
-  std::size_t type_edit = SIZE_MAX;   // a kOrderedDict's edit that names its type
-};
-using NodePtr = std::shared_ptr<Node>;
-using Kind = Node::Kind;
-
-// A value on the stack, and the byte where the opcodes that built it begin:
-// a value pushed there instead lands just below it.
-struct Slot {
-  NodePtr node;
-  std::size_t start = 0;
-};
-
-// Bytes per element of the storage types torch.save names, "FloatStorage" and so on.
-std::optional<uint64_t> element_size(const std::string& storage_type) {
-  static const std::map<std::string, uint64_t> sizes = [] {
-    std::map<std::string, uint64_t> map;
-#define BASIN_STORAGE_SIZE(ctype, name) map[#name "Storage"] = sizeof(ctype);
-    AT_FORALL_SCALAR_TYPES_WITH_COMPLEX_AND_QINTS(BASIN_STORAGE_SIZE)
-#undef BASIN_STORAGE_SIZE
-    return map;
-  }();
-  const auto found = sizes.find(storage_type);
-  if (found == sizes.end()) return std::nullopt;
-  return found->second;
-}
-
-// Pickle's names for its opcodes (protocols 0 to 5), for messages.
-std::string opcode_name(char op) {
-  static const std::map<char, const char*> names = {
-      {'(', "MARK"}, {'.', "STOP"}, {'0', "POP"}, {'1', "POP_MARK"}, {'2', "DUP"}, {'F', "FLOAT"}, {'I', "INT"},
-      {'J', "BININT"}, {'K', "BININT1"}, {'L', "LONG"}, {'M', "BININT2"}, {'N', "NONE"}, {'P', "PERSID"},
-      {'Q', "BINPERSID"}, {'R', "REDUCE"}, {'S', "STRING"}, {'T', "BINSTRING"}, {'U', "SHORT_BINSTRING"},
-      {'V', "UNICODE"}, {'X', "BINUNICODE"}, {'a', "APPEND"}, {'b', "BUILD"}, {'c', "GLOBAL"}, {'d', "DICT"},
-      {'}', "EMPTY_DICT"}, {'e', "APPENDS"}, {'g', "GET"}, {'h', "BINGET"}, {'i', "INST"}, {'j', "LONG_BINGET"},
-      {'l', "LIST"}, {']', "EMPTY_LIST"}, {'o', "OBJ"}, {'p', "PUT"}, {'q', "BINPUT"}, {'r', "LONG_BINPUT"},
-      {'s', "SETITEM"}, {'t', "TUPLE"}, {')', "EMPTY_TUPLE"}, {'u', "SETITEMS"}, {'G', "BINFLOAT"},
-      {'\x80', "PROTO"}, {'\x81', "NEWOBJ"}, {'\x82', "EXT1"}, {'\x83', "EXT2"}, {'\x84', "EXT4"},
-      {'\x85', "TUPLE1"}, {'\x86', "TUPLE2"}, {'\x87', "TUPLE3"}, {'\x88', "NEWTRUE"}, {'\x89', "NEWFALSE"},
-      {'\x8a', "LONG1"}, {'\x8b', "LONG4"}, {'B', "BINBYTES"}, {'C', "SHORT_BINBYTES"},
-      {'\x8c', "SHORT_BINUNICODE"}, {'\x8d', "BINUNICODE8"}, {'\x8e', "BINBYTES8"}, {'\x8f', "EMPTY_SET"},
-      {'\x90', "ADDITEMS"}, {'\x91', "FROZENSET"}, {'\x92', "NEWOBJ_EX"}, {'\x93', "STACK_GLOBAL"},
-      {'\x94', "MEMOIZE"}, {'\x95', "FRAME"}, {'\x96', "BYTEARRAY8"}, {'\x97', "NEXT_BUFFER"},
-      {'\x98', "READONLY_BUFFER"}};
-  static const char* const hex = "0123456789abcdef";
-  const auto code = static_cast<uint8_t>(op);
-  const auto found = names.find(op);
-  return std::string(found == names.end() ? "byte" : found->second) + " (0x" + hex[code >> 4] + hex[code & 15] + ")";
-}
-
-std::string binunicode(const std::string& text) {
-  std::string op = "X";
-  for (int i = 0; i < 4; ++i) op += static_cast<char>(text.size() >> (8 * i) & 0xFF);
-  return op + text;
-}
+using pickle::Kind;
+using pickle::Node;
+using pickle::NodePtr;
+using pickle::Slot;
+using pickle::binunicode;
+using pickle::element_size;
+using pickle::opcode_name;
 
 // Walks the opcodes LibTorch's unpickler reads, with its stack effects.
 class Walk {

@@ -7,7 +7,7 @@
 #include <stdexcept>
 #include <vector>
 
-#include "basin/core/config_error.h"
+#include "basin/core/config/config_error.h"
 #include "basin/core/serialization/archive_writer.h"
 #include "basin/core/serialization/safe_unpickle.h"
 

@@ -2,8 +2,8 @@
 
 #include <ATen/autocast_mode.h>
 
-#include "basin/core/config_error.h"
-#include "basin/core/torch_compat.h"
+#include "basin/core/base/torch_compat.h"
+#include "basin/core/config/config_error.h"
 
 namespace basin {
 

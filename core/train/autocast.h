@@ -3,7 +3,7 @@
 #include <c10/core/DeviceType.h>
 #include <c10/core/ScalarType.h>
 
-#include "basin/core/state.h"
+#include "basin/core/engine/state.h"
 
 namespace basin {
 

@@ -4,7 +4,7 @@
 #include <numeric>
 #include <stdexcept>
 
-#include "basin/core/random.h"
+#include "basin/core/base/random.h"
 
 namespace basin {
 

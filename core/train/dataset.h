@@ -5,8 +5,8 @@
 
 #include <ATen/core/Tensor.h>
 
-#include "basin/core/registry.h"
-#include "basin/core/state.h"
+#include "basin/core/config/registry.h"
+#include "basin/core/engine/state.h"
 
 namespace basin {
 

@@ -5,7 +5,7 @@
 
 #include <ATen/ATen.h>
 
-#include "basin/core/engine.h"
+#include "basin/core/engine/engine.h"
 #include "basin/core/train/autocast.h"
 #include "basin/core/train/model.h"
 

@@ -2,7 +2,7 @@
 
 #include <cstdint>
 
-#include "basin/core/state.h"
+#include "basin/core/engine/state.h"
 #include "basin/core/train/dataset.h"
 #include "basin/core/train/loss.h"
 

@@ -6,7 +6,7 @@
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 
-#include "basin/core/optimizer_state.h"
+#include "basin/core/optim/optimizer_state.h"
 
 namespace basin {
 

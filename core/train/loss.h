@@ -4,7 +4,7 @@
 
 #include <ATen/core/Tensor.h>
 
-#include "basin/core/config.h"
+#include "basin/core/config/config.h"
 
 namespace basin {
 

@@ -5,7 +5,7 @@
 
 #include <ATen/ATen.h>
 
-#include "basin/core/config_error.h"
+#include "basin/core/config/config_error.h"
 #include "basin/core/serialization/torch_save_file.h"
 
 namespace basin {

@@ -6,8 +6,8 @@
 
 #include <torch/nn/module.h>
 
+#include "basin/core/config/registry.h"
 #include "basin/core/parallel/unit_runner.h"
-#include "basin/core/registry.h"
 #include "basin/core/train/dataset.h"
 
 namespace basin {

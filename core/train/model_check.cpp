@@ -6,7 +6,7 @@
 #include <ATen/ATen.h>
 #include <c10/util/StringUtil.h>
 
-#include "basin/core/config_error.h"
+#include "basin/core/config/config_error.h"
 #include "basin/core/train/model.h"
 
 namespace basin {

@@ -10,7 +10,7 @@
 #include <torch/optim/rmsprop.h>
 #include <torch/optim/sgd.h>
 
-#include "basin/core/hyperparameters.h"
+#include "basin/core/optim/hyperparameters.h"
 #include "basin/core/train/fused_adam.h"
 
 namespace basin {

@@ -5,7 +5,7 @@
 
 #include <torch/optim/optimizer.h>
 
-#include "basin/core/registry.h"
+#include "basin/core/config/registry.h"
 
 namespace torch::nn { class Module; }
 

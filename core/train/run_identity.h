@@ -1,6 +1,6 @@
 #pragma once
 
-#include "basin/core/config.h"
+#include "basin/core/config/config.h"
 
 namespace basin {
 

@@ -6,8 +6,8 @@
 #include <ATen/ATen.h>
 #include <torch/optim/optimizer.h>
 
-#include "basin/core/loss_scaler.h"
-#include "basin/core/optimizer_state.h"
+#include "basin/core/optim/loss_scaler.h"
+#include "basin/core/optim/optimizer_state.h"
 #include "basin/core/parallel/communication/communicator.h"
 #include "basin/core/parallel/grad_norm.h"
 #include "basin/core/parallel/sharded_parameters.h"

@@ -5,9 +5,9 @@
 
 #include <ATen/core/Tensor.h>
 
-#include "basin/core/config.h"
-#include "basin/core/pass_hooks.h"
-#include "basin/core/state.h"
+#include "basin/core/config/config.h"
+#include "basin/core/engine/pass_hooks.h"
+#include "basin/core/engine/state.h"
 
 namespace torch::optim { class Optimizer; }
 

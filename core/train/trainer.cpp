@@ -1,5 +1,5 @@
 // The training loop: fit() runs the epochs and their batches, each batch one
-// optimizer step between the events of core/event.h.
+// optimizer step between the events of core/engine/event.h.
 #include "basin/core/train/trainer.h"
 
 #include <chrono>
@@ -8,12 +8,12 @@
 #include <ATen/ATen.h>
 #include <torch/optim/optimizer.h>
 
-#include "basin/core/interrupt.h"
-#include "basin/core/loss_scaler.h"
+#include "basin/core/base/interrupt.h"
+#include "basin/core/optim/loss_scaler.h"
+#include "basin/core/optim/scheduler.h"
 #include "basin/core/parallel/communication/communicator.h"
 #include "basin/core/parallel/distributed_strategy.h"
 #include "basin/core/parallel/sharded_parameters.h"
-#include "basin/core/scheduler.h"
 #include "basin/core/train/data_pipeline.h"
 #include "basin/core/train/generator_lock.h"
 #include "basin/core/train/model.h"

@@ -3,11 +3,11 @@
 #include <memory>
 #include <vector>
 
-#include "basin/core/config.h"
-#include "basin/core/engine.h"
-#include "basin/core/pass_hooks.h"
-#include "basin/core/state.h"
-#include "basin/core/state_dict.h"
+#include "basin/core/base/state_dict.h"
+#include "basin/core/config/config.h"
+#include "basin/core/engine/engine.h"
+#include "basin/core/engine/pass_hooks.h"
+#include "basin/core/engine/state.h"
 #include "basin/core/train/dataset.h"
 #include "basin/core/train/evaluation.h"
 #include "basin/core/train/loss.h"
@@ -56,7 +56,7 @@ class Trainer {
                    std::shared_ptr<Communicator> communicator = nullptr);
   ~Trainer();
 
-  /// Continues the run a checkpoint recorded (core/checkpoint.h lists what
+  /// Continues the run a checkpoint recorded (core/checkpoint/checkpoint.h lists what
   /// it holds), so that fit() goes on as if never stopped. The config must be
   /// the checkpoint's except where a difference cannot change the run
   /// (check_same_run), and the world size the same, unless

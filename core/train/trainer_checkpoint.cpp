@@ -6,7 +6,7 @@
 
 #include <ATen/ATen.h>
 
-#include "basin/core/checkpoint.h"
+#include "basin/core/checkpoint/checkpoint.h"
 #include "basin/core/parallel/distributed_strategy.h"
 #include "basin/core/train/model.h"
 #include "basin/core/train/run_identity.h"

@@ -14,15 +14,15 @@
 #include <ATen/Parallel.h>
 #include <torch/optim/optimizer.h>
 
-#include "basin/core/algorithm.h"
-#include "basin/core/blas.h"
-#include "basin/core/callback.h"
+#include "basin/core/base/blas.h"
+#include "basin/core/base/torch_compat.h"
+#include "basin/core/engine/algorithm.h"
+#include "basin/core/engine/callback.h"
+#include "basin/core/optim/scheduler.h"
 #include "basin/core/parallel/communication/communicator.h"
 #include "basin/core/parallel/communication/rendezvous.h"
 #include "basin/core/parallel/distributed_strategy.h"
 #include "basin/core/parallel/zero3/fully_sharded_model.h"
-#include "basin/core/scheduler.h"
-#include "basin/core/torch_compat.h"
 #include "basin/core/train/autocast.h"
 #include "basin/core/train/data_pipeline.h"
 #include "basin/core/train/generator_lock.h"

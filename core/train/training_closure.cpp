@@ -7,8 +7,8 @@
 #include <ATen/ATen.h>
 #include <torch/optim/optimizer.h>
 
-#include "basin/core/engine.h"
-#include "basin/core/loss_scaler.h"
+#include "basin/core/engine/engine.h"
+#include "basin/core/optim/loss_scaler.h"
 #include "basin/core/train/autocast.h"
 #include "basin/core/train/model.h"
 

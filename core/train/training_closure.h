@@ -4,8 +4,8 @@
 
 #include <ATen/core/Tensor.h>
 
-#include "basin/core/pass_request.h"
-#include "basin/core/state.h"
+#include "basin/core/engine/pass_request.h"
+#include "basin/core/engine/state.h"
 #include "basin/core/train/loss.h"
 
 namespace basin {

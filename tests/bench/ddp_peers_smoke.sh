@@ -9,7 +9,7 @@ if ! /usr/bin/python3 -c 'import torch.distributed as d; assert d.is_gloo_availa
   exit 77
 fi
 out=$(/usr/bin/python3 "$source_dir/bench/ddp_peers.py" --step-timer "$build/bench/basin-bench-step" \
-      --launcher "$build/examples/basin-run" --rounds 1 --steps 1 --cases 4 2> /dev/null)
+      --launcher "$build/programs/basin-run" --rounds 1 --steps 1 --cases 4 2> /dev/null)
 echo "$out"
 for algorithm in sgd sam_local sam_synced; do
   echo "$out" | grep -Eq "^ +2 mlp2048 +32 $algorithm +[0-9.]+ +[0-9.]+ +[0-9.]+ \(" ||

@@ -2,8 +2,11 @@
 # Checks that the folders mean what docs/library.md's Layout says: include
 # arrows run one way, and core never names a plug-in. Prints each violation
 # as file:line: rule, and exits 1 if there is any.
-#   core/, core/parallel/   include no plug-in folder and nothing of core/train/
-#   core/train/             includes no plug-in folder
+#   core/                   includes no plug-in folder; its root holds no
+#                           source but precompiled.h
+#   core/<layer>/           includes no core/ layer above its own, in the
+#                           order base, config, serialization, optim, engine,
+#                           parallel, checkpoint, train
 #   core/parallel/communication/
 #                           includes nothing else of core/parallel/
 #   core/parallel/ (its root: the contracts)
@@ -12,11 +15,19 @@
 #   core/parallel/<mode>/   includes no other mode's folder but ddp/ (every
 #                           mode keeps data-parallel replicas)
 #   algorithms/, callbacks/, schedulers/
-#                           include core/, core/parallel/'s root (the
-#                           contracts), core/parallel/communication/ and
-#                           their own folder (its subfolders included:
-#                           algorithms/sam/) only: never a parallel mode's
+#                           include core/'s layers up to checkpoint/ (with
+#                           core/parallel/'s root, the contracts, and
+#                           core/parallel/communication/) and their own
+#                           folder (its subfolders included: algorithms/sam/)
+#                           only: never a parallel mode's, nor core/train/
+#   models/, datasets/, launch/ (the library parts on top)
+#                           include core/ and their own folder only
+#   core/ and the plug-ins  include no library part
+#   programs/               is included by nothing: its files are mains
 #   core/ (every folder)    names no class or struct that a plug-in folder defines
+#   every library file      is at most 400 lines (core/, the plug-ins, the
+#                           library parts, programs/): a longer one holds
+#                           more than one concern
 set -uo pipefail
 root=${1:?usage: check_layout.sh SOURCE_ROOT}
 cd "$root" || exit 2
@@ -28,12 +39,21 @@ sources() { find "$@" -type f \( -name '*.h' -o -name '*.cpp' \) 2>/dev/null | s
 as_violation() { sed -E "s|^([^:]+:[0-9]+):.*$|\1: $1|"; }
 
 mapfile -t core_files < <(sources core)
-mapfile -t below_train < <(find core -path core/train -prune -o -type f \( -name '*.h' -o -name '*.cpp' \) -print | sort)
+layers=(base config serialization optim engine parallel checkpoint train)
 
 violations=$(
   grep -nE "#include [<\"]basin/($plugin_pattern)/" "${core_files[@]}" /dev/null | as_violation "core includes a plug-in"
-  grep -nE '#include [<"]basin/core/train/' "${below_train[@]}" /dev/null |
-    as_violation "core/ and core/parallel/ include nothing of core/train/"
+  find core -maxdepth 1 -type f \( -name '*.h' -o -name '*.cpp' \) ! -name precompiled.h | sort |
+    sed -E 's|$|:1: core/'"'"'s root holds no source but precompiled.h: put it in its layer|'
+  for ((i = 0; i < ${#layers[@]}; i++)); do
+    above=("${layers[@]:i+1}")
+    [ ${#above[@]} -gt 0 ] || continue
+    mapfile -t files < <(sources "core/${layers[i]}")
+    [ ${#files[@]} -gt 0 ] || continue
+    above_pattern=$(IFS='|'; echo "${above[*]}")
+    grep -nE "#include [<\"]basin/core/($above_pattern)/" "${files[@]}" /dev/null |
+      as_violation "core/${layers[i]}/ includes no layer above it (${above[*]})"
+  done
 
   parallel=core/parallel
   modes=(ddp zero zero3)
@@ -57,8 +77,30 @@ violations=$(
     mapfile -t files < <(sources "$plugin")
     [ ${#files[@]} -gt 0 ] || continue
     grep -nE '#include [<"]basin/' "${files[@]}" /dev/null |
-      grep -vE "#include [<\"]basin/(core|core/parallel|core/parallel/communication|$plugin(/[a-z0-9_]+)?)/[a-z0-9_]+\.h[>\"]" |
-      as_violation "$plugin/ includes only core/, core/parallel/, core/parallel/communication/ and $plugin/"
+      grep -vE "#include [<\"]basin/(core/(base|config|serialization|optim|engine|checkpoint|parallel|parallel/communication)|$plugin(/[a-z0-9_]+)?)/[a-z0-9_]+\.h[>\"]" |
+      as_violation "$plugin/ includes only core/'s layers up to checkpoint/, core/parallel/'s root and communication/, and $plugin/"
+  done
+
+  parts=(models datasets launch)
+  part_pattern=$(IFS='|'; echo "${parts[*]}")
+  for part in "${parts[@]}"; do
+    mapfile -t files < <(sources "$part")
+    [ ${#files[@]} -gt 0 ] || continue
+    grep -nE '#include [<"]basin/' "${files[@]}" /dev/null |
+      grep -vE "#include [<\"]basin/(core|$part)/" |
+      as_violation "$part/ includes core/ and $part/ only"
+  done
+  mapfile -t below_parts < <(sources core "${plugins[@]}")
+  grep -nE "#include [<\"]basin/($part_pattern)/" "${below_parts[@]}" /dev/null |
+    as_violation "core/ and the plug-ins include no library part (${parts[*]})"
+  mapfile -t libraries < <(sources core "${plugins[@]}" "${parts[@]}")
+  grep -nE '#include [<"]basin/programs/' "${libraries[@]}" /dev/null |
+    as_violation "nothing includes programs/: its files are mains"
+
+  mapfile -t library_files < <(sources core "${plugins[@]}" "${parts[@]}" programs)
+  for file in "${library_files[@]}"; do
+    lines=$(wc -l < "$file")
+    [ "$lines" -le 400 ] || echo "$file:1: $lines lines, over 400: split it by concern"
   done
 
   # The types the plug-ins define (definitions, not forward declarations).

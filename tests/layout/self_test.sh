@@ -6,30 +6,46 @@ source_root=$(cd "${1:?usage: self_test.sh SOURCE_ROOT}" && pwd)
 checker=$(cd "$(dirname "$0")" && pwd)/check_layout.sh
 scratch=$(mktemp -d)
 trap 'rm -rf "$scratch"' EXIT
-cp -r "$source_root"/{core,algorithms,callbacks,schedulers} "$scratch"
+cp -r "$source_root"/{core,algorithms,callbacks,schedulers,models,datasets,launch,programs} "$scratch"
 
 plant() {  # file, line to append; prints the file:line it lands on
   echo "$2" >> "$scratch/$1"
   echo "$1:$(wc -l < "$scratch/$1")"
 }
+# One plant that breaks two rules: a plug-in's allowed includes, and the library parts' place above.
+callbacks_plant=$(plant callbacks/progress.cpp '#include "basin/launch/local_ranks.h"')
 expected=(
-  "$(plant core/engine.h '#include "basin/callbacks/progress.h"'): core includes a plug-in"
+  "$(plant core/engine/engine.h '#include "basin/callbacks/progress.h"'): core includes a plug-in"
   "$(plant core/train/trainer.cpp '#include <basin/algorithms/sam.h>'): core includes a plug-in"
-  "$(plant core/parallel/communication/communicator.cpp '#include "basin/core/train/trainer.h"'): core/ and core/parallel/ include nothing of core/train/"
+  "$(plant core/parallel/communication/communicator.cpp '#include "basin/core/train/trainer.h"'): core/parallel/ includes no layer above it (checkpoint train)"
+  "$(plant core/config/config_text.h '#include "basin/core/engine/state.h"'): core/config/ includes no layer above it (serialization optim engine parallel checkpoint train)"
+  "$(plant core/engine/state.cpp '#include "basin/core/checkpoint/checkpoint.h"'): core/engine/ includes no layer above it (parallel checkpoint train)"
+  "$(plant core/stray.cpp '// a file in no layer'): core/'s root holds no source but precompiled.h: put it in its layer"
+  "$(plant algorithms/sam/gsam.cpp '#include "basin/core/train/trainer.h"'): algorithms/ includes only core/'s layers up to checkpoint/, core/parallel/'s root and communication/, and algorithms/"
   "$(plant core/parallel/communication/rendezvous.cpp '#include "basin/core/parallel/grad_norm.h"'): core/parallel/communication/ includes nothing else of core/parallel/"
   "$(plant core/parallel/distributed_strategy.cpp '#include "basin/core/parallel/zero/zero_strategy.h"'): core/parallel/'s root includes no mode's folder (modes.cpp aside)"
   "$(plant core/parallel/ddp/bucket_reducer.cpp '#include "basin/core/parallel/zero3/fully_sharded_model.h"'): core/parallel/ddp/ includes no other mode's folder but ddp/"
-  "$(plant algorithms/sam/looksam.cpp '#include "basin/core/parallel/zero/sharded_optimizer.h"'): algorithms/ includes only core/, core/parallel/, core/parallel/communication/ and algorithms/"
-  "$(plant core/group_sync.cpp 'basin::GradScaler* planted = nullptr;'): core names the plug-in type GradScaler"
-  "$(plant algorithms/sam/sam.cpp '#include "basin/callbacks/grad_scaler.h"'): algorithms/ includes only core/, core/parallel/, core/parallel/communication/ and algorithms/"
-  "$(plant schedulers/step.cpp '#include "basin/core/train/model.h"'): schedulers/ includes only core/, core/parallel/, core/parallel/communication/ and schedulers/"
+  "$(plant algorithms/sam/looksam.cpp '#include "basin/core/parallel/zero/sharded_optimizer.h"'): algorithms/ includes only core/'s layers up to checkpoint/, core/parallel/'s root and communication/, and algorithms/"
+  "$(plant models/mlp.cpp '#include "basin/datasets/idx_file.h"'): models/ includes core/ and models/ only"
+  "$(plant launch/coordinator.cpp '#include "basin/algorithms/sam/sam.h"'): launch/ includes core/ and launch/ only"
+  "$(plant core/train/dataset.cpp '#include "basin/datasets/image_folder.h"'): core/ and the plug-ins include no library part (models datasets launch)"
+  "$callbacks_plant: callbacks/ includes only core/'s layers up to checkpoint/, core/parallel/'s root and communication/, and callbacks/"
+  "$callbacks_plant: core/ and the plug-ins include no library part (models datasets launch)"
+  "$(plant core/base/blas.cpp '#include "basin/programs/memory_reuse.h"'): nothing includes programs/: its files are mains"
+  "$(seq 401 | sed 's|^|// line |' > "$scratch/programs/long.cpp"; echo programs/long.cpp:1): 401 lines, over 400: split it by concern"
+  "$(plant core/optim/group_sync.cpp 'basin::GradScaler* planted = nullptr;'): core names the plug-in type GradScaler"
+  "$(plant algorithms/sam/sam.cpp '#include "basin/callbacks/grad_scaler.h"'): algorithms/ includes only core/'s layers up to checkpoint/, core/parallel/'s root and communication/, and algorithms/"
+  "$(plant schedulers/step.cpp '#include "basin/core/train/model.h"'): schedulers/ includes only core/'s layers up to checkpoint/, core/parallel/'s root and communication/, and schedulers/"
 )
-# Allowed: a plug-in named in a comment or a message, core/train including core/parallel.
-plant core/engine.cpp '// SAMOptimizer calls this; "GradScaler" too' > /dev/null
-plant core/config.cpp 'static const char* planted_message = "wrapped by SAM";' > /dev/null
+# Allowed: a plug-in named in a comment or a message, a layer including one below.
+plant core/engine/engine.cpp '// SAMOptimizer calls this; "GradScaler" too' > /dev/null
+plant core/config/config.cpp 'static const char* planted_message = "wrapped by SAM";' > /dev/null
 plant core/train/model.cpp '#include "basin/core/parallel/communication/communicator.h"' > /dev/null
+plant core/checkpoint/checkpoint.cpp '#include "basin/core/parallel/communication/communicator.h"' > /dev/null  # a layer below
+plant callbacks/checkpoint.cpp '#include "basin/core/checkpoint/checkpoint_file.h"' > /dev/null  # the top layer a plug-in sees
 plant core/parallel/zero3/zero3_strategy.cpp '#include "basin/core/parallel/ddp/data_parallel.h"' > /dev/null  # ddp's replicas
 plant core/parallel/modes.cpp '#include "basin/core/parallel/zero3/zero3_strategy.h"' > /dev/null  # the registration
+plant datasets/image_folder.cpp '#include "basin/core/train/dataset.h"' > /dev/null  # a part sits on all of core/
 plant algorithms/loss/saf.cpp '#include "basin/algorithms/sam/rule_state.h"' > /dev/null  # a plug-in's own subfolder
 
 set +e

@@ -8,9 +8,9 @@
 #endif
 
 #include "basin/core/parallel/communication/communicator.h"
+#include "basin/core/base/torch_compat.h"
 #include "basin/core/parallel/communication/flat_tensors.h"
 #include "basin/core/parallel/communication/serial_worker.h"
-#include "basin/core/torch_compat.h"
 
 #include <algorithm>
 #include <functional>

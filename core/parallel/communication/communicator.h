@@ -9,7 +9,7 @@
 #include <ATen/core/Tensor.h>
 #include <torch/csrc/distributed/c10d/Store.hpp>
 
-#include "basin/core/torch_compat.h"
+#include "basin/core/base/torch_compat.h"
 
 namespace basin {
 

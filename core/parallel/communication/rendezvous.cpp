@@ -11,7 +11,7 @@
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
-#include "basin/core/config_error.h"
+#include "basin/core/config/config_error.h"
 #include "basin/core/parallel/communication/communicator.h"
 #include "basin/core/parallel/communication/peer_watch.h"
 #include "basin/core/parallel/communication/watched_communicator.h"

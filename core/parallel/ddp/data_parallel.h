@@ -4,7 +4,7 @@
 
 #include <ATen/core/Tensor.h>
 
-#include "basin/core/state.h"
+#include "basin/core/engine/state.h"
 
 namespace torch::nn { class Module; }
 

@@ -5,7 +5,7 @@
 
 #include <torch/nn/module.h>
 
-#include "basin/core/optimizer_state.h"
+#include "basin/core/optim/optimizer_state.h"
 #include "basin/core/parallel/ddp/bucket_reducer.h"
 #include "basin/core/parallel/ddp/data_parallel.h"
 

@@ -1,10 +1,9 @@
-// ZeRO-3: shards at rest, a unit whole while it runs (see the header).
+// ZeRO-3's forward side: sharding the model, gathering and freeing units, running them (see the header).
 #include "basin/core/parallel/zero3/fully_sharded_model.h"
 
 #include <algorithm>
 #include <stdexcept>
 #include <string>
-#include <unordered_set>
 
 #include <ATen/ATen.h>
 #include <c10/core/StorageImpl.h>
@@ -14,6 +13,7 @@
 #include <torch/nn/module.h>
 
 #include "basin/core/parallel/communication/communicator.h"
+#include "basin/core/parallel/zero3/fully_sharded_unit.h"
 
 namespace basin {
 
@@ -40,31 +40,7 @@ at::Tensor writable_alias(const at::Tensor& param) {
   return alias;
 }
 
-int64_t rows_of(const at::Tensor& p) { return p.dim() == 0 ? 1 : p.size(0); }
-
-int64_t row_numel(const at::Tensor& p) {
-  if (p.dim() == 0) return 1;
-  int64_t n = 1;
-  for (int64_t d = 1; d < p.dim(); ++d) n *= p.size(d);
-  return n;
-}
-
 }  // namespace
-
-struct FullyShardedModel::Unit {
-  std::string name;
-  std::vector<std::size_t> params;
-  std::vector<int64_t> part_numel;  // per rank: elements of its rows of every parameter
-  at::TensorOptions options;
-  bool gathered = false;
-  std::unique_ptr<PendingCollective> gathering;
-  bool mixed = false;        // frozen and trainable parameters (the root only): whole to backward's end
-  std::size_t hooked = 0;    // parameters whose accumulator has a hook
-  std::size_t fired = 0;     // of which accumulated in this backward
-  bool reduce_started = false;
-  std::vector<at::Tensor> reduce_parts;
-  std::unique_ptr<PendingCollective> reducing;
-};
 
 /// Runs after a parameter's gradient accumulator: its gradient is final for this backward.
 class FullyShardedModel::ReadyHook : public torch::autograd::FunctionPostHook {
@@ -324,155 +300,6 @@ at::Tensor FullyShardedModel::run_unit(std::size_t u, const std::function<at::Te
   std::lock_guard<std::recursive_mutex> lock(mutex_);
   release(u);
   return out;
-}
-
-void FullyShardedModel::abandon_backward() noexcept {
-  std::lock_guard<std::recursive_mutex> lock(mutex_);
-  // Its reduce-scatters end here, discarded (each rank must abandon at the
-  // same point, as it failed); every whole gradient and parameter is freed.
-  for (auto& unit : units_) {
-    try {
-      if (unit->reducing) unit->reducing->wait();
-    } catch (...) {  // that step already failed
-    }
-    unit->reducing.reset();
-    unit->reduce_parts.clear();
-  }
-  for (std::size_t u = 0; u < units_.size(); ++u) drop(u);
-  for (auto& p : full_) p.mutable_grad().reset();
-  root_awaits_backward_ = false;
-  armed_ = false;
-}
-
-void FullyShardedModel::prepare_for_backward() {
-  std::lock_guard<std::recursive_mutex> lock(mutex_);
-  if (armed_) abandon_backward();  // the backward before failed and nobody said so
-  armed_ = true;
-  next_reduce_ = 0;
-  for (auto& unit : units_) unit->fired = 0, unit->reduce_started = false;
-}
-
-void FullyShardedModel::mark_ready(std::size_t i) {
-  std::lock_guard<std::recursive_mutex> lock(mutex_);
-  if (!armed_) {
-    throw std::logic_error("zero3: a backward that is not synced (a rank-local pass); under zero3 every backward "
-                           "reduce-scatters its gradients to the shards");
-  }
-  Unit& unit = *units_[unit_of_[i]];
-  // Its every gradient is in: no backward node of the unit needs its
-  // parameters any more (a unit's parameters all train: checked).
-  if (++unit.fired == unit.hooked && !unit.mixed) release(unit_of_[i]);
-  if (overlap_) start_ready_reduces();
-}
-
-void FullyShardedModel::start_ready_reduces() {
-  // In one order on every rank (backward's), each unit once all its gradients are in.
-  while (next_reduce_ < reduce_order_.size()) {
-    Unit& unit = *units_[reduce_order_[next_reduce_]];
-    if (unit.fired < unit.hooked) return;
-    start_reduce(reduce_order_[next_reduce_++]);
-  }
-}
-
-void FullyShardedModel::start_reduce(std::size_t u) {
-  Unit& unit = *units_[u];
-  const int world = communicator_->world_size();
-  const auto count = static_cast<int64_t>(unit.params.size());
-  int64_t total = 0;
-  for (const int64_t n : unit.part_numel) total += n + count;
-  // Each rank's part: its rows of every gradient, then one flag per
-  // parameter (1: this rank has a gradient), summed with them.
-  at::Tensor buffer = at::zeros({total}, unit.options);
-  unit.reduce_parts.clear();
-  int64_t offset = 0;
-  for (const int64_t n : unit.part_numel) {
-    unit.reduce_parts.push_back(buffer.narrow(0, offset, n + count));
-    offset += n + count;
-  }
-  at::NoGradGuard no_grad;
-  std::vector<int64_t> at(static_cast<std::size_t>(world), 0);
-  for (std::size_t j = 0; j < unit.params.size(); ++j) {
-    const std::size_t i = unit.params[j];
-    at::Tensor& grad = full_[i].mutable_grad();
-    const int64_t width = row_numel(full_[i]);
-    const at::Tensor rows = grad.defined() ? grad.reshape({rows_of(full_[i]), width}) : at::Tensor();
-    int64_t row = 0;
-    for (int r = 0; r < world; ++r) {
-      const auto rr = static_cast<std::size_t>(r);
-      const int64_t n = rows_[i][rr];
-      if (rows.defined()) {
-        if (n > 0) unit.reduce_parts[rr].narrow(0, at[rr], n * width).copy_(rows.narrow(0, row, n).reshape({-1}));
-        unit.reduce_parts[rr][unit.part_numel[rr] + static_cast<int64_t>(j)].fill_(1);
-      }
-      row += n;
-      at[rr] += n * width;
-    }
-    grad.reset();  // the whole gradient lives on in the parts only
-  }
-  if (!unit.mixed) release(u);
-  // The reduce-scatter before this one ran while this unit's backward
-  // computed: it ends now, so a rank holds every rank's part of at most two
-  // units' gradients, not of the whole model's, until backward ends.
-  for (const std::size_t earlier : reduce_order_) {
-    if (earlier != u && units_[earlier]->reducing) finish_reduce(earlier);
-  }
-  unit.reduce_started = true;
-  unit.reducing = communicator_->start_reduce_scatter_sum(unit.reduce_parts);
-}
-
-void FullyShardedModel::finish_reduce(std::size_t u) {
-  Unit& unit = *units_[u];
-  auto pending = std::move(unit.reducing);
-  pending->wait();
-  const auto me = static_cast<std::size_t>(communicator_->rank());
-  const at::Tensor mine = unit.reduce_parts[me];
-  unit.reduce_parts.clear();
-  const at::Tensor flags = mine.narrow(0, unit.part_numel[me], static_cast<int64_t>(unit.params.size())).cpu();
-  at::NoGradGuard no_grad;
-  int64_t at = 0;
-  for (std::size_t j = 0; j < unit.params.size(); ++j) {
-    at::Tensor& shard = shards_[unit.params[j]];
-    const int64_t n = shard.numel();
-    if (flags[static_cast<int64_t>(j)].item<double>() > 0) {
-      at::Tensor mean = mine.narrow(0, at, n).view(shard.sizes()).div(communicator_->world_size());
-      at::Tensor& grad = shard.mutable_grad();
-      if (grad.defined()) {
-        grad.add_(mean);
-      } else {
-        grad = mean;
-      }
-    }
-    at += n;
-  }
-}
-
-void FullyShardedModel::finish_backward() {
-  std::lock_guard<std::recursive_mutex> lock(mutex_);
-  if (!armed_) return;
-  armed_ = false;
-  std::exception_ptr failed;
-  try {
-    while (next_reduce_ < reduce_order_.size()) start_reduce(reduce_order_[next_reduce_++]);
-  } catch (...) {
-    failed = std::current_exception();
-  }
-  for (const std::size_t u : reduce_order_) {
-    try {
-      if (units_[u]->reducing) finish_reduce(u);
-    } catch (...) {
-      if (!failed) failed = std::current_exception();
-    }
-  }
-  for (std::size_t u = 0; u < units_.size(); ++u) {  // with any gather issued ahead for a unit backward did not reach
-    try {
-      release(u);
-    } catch (...) {
-      if (!failed) failed = std::current_exception();
-      units_[u]->gathering.reset();
-      release(u);
-    }
-  }
-  if (failed) std::rethrow_exception(failed);
 }
 
 void FullyShardedModel::with_whole_parameters(const std::function<void()>& use) {

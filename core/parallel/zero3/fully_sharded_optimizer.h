@@ -6,8 +6,8 @@
 
 #include <torch/optim/optimizer.h>
 
-#include "basin/core/group_sync.h"
-#include "basin/core/optimizer_state.h"
+#include "basin/core/optim/group_sync.h"
+#include "basin/core/optim/optimizer_state.h"
 #include "basin/core/parallel/sharded_parameters.h"
 
 namespace basin {

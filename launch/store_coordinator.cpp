@@ -1,0 +1,396 @@
+// The launchers of a job of several nodes meet in a TCPStore that node 0's
+// launcher hosts at --master-addr:--master-port, as torchrun's agents do.
+//
+// Keys (under basin-run/):
+//   shape              node 0's "NNODES NPROC": a node started otherwise refuses itself
+//   incarnation/R      launchers node R has had; each counts its own beats in
+//   beat/R/I           (a thread, once a second: counts, not clocks, so machines' clocks may differ)
+//   refused/R          why node R refused itself (started otherwise than node 0)
+//   next               the attempt node 0 is gathering the nodes for
+//   attempt/N          "run PORT" or "end CODE MESSAGE", from node 0
+//   failed/N           "R WHAT": the attempt's first failure, and its node
+//   end/N/R            node R's result of attempt N
+//   verdict/N          "restart CODE MESSAGE" or "end CODE MESSAGE", from node 0
+//   bye                launchers that read the job's end (node 0 waits for them before its store goes)
+// A node is lost when its launcher's beats stop for lost_after, or when a new
+// launcher replaced the one that started the attempt. The beats themselves,
+// and the connection to the store, are node_beat.h's.
+
+#include <map>
+#include <set>
+#include <sstream>
+#include <thread>
+
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+
+#include "basin/launch/coordinator.h"
+#include "basin/launch/local_ranks.h"
+#include "basin/launch/node_beat.h"
+
+namespace basin::launch {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+std::string seconds(std::chrono::milliseconds duration) {
+  std::ostringstream out;
+  out << static_cast<double>(duration.count()) / 1000 << " s";
+  return out.str();
+}
+
+std::string key(const std::string& name) { return "basin-run/" + name; }
+std::string first_line(const std::string& text) { return text.substr(0, text.find('\n')); }
+std::string text(const std::vector<uint8_t>& bytes) { return std::string(bytes.begin(), bytes.end()); }
+std::vector<uint8_t> bytes(const std::string& text) { return std::vector<uint8_t>(text.begin(), text.end()); }
+
+class StoreCoordinator : public Coordinator {
+ public:
+  explicit StoreCoordinator(const JobShape& shape) : shape_(shape) {
+    try {
+      store_ = connect(shape, coordinating());
+    } catch (const std::exception& error) {
+      const std::string what = error.what();
+      throw LaunchError(1, coordinating() ? "node 0 could not host the launchers' store at " + address() + ": " +
+                                                first_line(what)
+                                          : "node 0's launcher (at " + address() + ") did not answer within " +
+                                                seconds(shape.join_timeout) + " (--join-timeout): " + first_line(what));
+    }
+    if (coordinating()) set("shape", std::to_string(shape_.nnodes) + " " + std::to_string(shape_.nproc));
+    join();
+  }
+
+  ~StoreCoordinator() override {
+    beat_.reset();
+    // Node 0 hosts the store: it stays until the others have read the job's end.
+    if (!coordinating() || present_at_end_ <= 1) return;
+    const auto deadline = Clock::now() + shape_.lost_after;
+    try {
+      while (store_->add(key("bye"), 0) < present_at_end_ - 1 && Clock::now() < deadline) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      }
+    } catch (const std::exception&) {
+    }
+  }
+
+  int first_attempt() override { return first_attempt_; }
+
+  Start start(int attempt) override {
+    const std::string n = std::to_string(attempt);
+    if (!coordinating()) {
+      const Start start = ended_before_join_.empty()
+                              ? parse_start(wait_for(key("attempt/" + n), shape_.join_timeout + shape_.lost_after))
+                              : parse_start(ended_before_join_);
+      if (!start.run) say_bye();
+      return start;
+    }
+    try {
+      set("next", n);
+      const auto deadline = Clock::now() + shape_.join_timeout;
+      std::vector<int> missing;
+      while (true) {
+        missing.clear();
+        for (int node = 1; node < shape_.nnodes; ++node) {
+          if (!alive(node)) missing.push_back(node);
+        }
+        bool refused = false;
+        for (int node : missing) refused = refused || store_->check({key("refused/" + std::to_string(node))});
+        if (missing.empty() || refused || Clock::now() > deadline || launcher_interrupted()) break;
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      }
+      Start start;
+      std::string refusal;
+      for (int node : missing) {
+        if (refusal.empty()) refusal = get_if_set("refused/" + std::to_string(node));
+      }
+      if (!refusal.empty()) {
+        start = {false, 0, 2, refusal};
+      } else if (launcher_interrupted()) {
+        start = {false, 0, 130, "node 0's launcher was interrupted before attempt " + n + " started"};
+      } else if (!missing.empty()) {
+        std::string names;
+        for (int node : missing) names += (names.empty() ? "" : ", ") + std::to_string(node);
+        start = {false, 0, 1,
+                 std::string(missing.size() > 1 ? "nodes " : "node ") + names + " did not join the job within " +
+                     seconds(shape_.join_timeout) + " (--join-timeout), waiting at " + address()};
+      }
+      if (start.code != 0) {
+        present_at_end_ = shape_.nnodes - static_cast<int>(missing.size());
+        set("attempt/" + n, "end " + std::to_string(start.code) + " " + start.message);
+        return start;
+      }
+      replaced_.clear();
+      for (int node = 1; node < shape_.nnodes; ++node) started_incarnation_[node] = incarnation_of(node);
+      start.run = true;
+      start.port = free_port();
+      set("attempt/" + n, "run " + std::to_string(start.port));
+      return start;
+    } catch (const std::exception& error) {
+      return {false, 0, 1, "node 0 lost its own store: " + first_line(error.what())};
+    }
+  }
+
+  std::string stop_reason(int attempt) override {
+    if (Clock::now() - last_poll_ < std::chrono::milliseconds(200)) return "";
+    last_poll_ = Clock::now();
+    try {
+      const std::string failed = key("failed/" + std::to_string(attempt));
+      if (store_->check({failed})) return parse_failure(text(store_->get(failed))).what;
+      if (!coordinating()) {
+        if (!alive(0)) return lost_message(0);  // the others watch node 0 only
+        return "";
+      }
+      for (int node = 1; node < shape_.nnodes; ++node) {
+        if (lost(node)) {
+          const std::string what = lost_message(node);
+          publish_failure(attempt, node, what);
+          return what;
+        }
+      }
+    } catch (const std::exception& error) {
+      return "lost the launchers' store at " + address() + " (node 0): " + first_line(error.what());
+    }
+    return "";
+  }
+
+  void report_failure(int attempt, const std::string& what) override {
+    publish_failure(attempt, shape_.node_rank, what);
+  }
+
+  Verdict finish(int attempt, const NodeResult& mine) override {
+    const std::string n = std::to_string(attempt);
+    try {
+      set("end/" + n + "/" + std::to_string(shape_.node_rank), encode(mine));
+      if (!coordinating()) {
+        Verdict decided = parse_verdict(wait_for(key("verdict/" + n), std::chrono::hours(24 * 365)));
+        if (!decided.restart) say_bye();
+        return decided;
+      }
+      std::vector<NodeResult> results(static_cast<std::size_t>(shape_.nnodes));
+      std::vector<bool> known(results.size(), false);
+      results[0] = mine;
+      known[0] = true;
+      for (bool all = false; !all;) {
+        all = true;
+        for (int node = 1; node < shape_.nnodes; ++node) {
+          if (known[static_cast<std::size_t>(node)]) continue;
+          const std::string end = key("end/" + n + "/" + std::to_string(node));
+          if (store_->check({end})) {
+            results[static_cast<std::size_t>(node)] = decode(text(store_->get(end)));
+          } else if (lost(node)) {
+            results[static_cast<std::size_t>(node)] = {1, false, false, true, lost_message(node)};
+            publish_failure(attempt, node, lost_message(node));
+          } else if (launcher_interrupted()) {
+            results[static_cast<std::size_t>(node)] = {0, false, true, false, ""};  // not waited for
+          } else {
+            all = false;
+            continue;
+          }
+          known[static_cast<std::size_t>(node)] = true;
+        }
+        if (!all) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      }
+      const std::string failed = key("failed/" + n);
+      const FirstFailure first = store_->check({failed}) ? parse_failure(text(store_->get(failed))) : FirstFailure{};
+      Verdict verdict = decide(attempt, shape_.max_restarts, results, first);
+      if (!verdict.restart) {
+        present_at_end_ = 0;
+        for (const auto& result : results) present_at_end_ += result.lost ? 0 : 1;
+      }
+      set("verdict/" + n, (verdict.restart ? "restart " : "end ") + std::to_string(verdict.code) + " " + verdict.message);
+      return verdict;
+    } catch (const std::exception& error) {
+      return {false, 1, "failed: lost the launchers' store at " + address() + " (node 0): " + first_line(error.what())};
+    }
+  }
+
+ private:
+  bool coordinating() const { return shape_.node_rank == 0; }
+  std::string address() const { return shape_.master_addr + ":" + std::to_string(shape_.master_port); }
+  void set(const std::string& name, const std::string& value) { store_->set(key(name), bytes(value)); }
+  std::string get_if_set(const std::string& name) {
+    return store_->check({key(name)}) ? text(store_->get(key(name))) : "";
+  }
+
+  std::string lost_message(int node) const {
+    if (node != 0 && replaced_.count(node) != 0) {
+      return "node " + std::to_string(node) + " was lost: a new launcher took its place";
+    }
+    return "node " + std::to_string(node) + " was lost: its launcher gave no sign of life for " + seconds(shape_.lost_after);
+  }
+
+  // Checks this node was started as node 0 was, refuses a node rank whose
+  // launcher is alive, learns where the job stands, and starts beating.
+  void join() {
+    std::string shape;
+    for (const auto deadline = Clock::now() + shape_.join_timeout; (shape = get_if_set("shape")).empty();) {
+      if (Clock::now() > deadline) throw LaunchError(1, "node 0's launcher at " + address() + " never said the job's shape");
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    std::istringstream fields(shape);
+    int nnodes = 0, nproc = 0;
+    fields >> nnodes >> nproc;
+    if (nnodes != shape_.nnodes || nproc != shape_.nproc) {
+      const std::string refusal = "node " + std::to_string(shape_.node_rank) + " was started with --nnodes " +
+                                  std::to_string(shape_.nnodes) + " --nproc-per-node " + std::to_string(shape_.nproc) +
+                                  ", node 0 with --nnodes " + std::to_string(nnodes) + " --nproc-per-node " +
+                                  std::to_string(nproc) + ": every node must be started with the same";
+      set("refused/" + std::to_string(shape_.node_rank), refusal);  // node 0 ends the job with it
+      throw LaunchError(2, refusal);
+    }
+    const int node = shape_.node_rank;
+    if (const int64_t previous = incarnation_of(node); previous > 0) {
+      const std::string counter = beat_key(node, previous);
+      const int64_t before = store_->add(counter, 0);
+      std::this_thread::sleep_for(std::chrono::milliseconds(2500));  // a live launcher beats each second
+      if (store_->add(counter, 0) != before) {
+        throw LaunchError(1, "node rank " + std::to_string(node) +
+                                 " is already in the job (its launcher is alive); give each machine its own --node-rank");
+      }
+    }
+    if (!coordinating()) {
+      // An attempt already under way went without this node (lost and back): join the next.
+      const std::string next = get_if_set("next");
+      if (!next.empty()) {
+        first_attempt_ = std::stoi(next);
+        const std::string verdict = get_if_set("verdict/" + next);
+        const std::string decided = get_if_set("attempt/" + next);
+        if (verdict.rfind("end", 0) == 0) ended_before_join_ = verdict;  // the job is over
+        else if (decided.rfind("end", 0) == 0) ended_before_join_ = decided;
+        else if (!decided.empty()) ++first_attempt_;
+      }
+    }
+    const int64_t incarnation = store_->add(key("incarnation/" + std::to_string(node)), 1);
+    beat_ = std::make_unique<Beat>(shape_, beat_key(node, incarnation));
+  }
+
+  int64_t incarnation_of(int node) { return store_->add(key("incarnation/" + std::to_string(node)), 0); }
+  static std::string beat_key(int node, int64_t incarnation) {
+    return key("beat/" + std::to_string(node) + "/" + std::to_string(incarnation));
+  }
+
+  // Whether node's current launcher has joined and beaten within lost_after.
+  bool alive(int node) {
+    const int64_t incarnation = incarnation_of(node);
+    if (incarnation == 0) return false;
+    const int64_t count = store_->add(beat_key(node, incarnation), 0);
+    auto& seen = seen_[node];
+    if (incarnation != seen.incarnation || count != seen.count) seen = {incarnation, count, Clock::now()};
+    return count > 0 && Clock::now() - seen.moved < shape_.lost_after;
+  }
+
+  // Whether the launcher that started this attempt on node is gone.
+  bool lost(int node) {
+    if (!alive(node)) return true;
+    if (incarnation_of(node) != started_incarnation_[node]) {
+      replaced_.insert(node);
+      return true;
+    }
+    return false;
+  }
+
+  void publish_failure(int attempt, int node, const std::string& what) {
+    try {
+      if (store_->add(key("failures/" + std::to_string(attempt)), 1) == 1) {
+        set("failed/" + std::to_string(attempt), std::to_string(node) + " " + what);
+      }
+    } catch (const std::exception&) {
+      // node 0 is gone: this node stops by itself; the failure has nowhere to go
+    }
+  }
+
+  static FirstFailure parse_failure(const std::string& stored) {
+    FirstFailure first;
+    std::istringstream fields(stored);
+    fields >> first.node;
+    std::getline(fields >> std::ws, first.what);
+    return first;
+  }
+
+  void say_bye() {
+    try {
+      store_->add(key("bye"), 1);
+    } catch (const std::exception&) {
+    }
+  }
+
+  // Waits for node 0's word (a key), as long as node 0 lives and no signal asks to stop.
+  std::string wait_for(const std::string& name, std::chrono::milliseconds limit) {
+    const auto deadline = Clock::now() + limit;
+    try {
+      while (!store_->check({name})) {
+        if (launcher_interrupted()) return "end 130 interrupted";
+        if (!alive(0)) throw std::runtime_error(lost_message(0));
+        if (Clock::now() > deadline) throw std::runtime_error("node 0 gave no word within " + seconds(limit));
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      }
+      return text(store_->get(name));
+    } catch (const std::exception& error) {
+      return "end 1 failed: lost the launchers' store at " + address() + " (node 0): " + first_line(error.what());
+    }
+  }
+
+  static Start parse_start(const std::string& decided) {
+    std::istringstream fields(decided);
+    std::string kind;
+    Start start;
+    fields >> kind;
+    if (kind == "run") {
+      start.run = true;
+      fields >> start.port;
+      return start;
+    }
+    fields >> start.code;
+    std::getline(fields >> std::ws, start.message);
+    return start;
+  }
+
+  static Verdict parse_verdict(const std::string& decided) {
+    std::istringstream fields(decided);
+    std::string kind;
+    Verdict verdict;
+    fields >> kind >> verdict.code;
+    verdict.restart = kind == "restart";
+    std::getline(fields >> std::ws, verdict.message);
+    return verdict;
+  }
+
+  static std::string encode(const NodeResult& r) {
+    return std::to_string(r.code) + " " + (r.bad_input ? "1" : "0") + " " + (r.interrupted ? "1" : "0") + " " + r.what;
+  }
+  static NodeResult decode(const std::string& encoded) {
+    std::istringstream fields(encoded);
+    NodeResult r;
+    int bad_input = 0, interrupted = 0;
+    fields >> r.code >> bad_input >> interrupted;
+    r.bad_input = bad_input != 0;
+    r.interrupted = interrupted != 0;
+    std::getline(fields >> std::ws, r.what);
+    return r;
+  }
+
+  struct Seen {
+    int64_t incarnation = 0;
+    int64_t count = 0;
+    Clock::time_point moved{};
+  };
+
+  JobShape shape_;
+  c10::intrusive_ptr<c10d::TCPStore> store_;
+  std::unique_ptr<Beat> beat_;
+  int first_attempt_ = 0;
+  std::string ended_before_join_;  // the job's end, when this launcher came after it
+  Clock::time_point last_poll_{};
+  std::map<int, Seen> seen_;                       // node: its launcher's beats, and when they last moved
+  std::map<int, int64_t> started_incarnation_;     // node: the launcher that started the attempt
+  std::set<int> replaced_;                         // nodes whose launcher was replaced mid-attempt
+  int present_at_end_ = 0;
+};
+
+}  // namespace
+
+std::unique_ptr<Coordinator> make_store_coordinator(const JobShape& shape) {
+  return std::make_unique<StoreCoordinator>(shape);
+}
+
+}  // namespace basin::launch

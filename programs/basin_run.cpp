@@ -1,0 +1,136 @@
+// basin-run: starts a command as the ranks of one job, on this machine or
+// on several (one basin-run per machine, --nnodes and --node-rank), with the
+// variables torchrun sets (RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE,
+// GROUP_RANK, MASTER_ADDR, MASTER_PORT, TORCHELASTIC_RESTART_COUNT,
+// TORCHELASTIC_MAX_RESTARTS). Each output line is prefixed with its rank. If
+// a rank fails or a node is lost, every node's ranks are stopped; with
+// --max-restarts K the job then starts again, at most K times (basin-train
+// continues from its newest checkpoint), unless the rank exited with code 2
+// (bad input, which a restart cannot mend). Otherwise basin-run exits
+// non-zero, naming the rank.
+//
+//   basin-run --nproc 2 --max-restarts 3 -- basin-train --config examples/configs/synthetic_ddp.json --run-dir runs/job
+//   basin-run --nnodes 2 --node-rank 0 --nproc-per-node 1 --master-addr 10.0.0.1 --master-port 29500 -- basin-train ...
+
+#include <sys/wait.h>
+
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+
+#include "basin/core/base/interrupt.h"
+#include "basin/launch/coordinator.h"
+#include "basin/launch/local_ranks.h"
+
+namespace {
+
+constexpr int kBadInput = 2;
+
+using basin::launch::LocalOutcome;
+using basin::launch::LocalRanks;
+using basin::launch::NodeResult;
+
+int exit_code_of(int status) { return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status); }
+
+// How this node's attempt ended, for the job's verdict.
+NodeResult result_of(const LocalRanks& plan, const LocalOutcome& outcome) {
+  NodeResult result;
+  result.interrupted = basin::launch::launcher_interrupted();
+  if (outcome.failed >= 0) {
+    const int status = outcome.statuses[static_cast<std::size_t>(outcome.failed)];
+    result.code = exit_code_of(status);
+    result.bad_input = WIFEXITED(status) && WEXITSTATUS(status) == kBadInput;
+    result.what = basin::launch::rank_name(plan, outcome.failed) + " " + basin::launch::describe_status(status);
+    for (int rank : outcome.failures) {
+      if (rank == outcome.failed) continue;
+      result.what += "; then " + basin::launch::rank_name(plan, rank) + " " +
+                     basin::launch::describe_status(outcome.statuses[static_cast<std::size_t>(rank)]);
+    }
+    return result;
+  }
+  for (int status : outcome.statuses) {
+    if (WIFEXITED(status) && WEXITSTATUS(status) == basin::kExitInterrupted && outcome.stopped_because.empty()) {
+      result.code = basin::kExitInterrupted;
+    }
+  }
+  return result;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"basin-run: run a command as the ranks of one job, on one machine or several (torchrun-style variables)"};
+  basin::launch::JobShape shape;
+  LocalRanks plan;
+  double join_timeout_seconds = 300;
+  app.add_option("--nproc,--nproc-per-node,--nproc_per_node", shape.nproc, "Processes (ranks) on this machine")
+      ->required()
+      ->check(CLI::Range(1, 1024));
+  app.add_option("--nnodes", shape.nnodes, "Machines in the job, each running its own basin-run (default 1)")
+      ->check(CLI::Range(1, 1024));
+  app.add_option("--node-rank,--node_rank", shape.node_rank, "This machine's index in [0, nnodes); node 0 coordinates")
+      ->check(CLI::Range(0, 1023));
+  app.add_option("--master-port,--master_port", shape.master_port,
+                 "One machine: rank 0's port (default: a free one). Several: the port of node 0's launcher (default 29500)")
+      ->check(CLI::Range(1, 65535));
+  app.add_option("--master-addr,--master_addr", shape.master_addr, "Address of node 0, which every node reaches (default 127.0.0.1)");
+  app.add_option("--join-timeout", join_timeout_seconds, "Seconds the nodes wait for each other before each attempt (default 300)")
+      ->check(CLI::PositiveNumber);
+  double node_timeout_seconds = 15;
+  app.add_option("--node-timeout", node_timeout_seconds,
+                 "Seconds without a sign of life from a node's launcher before it counts as lost (default 15, at least 3)")
+      ->check(CLI::Range(3.0, 86400.0));
+  app.add_option("--grace", plan.grace_seconds, "Seconds the other ranks get to stop after one fails, before SIGKILL");
+  app.add_option("--max-restarts,--max_restarts", shape.max_restarts,
+                 "Start the job again, at most this many times, when a rank dies or a node is lost (not on exit code 2)")
+      ->check(CLI::Range(0, 1000));
+  app.add_option("command", plan.command, "The command each rank runs, after --")->required();
+  try {
+    app.parse(argc, argv);
+    if (shape.node_rank >= shape.nnodes) {
+      throw CLI::ValidationError("--node-rank", "--node-rank " + std::to_string(shape.node_rank) +
+                                                    " is not below --nnodes " + std::to_string(shape.nnodes));
+    }
+  } catch (const CLI::ParseError& error) {
+    const int code = app.exit(error);
+    return code == 0 ? 0 : kBadInput;
+  }
+  if (shape.nnodes > 1 && shape.master_port == 0) shape.master_port = 29500;
+  shape.join_timeout = std::chrono::milliseconds(static_cast<int64_t>(join_timeout_seconds * 1000));
+  shape.lost_after = std::chrono::milliseconds(static_cast<int64_t>(node_timeout_seconds * 1000));
+  plan.nproc = shape.nproc;
+  plan.node_rank = shape.node_rank;
+  plan.first_rank = shape.node_rank * shape.nproc;
+  plan.world_size = shape.nnodes * shape.nproc;
+  plan.master_addr = shape.master_addr;
+  plan.max_restarts = shape.max_restarts;
+  basin::launch::install_launcher_signals();
+
+  std::unique_ptr<basin::launch::Coordinator> coordinator;
+  try {
+    coordinator = basin::launch::make_coordinator(shape);
+  } catch (const basin::launch::LaunchError& error) {
+    std::cerr << "basin-run: " << error.what() << std::endl;
+    return error.code;
+  } catch (const std::exception& error) {
+    std::cerr << "basin-run: " << error.what() << std::endl;
+    return 1;
+  }
+  for (int attempt = coordinator->first_attempt();; ++attempt) {
+    const basin::launch::Start start = coordinator->start(attempt);
+    if (!start.run) {
+      std::cerr << "basin-run: " << start.message << std::endl;
+      return start.code;
+    }
+    plan.master_port = start.port;
+    plan.restart = attempt;
+    const LocalOutcome outcome = basin::launch::run_local_ranks(
+        plan, [&] { return coordinator->stop_reason(attempt); },
+        [&](const std::string& what) { coordinator->report_failure(attempt, what); });
+    const basin::launch::Verdict verdict = coordinator->finish(attempt, result_of(plan, outcome));
+    if (!verdict.message.empty()) std::cerr << "basin-run: " << verdict.message << std::endl;
+    if (!verdict.restart) return verdict.code;
+  }
+}
