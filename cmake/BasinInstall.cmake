@@ -8,7 +8,10 @@ install(TARGETS basin basin_models basin_datasets basin_launch EXPORT basinTarge
         RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
 foreach(dir core algorithms callbacks schedulers datasets launch)
   install(DIRECTORY ${PROJECT_SOURCE_DIR}/${dir}/ DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/basin/${dir}
-          FILES_MATCHING PATTERN "*.h" PATTERN "precompiled.h" EXCLUDE)
+          FILES_MATCHING PATTERN "*.h" PATTERN "precompiled.h" EXCLUDE
+          # Headers that only split one part's sources, no API of it:
+          PATTERN "fully_sharded_unit.h" EXCLUDE PATTERN "pickle_opcodes.h" EXCLUDE
+          PATTERN "image_decode.h" EXCLUDE PATTERN "node_beat.h" EXCLUDE)
 endforeach()
 install(FILES ${PROJECT_SOURCE_DIR}/basin.h DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/basin)  # the umbrella
 

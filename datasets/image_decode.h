@@ -2,7 +2,7 @@
 
 // image_folder's decode, shared between image_folder.cpp (the listing and the
 // registered dataset) and image_decode.cpp (the decode): basin's own, not an
-// API.
+// API, and not installed.
 
 #include <cstdint>
 #include <string>

@@ -3,7 +3,7 @@
 // A launcher's sign of life in the launchers' TCPStore: Beat adds to its
 // counter once a second (store_coordinator.cpp names the keys and reads them),
 // and connect() opens a connection to node 0's store, as the beats and the
-// coordinator each do.
+// coordinator each do. Internal to store_coordinator.cpp: not installed.
 
 #include <condition_variable>
 #include <mutex>

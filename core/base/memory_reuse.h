@@ -16,7 +16,8 @@ constexpr int kLargestHeapBlock = 32 << 20;
 /// Measured on the small CNN at batch 128, 1 thread: steps about 10% faster,
 /// and step times that no longer depend on the heap's history (SAM/SGD
 /// through the trainer wandered from 1.7 to 2.3 across runs; now 1.96-2.0).
-/// For programs (basin-train, the benchmarks), not for a library to decide.
+/// A program calls it (basin-train, the benchmarks): the library never does,
+/// since how a process's heap behaves is not for a library to decide.
 /// GLIBC_TUNABLES=glibc.malloc.mmap_threshold=33554432:glibc.malloc.trim_threshold=1073741824
 /// does the same from outside a process.
 inline void keep_freed_memory_for_reuse() {

@@ -1,6 +1,6 @@
 // The pickle vocabulary check_pickle's walk speaks: the Node/Slot model of a
 // value on the unpickler's stack, and helpers for opcode names, storage
-// element sizes and BINUNICODE bytes. Internal to pickle_check.cpp.
+// element sizes and BINUNICODE bytes. Internal to pickle_check.cpp: not installed.
 #pragma once
 
 #include <cstddef>

@@ -6,14 +6,17 @@
 #                           source but precompiled.h
 #   core/<layer>/           includes no core/ layer above its own, in the
 #                           order base, config, serialization, optim, engine,
-#                           parallel, checkpoint, train
+#                           parallel, checkpoint, train; a folder of core/
+#                           that is no layer is reported
 #   core/parallel/communication/
 #                           includes nothing else of core/parallel/
 #   core/parallel/ (its root: the contracts)
 #                           includes no mode's folder; modes.cpp, where the
 #                           modes register, aside
 #   core/parallel/<mode>/   includes no other mode's folder but ddp/ (every
-#                           mode keeps data-parallel replicas)
+#                           mode keeps data-parallel replicas); a folder of
+#                           core/parallel/ that is neither a mode nor
+#                           communication/ is reported
 #   algorithms/, callbacks/, schedulers/
 #                           include core/'s layers up to checkpoint/ (with
 #                           core/parallel/'s root, the contracts, and
@@ -23,7 +26,11 @@
 #   models/, datasets/, launch/ (the library parts on top)
 #                           include core/ and their own folder only
 #   core/ and the plug-ins  include no library part
-#   programs/               is included by nothing: its files are mains
+#   programs/               is included by nothing (tests, bench and fuzz
+#                           included): its files are mains
+#   every library file      includes basin's files by their basin/ path (never
+#                           a relative one) and never the umbrella basin.h,
+#                           which is for programs and users
 #   core/ (every folder)    names no class or struct that a plug-in folder defines
 #   every library file      is at most 400 lines (core/, the plug-ins, the
 #                           library parts, programs/): a longer one holds
@@ -34,6 +41,7 @@ cd "$root" || exit 2
 plugins=(algorithms callbacks schedulers)
 plugin_pattern=$(IFS='|'; echo "${plugins[*]}")
 
+inc='#[[:space:]]*include[[:space:]]*'  # also "# include" and tabs
 sources() { find "$@" -type f \( -name '*.h' -o -name '*.cpp' \) 2>/dev/null | sort; }
 # grep -n output ("file:line:text") becomes "file:line: rule".
 as_violation() { sed -E "s|^([^:]+:[0-9]+):.*$|\1: $1|"; }
@@ -42,42 +50,47 @@ mapfile -t core_files < <(sources core)
 layers=(base config serialization optim engine parallel checkpoint train)
 
 violations=$(
-  grep -nE "#include [<\"]basin/($plugin_pattern)/" "${core_files[@]}" /dev/null | as_violation "core includes a plug-in"
+  grep -nE "${inc}[<\"]basin/($plugin_pattern)/" "${core_files[@]}" /dev/null | as_violation "core includes a plug-in"
   find core -maxdepth 1 -type f \( -name '*.h' -o -name '*.cpp' \) ! -name precompiled.h | sort |
     sed -E 's|$|:1: core/'"'"'s root holds no source but precompiled.h: put it in its layer|'
+  layer_pattern=$(IFS='|'; echo "${layers[*]}")
+  find core -mindepth 1 -maxdepth 1 -type d | sort | grep -vxE "core/($layer_pattern)" |
+    sed -E 's|$|/: no layer of core/ ('"${layers[*]}"'): add it to the layers or move its files into one|'
   for ((i = 0; i < ${#layers[@]}; i++)); do
     above=("${layers[@]:i+1}")
     [ ${#above[@]} -gt 0 ] || continue
     mapfile -t files < <(sources "core/${layers[i]}")
     [ ${#files[@]} -gt 0 ] || continue
     above_pattern=$(IFS='|'; echo "${above[*]}")
-    grep -nE "#include [<\"]basin/core/($above_pattern)/" "${files[@]}" /dev/null |
+    grep -nE "${inc}[<\"]basin/core/($above_pattern)/" "${files[@]}" /dev/null |
       as_violation "core/${layers[i]}/ includes no layer above it (${above[*]})"
   done
 
   parallel=core/parallel
   modes=(ddp zero zero3)
   mode_pattern=$(IFS='|'; echo "${modes[*]}")
+  find $parallel -mindepth 1 -maxdepth 1 -type d | sort | grep -vxE "$parallel/($mode_pattern|communication)" |
+    sed -E 's|$|/: neither a mode of core/parallel/ ('"${modes[*]}"') nor communication/: add it to the modes|'
   mapfile -t communication < <(sources $parallel/communication)
-  [ ${#communication[@]} -gt 0 ] && grep -nE "#include [<\"]basin/$parallel/" "${communication[@]}" /dev/null |
-    grep -vE "#include [<\"]basin/$parallel/communication/" |
+  [ ${#communication[@]} -gt 0 ] && grep -nE "${inc}[<\"]basin/$parallel/" "${communication[@]}" /dev/null |
+    grep -vE "${inc}[<\"]basin/$parallel/communication/" |
     as_violation "core/parallel/communication/ includes nothing else of core/parallel/"
   mapfile -t contracts < <(find $parallel -maxdepth 1 -type f \( -name '*.h' -o -name '*.cpp' \) ! -name modes.cpp | sort)
-  [ ${#contracts[@]} -gt 0 ] && grep -nE "#include [<\"]basin/$parallel/($mode_pattern)/" "${contracts[@]}" /dev/null |
+  [ ${#contracts[@]} -gt 0 ] && grep -nE "${inc}[<\"]basin/$parallel/($mode_pattern)/" "${contracts[@]}" /dev/null |
     as_violation "core/parallel/'s root includes no mode's folder (modes.cpp aside)"
   for mode in "${modes[@]}"; do
     mapfile -t files < <(sources $parallel/$mode)
     [ ${#files[@]} -gt 0 ] || continue
-    grep -nE "#include [<\"]basin/$parallel/($mode_pattern)/" "${files[@]}" /dev/null |
-      grep -vE "#include [<\"]basin/$parallel/($mode|ddp)/" |
+    grep -nE "${inc}[<\"]basin/$parallel/($mode_pattern)/" "${files[@]}" /dev/null |
+      grep -vE "${inc}[<\"]basin/$parallel/($mode|ddp)/" |
       as_violation "core/parallel/$mode/ includes no other mode's folder but ddp/"
   done
 
   for plugin in "${plugins[@]}"; do
     mapfile -t files < <(sources "$plugin")
     [ ${#files[@]} -gt 0 ] || continue
-    grep -nE '#include [<"]basin/' "${files[@]}" /dev/null |
-      grep -vE "#include [<\"]basin/(core/(base|config|serialization|optim|engine|checkpoint|parallel|parallel/communication)|$plugin(/[a-z0-9_]+)?)/[a-z0-9_]+\.h[>\"]" |
+    grep -nE "${inc}[<\"]basin/" "${files[@]}" /dev/null |
+      grep -vE "${inc}[<\"]basin/(core/(base|config|serialization|optim|engine|checkpoint|parallel|parallel/communication)|$plugin(/[a-z0-9_]+)?)/[a-z0-9_]+\.h[>\"]" |
       as_violation "$plugin/ includes only core/'s layers up to checkpoint/, core/parallel/'s root and communication/, and $plugin/"
   done
 
@@ -86,18 +99,22 @@ violations=$(
   for part in "${parts[@]}"; do
     mapfile -t files < <(sources "$part")
     [ ${#files[@]} -gt 0 ] || continue
-    grep -nE '#include [<"]basin/' "${files[@]}" /dev/null |
-      grep -vE "#include [<\"]basin/(core|$part)/" |
+    grep -nE "${inc}[<\"]basin/" "${files[@]}" /dev/null |
+      grep -vE "${inc}[<\"]basin/(core|$part)/" |
       as_violation "$part/ includes core/ and $part/ only"
   done
   mapfile -t below_parts < <(sources core "${plugins[@]}")
-  grep -nE "#include [<\"]basin/($part_pattern)/" "${below_parts[@]}" /dev/null |
+  grep -nE "${inc}[<\"]basin/($part_pattern)/" "${below_parts[@]}" /dev/null |
     as_violation "core/ and the plug-ins include no library part (${parts[*]})"
-  mapfile -t libraries < <(sources core "${plugins[@]}" "${parts[@]}")
-  grep -nE '#include [<"]basin/programs/' "${libraries[@]}" /dev/null |
+  mapfile -t includers < <(sources core "${plugins[@]}" "${parts[@]}" programs tests bench fuzz)
+  grep -nE "${inc}[<\"]basin/programs/" "${includers[@]}" /dev/null |
     as_violation "nothing includes programs/: its files are mains"
-
   mapfile -t library_files < <(sources core "${plugins[@]}" "${parts[@]}" programs)
+  grep -nE "${inc}\"" "${library_files[@]}" /dev/null | grep -vE "${inc}\"basin/" |
+    as_violation "basin's files are included by their basin/ path, never a relative one"
+  grep -nE "${inc}[<\"]basin/basin\.h[>\"]" "${library_files[@]}" /dev/null |
+    as_violation "the library includes what it uses, never the umbrella basin.h (for programs and users)"
+
   for file in "${library_files[@]}"; do
     lines=$(wc -l < "$file")
     [ "$lines" -le 400 ] || echo "$file:1: $lines lines, over 400: split it by concern"
@@ -105,8 +122,8 @@ violations=$(
 
   # The types the plug-ins define (definitions, not forward declarations).
   mapfile -t plugin_types < <(sources "${plugins[@]}" |
-    xargs -r grep -hoE '^\s*(class|struct)\s+[A-Z][A-Za-z0-9_]*\s*(final\s*)?[:{]' |
-    sed -E 's/^\s*(class|struct)\s+([A-Za-z0-9_]+).*/\2/' | sort -u)
+    xargs -r grep -hoE '^\s*(class|struct)\s+(\[\[[^]]*\]\]\s*)?[A-Z][A-Za-z0-9_]*\s*(final\s*)?([:{]|$)' |
+    sed -E 's/^\s*(class|struct)\s+(\[\[[^]]*\]\]\s*)?([A-Za-z0-9_]+).*/\3/' | sort -u)
   if [ ${#plugin_types[@]} -gt 0 ]; then
     type_pattern="\\b($(IFS='|'; echo "${plugin_types[*]}"))\\b"
     # Comments and messages may mention a plug-in (SAM is why GroupSync exists); code may not.

@@ -36,6 +36,13 @@ expected=(
   "$(plant core/optim/group_sync.cpp 'basin::GradScaler* planted = nullptr;'): core names the plug-in type GradScaler"
   "$(plant algorithms/sam/sam.cpp '#include "basin/callbacks/grad_scaler.h"'): algorithms/ includes only core/'s layers up to checkpoint/, core/parallel/'s root and communication/, and algorithms/"
   "$(plant schedulers/step.cpp '#include "basin/core/train/model.h"'): schedulers/ includes only core/'s layers up to checkpoint/, core/parallel/'s root and communication/, and schedulers/"
+  "$(plant core/engine/event.cpp '#  include  "basin/callbacks/progress.h"'): core includes a plug-in"
+  "$(plant core/optim/scheduler.cpp '#include "../engine/state.h"'): basin's files are included by their basin/ path, never a relative one"
+  "$(plant core/train/loss.cpp '#include <basin/basin.h>'): the library includes what it uses, never the umbrella basin.h (for programs and users)"
+  "$(mkdir "$scratch/core/util"; plant core/util/planted.h '#pragma once' > /dev/null; echo core/util/): no layer of core/ (base config serialization optim engine parallel checkpoint train): add it to the layers or move its files into one"
+  "$(mkdir "$scratch/core/parallel/offload"; plant core/parallel/offload/planted.h '#pragma once' > /dev/null; echo core/parallel/offload/): neither a mode of core/parallel/ (ddp zero zero3) nor communication/: add it to the modes"
+  "$(mkdir "$scratch/tests"; plant tests/planted_test.cpp '#include "basin/programs/hand_loop.cpp"'): nothing includes programs/: its files are mains"
+  "$(plant algorithms/sam/asam.cpp 'struct PlantedRule' > /dev/null; plant core/base/random.cpp 'basin::PlantedRule* planted_rule = nullptr;'): core names the plug-in type PlantedRule"
 )
 # Allowed: a plug-in named in a comment or a message, a layer including one below.
 plant core/engine/engine.cpp '// SAMOptimizer calls this; "GradScaler" too' > /dev/null

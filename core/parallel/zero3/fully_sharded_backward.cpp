@@ -78,8 +78,8 @@ void FullyShardedModel::start_reduce(std::size_t u) {
   for (std::size_t j = 0; j < unit.params.size(); ++j) {
     const std::size_t i = unit.params[j];
     at::Tensor& grad = full_[i].mutable_grad();
-    const int64_t width = row_numel(full_[i]);
-    const at::Tensor rows = grad.defined() ? grad.reshape({rows_of(full_[i]), width}) : at::Tensor();
+    const int64_t width = zero3_rows::row_numel(full_[i]);
+    const at::Tensor rows = grad.defined() ? grad.reshape({zero3_rows::rows_of(full_[i]), width}) : at::Tensor();
     int64_t row = 0;
     for (int r = 0; r < world; ++r) {
       const auto rr = static_cast<std::size_t>(r);

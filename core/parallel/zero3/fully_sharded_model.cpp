@@ -97,18 +97,18 @@ FullyShardedModel::FullyShardedModel(torch::nn::Module& model, const std::vector
     index_[p.unsafeGetTensorImpl()] = index;
     unit_of_.push_back(u);
 
-    const int64_t rows = rows_of(p), each = (rows + world - 1) / world;
+    const int64_t rows = zero3_rows::rows_of(p), each = (rows + world - 1) / world;
     std::vector<int64_t> counts(static_cast<std::size_t>(world));
     for (int r = 0; r < world; ++r) {
       counts[static_cast<std::size_t>(r)] = std::clamp<int64_t>(rows - r * each, 0, each);
-      unit.part_numel[static_cast<std::size_t>(r)] += counts[static_cast<std::size_t>(r)] * row_numel(p);
+      unit.part_numel[static_cast<std::size_t>(r)] += counts[static_cast<std::size_t>(r)] * zero3_rows::row_numel(p);
     }
     rows_.push_back(counts);
     std::vector<int64_t> shape = p.sizes().vec();
     if (shape.empty()) shape.push_back(1);
     shape[0] = counts[static_cast<std::size_t>(me)];
     at::Tensor shard = p.detach()
-                           .reshape({rows, row_numel(p)})
+                           .reshape({rows, zero3_rows::row_numel(p)})
                            .narrow(0, std::min(rows, me * each), shape[0])
                            .clone()
                            .view(shape);
@@ -172,13 +172,13 @@ void FullyShardedModel::start_gather(std::size_t u) {
   for (const std::size_t i : unit.params) {
     const at::Tensor& p = full_[i];
     set_storage_bytes(p, p.nbytes());
-    const at::Tensor whole = writable_alias(p).view({rows_of(p), row_numel(p)});
+    const at::Tensor whole = writable_alias(p).view({zero3_rows::rows_of(p), zero3_rows::row_numel(p)});
     int64_t row = 0;
     for (std::size_t r = 0; r < pieces.size(); ++r) {
       const int64_t rows = rows_[i][r];
       if (rows > 0) {
         at::Tensor piece = whole.narrow(0, row, rows);
-        if (static_cast<int>(r) == me) piece.copy_(shards_[i].detach().view({rows, row_numel(p)}));
+        if (static_cast<int>(r) == me) piece.copy_(shards_[i].detach().view({rows, zero3_rows::row_numel(p)}));
         pieces[r].push_back(piece);
       }
       row += rows;

@@ -1,6 +1,7 @@
 #pragma once
 
-// FullyShardedModel's per-unit state and a parameter's rows, shared by its forward and backward sides.
+// FullyShardedModel's per-unit state and a parameter's rows, shared by its
+// forward and backward sides. Internal to core/parallel/zero3: not installed.
 
 #include <cstdint>
 #include <memory>
@@ -12,7 +13,9 @@
 #include "basin/core/parallel/zero3/fully_sharded_model.h"
 
 namespace basin {
+namespace zero3_rows {
 
+// A parameter is sharded by its first dimension: rows_of rows of row_numel elements.
 inline int64_t rows_of(const at::Tensor& p) { return p.dim() == 0 ? 1 : p.size(0); }
 
 inline int64_t row_numel(const at::Tensor& p) {
@@ -21,6 +24,8 @@ inline int64_t row_numel(const at::Tensor& p) {
   for (int64_t d = 1; d < p.dim(); ++d) n *= p.size(d);
   return n;
 }
+
+}  // namespace zero3_rows
 
 struct FullyShardedModel::Unit {
   std::string name;
