@@ -1,11 +1,14 @@
 // Data saved in Python, one file per split:
 //
 //     torch.save({"x": X, "y": Y}, "train.pt")   # X [N, ...] floating point, Y [N] integer labels
+//     torch.save({"x": X, "y": Y}, "train.pt")   # X [N, T] token ids, Y [N, T] next tokens (a language model)
 //
 //     {"data": {"name": "tensors", "train": "train.pt", "test": "test.pt", "num_classes": 10}}
 //
-// "num_classes" defaults to the largest label of both splits plus one (at
-// least 2). The
+// Integer x are ids, for models that start with an embedding. Token targets
+// may hold the loss's ignore_index (default -100) where a token counts for
+// nothing. "num_classes" (of tokens: the vocabulary) defaults to the largest
+// label (or id) of both splits plus one (at least 2). The
 // files go through the checks init_from's do (core/serialization); what
 // does not fit (a dtype, a shape, x and y of different lengths, a label out
 // of range, a non-finite input) is a ConfigError naming the key, the file
@@ -37,26 +40,40 @@ TensorDataset read_split(Params& params, const std::string& key) {
     return dict.at(name).toTensor();
   };
   const at::Tensor x = tensor("x"), y = tensor("y");
-  if (!at::isFloatingType(x.scalar_type())) {
+  const bool ids = at::isIntegralType(x.scalar_type(), /*includeBool=*/false);
+  if (!ids && !at::isFloatingType(x.scalar_type())) {
     throw ConfigError(where + ": x is " + std::string(c10::toString(x.scalar_type())) +
-                      "; expected floating point inputs (in Python: X.float())");
+                      "; expected floating point inputs (in Python: X.float()) or integer token ids");
   }
   if (x.dim() < 2) throw ConfigError(where + ": x has shape " + shape_text(x.sizes()) + "; expected [samples, ...]");
   if (!at::isIntegralType(y.scalar_type(), /*includeBool=*/false)) {
     throw ConfigError(where + ": y is " + std::string(c10::toString(y.scalar_type())) +
-                      "; expected integer class labels (in Python: Y.long())");
+                      "; expected integer class labels or token ids (in Python: Y.long())");
   }
-  if (y.dim() != 1) throw ConfigError(where + ": y has shape " + shape_text(y.sizes()) + "; expected [samples]");
+  if (y.dim() != 1 && y.dim() != 2) {
+    throw ConfigError(where + ": y has shape " + shape_text(y.sizes()) +
+                      "; expected [samples] class labels or [samples, tokens] token ids");
+  }
   if (x.size(0) != y.size(0)) {
     throw ConfigError(where + ": x holds " + std::to_string(x.size(0)) + " samples and y " +
                       std::to_string(y.size(0)) + "; expected one label per sample");
   }
   if (x.size(0) == 0) throw ConfigError(where + " holds no samples");
-  const at::Tensor inputs = x.detach().to(at::kFloat).contiguous();
-  const int64_t non_finite = inputs.isfinite().logical_not().sum().item<int64_t>();
-  if (non_finite > 0) throw ConfigError(where + ": x holds non-finite values (NaN or inf), " + std::to_string(non_finite) + " of them");
+  at::Tensor inputs;
+  if (ids) {
+    inputs = x.detach().to(at::kLong).contiguous();
+    if (inputs.min().item<int64_t>() < 0) {
+      throw ConfigError(where + ": x holds id " + std::to_string(inputs.min().item<int64_t>()) +
+                        "; expected token ids 0, 1, ...");
+    }
+  } else {
+    inputs = x.detach().to(at::kFloat).contiguous();
+    const int64_t non_finite = inputs.isfinite().logical_not().sum().item<int64_t>();
+    if (non_finite > 0) throw ConfigError(where + ": x holds non-finite values (NaN or inf), " + std::to_string(non_finite) + " of them");
+  }
   const at::Tensor labels = y.detach().to(at::kLong).contiguous();
-  if (labels.min().item<int64_t>() < 0) {
+  // Token targets may hold the loss's ignore_index (negative; the trainer checks which).
+  if (labels.dim() == 1 && labels.min().item<int64_t>() < 0) {
     throw ConfigError(where + ": y holds label " + std::to_string(labels.min().item<int64_t>()) +
                       "; expected labels 0, 1, ...");
   }
@@ -73,7 +90,16 @@ std::shared_ptr<DataSplits> tensor_files(Params& params, int64_t /*seed*/) {
                       shape_text(splits->test.inputs().sizes().slice(1)) + ", the training samples " +
                       shape_text(sample));
   }
-  const int64_t largest = std::max(splits->train.targets().max().item<int64_t>(), splits->test.targets().max().item<int64_t>());
+  if (splits->test.targets().sizes().slice(1) != splits->train.targets().sizes().slice(1)) {
+    throw ConfigError("config key '" + params.path_of("test") + "': its y has shape " +
+                      shape_text(splits->test.targets().sizes()) + ", the training y " +
+                      shape_text(splits->train.targets().sizes()) + "; expected the same per sample");
+  }
+  int64_t largest = std::max(splits->train.targets().max().item<int64_t>(), splits->test.targets().max().item<int64_t>());
+  if (at::isIntegralType(splits->train.inputs().scalar_type(), /*includeBool=*/false) && splits->train.targets().dim() == 2) {
+    // Token ids: inputs and targets share one vocabulary.
+    largest = std::max({largest, splits->train.inputs().max().item<int64_t>(), splits->test.inputs().max().item<int64_t>()});
+  }
   const int64_t classes = params.integer("num_classes", std::max<int64_t>(largest + 1, 2), 2);
   if (largest >= classes) {
     throw ConfigError("config key '" + params.path_of("num_classes") + "': " + std::to_string(classes) +

@@ -10,6 +10,12 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/build.sh
+# The PyPI build's tests also hand GPT-2 weights to Hugging Face's transformers (the Debian build's skip that test
+# until this has run once, saying so).
+if [ "${BASIN_LIBTORCH:-debian}" = pypi ]; then
+  BASIN_HF_PYTHON=$(bash scripts/hf-python.sh)
+  export BASIN_HF_PYTHON
+fi
 source scripts/build_dir.sh
 flaky_file=$build_dir/flaky-tests.txt
 rm -f "$flaky_file"

@@ -78,7 +78,7 @@ TEST(BasinTrainTest, BadInputExitsTwoWithOneLineAndTouchesNoRunFiles) {
       {"--config " + dir.file("broken.json"), "broken.json:3:3"},
       {"--config " + dir.file("absent.json"), "absent.json"},
       {"--config " + kConfigs + "/synthetic_smoke.json --set optimizer.lr=-1", "'optimizer.lr'"},
-      {"--config " + kConfigs + "/synthetic_smoke.json --set model.name=vit", "known: cnn, mlp, resnet"},
+      {"--config " + kConfigs + "/synthetic_smoke.json --set model.name=vit", "known: cnn, gpt, mlp, resnet"},
       {"--config " + kConfigs + "/synthetic_smoke.json --set optimizer.lrr=1", "'optimizer.lrr' is not known"},
       {"--config " + kConfigs + "/synthetic_smoke.json --set data.batch_size=0", "'data.batch_size'"},
       {"--config " + kConfigs + "/synthetic_smoke.json --set data.root=/x", "'data.root' is not known"},

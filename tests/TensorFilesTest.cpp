@@ -119,8 +119,12 @@ TEST(TensorFilesTest, FilesThatDoNotFitAreRefusedNamingTheKeyTheFileAndWhy) {
        "x holds 8 samples and y 7"},
       {"float_labels.pt", [](const std::string& p) { save(p, at::randn({8, 3}), at::zeros({8})); },
        "y is Float; expected integer class labels"},
-      {"int_inputs.pt", [](const std::string& p) { save(p, at::zeros({8, 3}, at::kLong), at::zeros({8}, at::kLong)); },
-       "x is Long; expected floating point inputs"},
+      {"bool_inputs.pt", [](const std::string& p) { save(p, at::zeros({8, 3}, at::kBool), at::zeros({8}, at::kLong)); },
+       "x is Bool; expected floating point inputs"},
+      {"negative_ids.pt", [](const std::string& p) { save(p, at::full({8, 3}, -1, at::kLong), at::zeros({8}, at::kLong)); },
+       "x holds id -1; expected token ids"},
+      {"cube_labels.pt", [](const std::string& p) { save(p, at::randn({8, 3}), at::zeros({8, 3, 2}, at::kLong)); },
+       "y has shape [8, 3, 2]; expected [samples] class labels or [samples, tokens]"},
       {"no_y.pt", [](const std::string& p) { save(p, at::randn({8, 3}), at::Tensor()); }, "has no tensor \"y\""},
       {"nan.pt", [](const std::string& p) {
          at::Tensor x = at::randn({8, 3});

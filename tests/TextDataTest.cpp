@@ -43,11 +43,20 @@ void expect_windows(const TensorDataset& split, const std::string& bytes, int64_
   ASSERT_EQ(split.size(), count);
   ASSERT_EQ(split.inputs().sizes(), (std::vector<int64_t>{count, block}));
   ASSERT_EQ(split.targets().sizes(), (std::vector<int64_t>{count, block}));
-  EXPECT_EQ(split.inputs().scalar_type(), at::kLong);
+  // Stored once, a byte per byte: x and y are views of one stream.
+  EXPECT_EQ(split.inputs().scalar_type(), at::kByte);
+  EXPECT_TRUE(split.inputs().is_alias_of(split.targets()));
+  // Batches carry int64 ids, in gathered order.
+  const Batch all = split.slice(0, count);
+  EXPECT_EQ(all.inputs.scalar_type(), at::kLong);
+  EXPECT_EQ(all.targets.scalar_type(), at::kLong);
   for (int64_t k = 0; k < count; ++k) {
-    EXPECT_TRUE(split.inputs()[k].equal(expected_window(bytes, k, block, 0))) << "x of window " << k;
-    EXPECT_TRUE(split.targets()[k].equal(expected_window(bytes, k, block, 1))) << "y of window " << k;
+    EXPECT_TRUE(all.inputs[k].equal(expected_window(bytes, k, block, 0))) << "x of window " << k;
+    EXPECT_TRUE(all.targets[k].equal(expected_window(bytes, k, block, 1))) << "y of window " << k;
   }
+  const Batch picked = split.gather({count - 1, 0});
+  EXPECT_TRUE(picked.targets[0].equal(expected_window(bytes, count - 1, block, 1)));
+  EXPECT_TRUE(picked.inputs[1].equal(expected_window(bytes, 0, block, 0)));
 }
 
 TEST(TextDataTest, WindowsAreTheBytesAndTheNextBytes) {
@@ -61,7 +70,8 @@ TEST(TextDataTest, WindowsAreTheBytesAndTheNextBytes) {
   expect_windows(splits.test, test, 8);
   EXPECT_EQ(splits.info.input_shape, (std::vector<int64_t>{8}));
   EXPECT_EQ(splits.info.num_classes, 256);
-  EXPECT_EQ(splits.train.inputs().max().item<int64_t>(), 0xc3) << "bytes above 127 are ids, not negative chars";
+  EXPECT_EQ(splits.train.slice(0, splits.train.size()).inputs.max().item<int64_t>(), 0xc3)
+      << "bytes above 127 are ids, not negative chars";
 }
 
 TEST(TextDataTest, AFolderOrAListJoinsItsFilesInOrder) {
@@ -88,8 +98,8 @@ TEST(TextDataTest, WithoutTestFilesTheTailIsHeldOutAndNoTrainingWindowReachesIt)
   const DataSplits splits = read({{"train", dir.file("train.bin")}, {"block_size", 4}, {"test_fraction", 0.2}});
   expect_windows(splits.train, bytes.substr(0, 80), 4);
   expect_windows(splits.test, bytes.substr(80), 4);
-  EXPECT_LT(splits.train.targets().max().item<int64_t>(), 80);
-  EXPECT_GE(splits.test.inputs().min().item<int64_t>(), 80);
+  EXPECT_LT(splits.train.slice(0, splits.train.size()).targets.max().item<int64_t>(), 80);
+  EXPECT_GE(splits.test.slice(0, splits.test.size()).inputs.min().item<int64_t>(), 80);
 }
 
 void expect_refused(const Json& data, const std::vector<std::string>& words) {

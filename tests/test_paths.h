@@ -12,6 +12,7 @@ const char* train_exe();
 const char* hand_loop_exe();
 const char* run_exe();
 const char* consolidate_exe();
+const char* generate_exe();
 }  // namespace basin::test
 
 #define BASIN_SOURCE_DIR (::basin::test::source_dir())
@@ -19,3 +20,4 @@ const char* consolidate_exe();
 #define BASIN_HAND_LOOP_EXE (::basin::test::hand_loop_exe())
 #define BASIN_RUN_EXE (::basin::test::run_exe())
 #define BASIN_CONSOLIDATE_EXE (::basin::test::consolidate_exe())
+#define BASIN_GENERATE_EXE (::basin::test::generate_exe())

@@ -1,5 +1,9 @@
 #include "basin/core/base/torch_compat.h"
 
+#include <cmath>
+#include <limits>
+
+#include <ATen/ATen.h>
 #include <ATen/autocast_mode.h>
 
 namespace basin::compat {
@@ -36,6 +40,19 @@ void set_autocast_dtype(c10::DeviceType device, at::ScalarType dtype) {
 }
 
 #endif
+
+at::Tensor causal_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, double dropout) {
+#if BASIN_TORCH_AT_LEAST(2, 0)
+  return at::scaled_dot_product_attention(q, k, v, /*attn_mask=*/{}, dropout, /*is_causal=*/true);
+#else
+  const int64_t t = q.size(-2);
+  const at::Tensor scores = at::matmul(q, k.transpose(-2, -1)) / std::sqrt(static_cast<double>(q.size(-1)));
+  const at::Tensor future = at::ones({t, t}, at::TensorOptions(at::kBool).device(q.device())).triu(1);
+  at::Tensor weights = at::softmax(scores.masked_fill(future, -std::numeric_limits<double>::infinity()), -1);
+  if (dropout > 0) weights = at::dropout(weights, dropout, /*train=*/true);
+  return at::matmul(weights, v);
+#endif
+}
 
 const char* torch_version() { return TORCH_VERSION; }
 

@@ -45,6 +45,12 @@ void set_autocast_enabled(c10::DeviceType device, bool enabled);
 at::ScalarType autocast_dtype(c10::DeviceType device);
 void set_autocast_dtype(c10::DeviceType device, at::ScalarType dtype);
 
+/// Causal self-attention of q, k, v [batch, heads, T, head_dim]: softmax(q
+/// k^T / sqrt(head_dim)) masked to the past, times v, with dropout on the
+/// weights when `dropout` > 0. at::scaled_dot_product_attention (its fused
+/// kernels) where the LibTorch has it (2.0 on), the explicit product on 1.13.
+at::Tensor causal_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, double dropout);
+
 /// The LibTorch version basin was compiled against, e.g. "2.11.0".
 const char* torch_version();
 

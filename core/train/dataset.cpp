@@ -2,6 +2,7 @@
 
 #include <stdexcept>
 
+#include <ATen/ATen.h>
 
 namespace basin {
 
@@ -13,13 +14,24 @@ TensorDataset::TensorDataset(at::Tensor inputs, at::Tensor targets)
   }
 }
 
+namespace {
+
+/// Ids stored narrow (bytes, int32 tokens) reach models as int64, as embeddings and losses take them.
+at::Tensor widened(const at::Tensor& values) {
+  return at::isIntegralType(values.scalar_type(), /*includeBool=*/false) && values.scalar_type() != at::kLong
+             ? values.to(at::kLong)
+             : values;
+}
+
+}  // namespace
+
 Batch TensorDataset::gather(const std::vector<int64_t>& indices) const {
   auto index = at::tensor(indices, at::kLong);
-  return {inputs_.index_select(0, index), targets_.index_select(0, index), index};
+  return {widened(inputs_.index_select(0, index)), widened(targets_.index_select(0, index)), index};
 }
 
 Batch TensorDataset::slice(int64_t begin, int64_t end) const {
-  return {inputs_.slice(0, begin, end), targets_.slice(0, begin, end), at::arange(begin, end, at::kLong)};
+  return {widened(inputs_.slice(0, begin, end)), widened(targets_.slice(0, begin, end)), at::arange(begin, end, at::kLong)};
 }
 
 Registry<DataSplits, int64_t>& dataset_registry() {

@@ -16,7 +16,11 @@ struct DatasetInfo {
   int64_t num_classes = 0;
 };
 
-/// Samples held in memory: inputs [N, ...] float, targets [N] int64.
+/// Samples held in memory: inputs [N, ...] (float, or integer ids for models
+/// that start with an embedding), targets [N] class indices or [N, T] token
+/// ids. Ids may be stored narrow (uint8, int32) and as views of one token
+/// stream (a language corpus's windows overlap by a token); batches carry
+/// them as int64.
 class TensorDataset {
  public:
   TensorDataset() = default;

@@ -18,6 +18,8 @@ EvalResult evaluate(Model& model, const TensorDataset& test, const Loss& loss, i
   model.eval();
   double loss_sum = 0;
   int64_t correct = 0;
+  int64_t counted = 0;  // what the loss is a mean over: samples, or counted tokens
+  int64_t predicted = 0;  // what the accuracy is over: classes, or counted tokens
   for (int64_t begin = 0; begin < test.size(); begin += batch_size) {
     const Batch batch = test.slice(begin, std::min(begin + batch_size, test.size()));
     const at::Tensor targets = batch.targets.to(state.device);
@@ -30,19 +32,25 @@ EvalResult evaluate(Model& model, const TensorDataset& test, const Loss& loss, i
       // The model's mean loss over the batch; logits, when forward(x) alone gives them, for the accuracy.
       const at::Tensor mean = autocast([&] { return model.run_loss(inputs, targets); });
       loss_sum += mean.to(at::kDouble).item<double>() * static_cast<double>(batch.size());
-      if (model.gives_logits()) correct += autocast([&] { return model.run(inputs); }).argmax(1).eq(targets).sum().item<int64_t>();
+      counted += batch.size();
+      predicted += loss.count(targets);
+      if (model.gives_logits()) correct += loss.correct(autocast([&] { return model.run(inputs); }), targets).item<int64_t>();
       continue;
     }
     const at::Tensor logits = autocast([&] { return model.run(inputs); }).to(at::kFloat);
     loss_sum += loss.sum(logits, targets).item<double>();
-    correct += logits.argmax(1).eq(targets).sum().item<int64_t>();
+    counted += loss.count(targets);
+    predicted += loss.count(targets);
+    correct += loss.correct(logits, targets).item<int64_t>();
   }
   model.train();
+  const bool tokens = test.size() > 0 && Loss::per_token(test.targets());
   EvalResult result;
   result.samples = test.size();
-  result.accuracy = test.size() > 0 ? static_cast<double>(correct) / static_cast<double>(test.size()) : 0.0;
+  result.accuracy = predicted > 0 ? static_cast<double>(correct) / static_cast<double>(predicted) : 0.0;
   if (loss.from_model() && !model.gives_logits()) result.accuracy = std::nan("");  // not measured: no logits
-  result.loss = test.size() > 0 ? loss_sum / static_cast<double>(test.size()) : 0.0;
+  result.loss = counted > 0 ? loss_sum / static_cast<double>(counted) : 0.0;
+  if (tokens && loss.name() == "cross_entropy") result.perplexity = std::exp(result.loss);
   state.test_accuracy = result.accuracy;
   state.test_loss = result.loss;
   engine.run(Event::EVAL_END);

@@ -1,6 +1,7 @@
 #include "basin/core/train/initial_weights.h"
 
 #include <algorithm>
+#include <filesystem>
 #include <map>
 #include <sstream>
 #include <vector>
@@ -10,6 +11,7 @@
 #include "basin/core/config/config.h"
 #include "basin/core/config/config_error.h"
 #include "basin/core/serialization/torch_save_file.h"
+#include "basin/core/train/model.h"
 
 namespace basin {
 
@@ -39,6 +41,13 @@ c10::impl::GenericDict read_tensors(const std::string& path) {
   return dict;
 }
 
+/// A directory holds another library's layout, which the model translates.
+c10::impl::GenericDict imported_tensors(Model& model, const std::string& dir) {
+  c10::impl::GenericDict dict(c10::StringType::get(), c10::AnyType::get());
+  for (auto& [name, tensor] : model.import_pretrained(dir)) dict.insert(name, tensor);
+  return dict;
+}
+
 }  // namespace
 
 std::optional<InitialWeights> initial_weights_from_config(Params& root) {
@@ -60,8 +69,10 @@ std::optional<InitialWeights> initial_weights_from_config(Params& root) {
   return weights;
 }
 
-void load_initial_weights(torch::nn::Module& model, const InitialWeights& weights) {
-  const auto saved = read_tensors(weights.path);
+void load_initial_weights(Model& model, const InitialWeights& weights) {
+  std::error_code error;
+  const auto saved = std::filesystem::is_directory(weights.path, error) ? imported_tensors(model, weights.path)
+                                                                         : read_tensors(weights.path);
   std::map<std::string, at::Tensor> mine;
   for (const auto& item : model.named_parameters(true)) mine.emplace(item.key(), item.value());
   for (const auto& item : model.named_buffers(true)) mine.emplace(item.key(), item.value());

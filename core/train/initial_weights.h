@@ -3,10 +3,9 @@
 #include <optional>
 #include <string>
 
-#include <torch/nn/module.h>
-
 namespace basin {
 
+class Model;
 class Params;
 
 /// Where a run's weights come from before training ("init_from"):
@@ -15,6 +14,9 @@ class Params;
 /// The file is what Python writes with `torch.save(model.state_dict(), path)`
 /// (read through safe_pickle_load, which rebuilds its OrderedDict as a dict),
 /// a plain dict of tensors, or a basin checkpoint, whose "model" entry is used.
+/// A directory holds weights in another library's layout, which the model
+/// reads into its own names (Model::import_pretrained: "gpt" reads a Hugging
+/// Face GPT-2 directory).
 struct InitialWeights {
   std::string path;
   bool allow_missing = false;  // model tensors the file lacks keep their initial values
@@ -27,6 +29,6 @@ std::optional<InitialWeights> initial_weights_from_config(Params& root);
 /// Copies the file's tensors into `model`'s parameters and buffers, matched
 /// by name. Throws ConfigError naming the file and the first missing, extra
 /// or mis-shaped tensor (listing a few names of each side for a typo).
-void load_initial_weights(torch::nn::Module& model, const InitialWeights& weights);
+void load_initial_weights(Model& model, const InitialWeights& weights);
 
 }  // namespace basin

@@ -54,6 +54,12 @@ void Model::export_trained(const std::string& dir) {
   write_torch_save_file(dir + "/state_dict.pt", state);
 }
 
+NamedTensors Model::import_pretrained(const std::string& dir) {
+  throw ConfigError("config key 'init_from': '" + dir + "' is a directory, and this model reads weights from a file "
+                    "(a state_dict or a checkpoint); a directory of another library's layout is read by models "
+                    "that know it (\"gpt\": a Hugging Face GPT-2 directory)");
+}
+
 Registry<Model, const DatasetInfo&>& model_registry() {
   static Registry<Model, const DatasetInfo&> registry("model");
   return registry;

@@ -8,6 +8,7 @@
 
 #include "basin/core/config/registry.h"
 #include "basin/core/parallel/unit_runner.h"
+#include "basin/core/serialization/safetensors_file.h"
 #include "basin/core/train/dataset.h"
 
 namespace basin {
@@ -51,6 +52,11 @@ class Model : public torch::nn::Module {
   /// torch.load(path))); a TorchScript model also writes `model.pt`. Its
   /// parameters must be whole (Trainer::export_model sees to it).
   virtual void export_trained(const std::string& dir);
+  /// Weights in another library's layout, from the directory `dir`
+  /// ("init_from": a directory), read into this model's names and shapes;
+  /// what disagrees with the model is a ConfigError naming the file. The
+  /// default knows no such layout and says so.
+  virtual NamedTensors import_pretrained(const std::string& dir);
   /// Installed by fully sharded training; null runs units as plain calls.
   void set_unit_runner(UnitRunner* runner) { runner_ = runner; }
 

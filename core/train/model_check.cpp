@@ -33,13 +33,53 @@ class EvalModeFor {
   bool training_;
 };
 
+/// Token targets [n, T] take logits [n, T, V] with V past the vocabulary, and a cross-entropy.
+void check_token_logits(const at::Tensor& logits, const at::Tensor& targets, const Loss& loss,
+                        const std::string& data_text) {
+  if (loss.name() == "mse") {
+    throw ConfigError("config key 'loss': \"mse\" takes one class per sample, and the data's targets are token "
+                      "sequences; use \"cross_entropy\"");
+  }
+  const auto n = targets.size(0), tokens = targets.size(1);
+  const int64_t largest = targets.max().item<int64_t>();
+  if (logits.dim() != 3 || logits.size(0) != n || logits.size(1) != tokens || logits.size(2) <= largest ||
+      !at::isFloatingType(logits.scalar_type())) {
+    throw ConfigError("config key 'model': its output for " + std::to_string(n) + " sequences of " +
+                      std::to_string(tokens) + " tokens has shape " + c10::str(logits.sizes()) +
+                      ", and the loss needs logits [" + std::to_string(n) + ", " + std::to_string(tokens) +
+                      ", vocabulary]: " + data_text);
+  }
+}
+
+/// Token targets are ids below the vocabulary, or the loss's ignore_index.
+void check_token_targets(const TensorDataset& split, const std::string& name, const Loss& loss, int64_t vocabulary) {
+  if (split.size() == 0 || !Loss::per_token(split.targets()) || loss.from_model()) return;
+  // Compared as int32 at least (a uint8 tensor would wrap a vocabulary of 256 to 0).
+  const at::Tensor targets = split.targets().scalar_type() == at::kLong ? split.targets() : split.targets().to(at::kInt);
+  const at::Tensor wrong = targets.lt(0).logical_or(targets.ge(vocabulary)).logical_and(targets.ne(loss.ignore_index()));
+  if (!wrong.any().item<bool>()) return;
+  const at::Tensor where = wrong.nonzero()[0];
+  const int64_t sample = where[0].item<int64_t>(), token = where[1].item<int64_t>();
+  throw ConfigError("config key 'data': the " + name + " split's target of sample " + std::to_string(sample) +
+                    ", token " + std::to_string(token) + " is " + std::to_string(targets[sample][token].item<int64_t>()) +
+                    "; expected ids 0 to " + std::to_string(vocabulary - 1) + " or loss.ignore_index (" +
+                    std::to_string(loss.ignore_index()) + ")");
+}
+
 }  // namespace
 
 void check_model_fits_data(Model& model, const DataSplits& data, const Loss& loss, int64_t samples, c10::Device device) {
   const Batch batch = data.train.slice(0, std::min(samples, data.train.size()));
   const int64_t n = batch.size();
-  const std::string data_text = "the data's samples are " + c10::str(at::IntArrayRef(data.info.input_shape)) + " in " +
-                                std::to_string(data.info.num_classes) + " classes";
+  check_token_targets(data.train, "training", loss, data.info.num_classes);
+  check_token_targets(data.test, "test", loss, data.info.num_classes);
+  const bool ids = at::isIntegralType(batch.inputs.scalar_type(), /*includeBool=*/false);
+  const std::string data_text =
+      Loss::per_token(batch.targets)
+          ? "the data's samples are windows of " + std::to_string(batch.targets.size(1)) +
+                " token ids, of a vocabulary of " + std::to_string(data.info.num_classes)
+          : "the data's samples are " + c10::str(at::IntArrayRef(data.info.input_shape)) + " in " +
+                std::to_string(data.info.num_classes) + " classes";
   if (loss.from_model() && !model.computes_loss()) {
     throw ConfigError("config key 'loss': \"model\" needs a model whose forward(x, y) returns its loss (a "
                       "TorchScript module); this model's forward takes the inputs alone");
@@ -61,10 +101,17 @@ void check_model_fits_data(Model& model, const DataSplits& data, const Loss& los
       throw;
     } catch (const std::exception& error) {
       throw ConfigError("config key 'model': the model fails on a batch of " + std::to_string(n) +
-                        " training samples (" + data_text + "): " + last_line(error));
+                        " training samples (" + data_text + "): " + last_line(error) +
+                        (ids ? "; the inputs are integer ids: the model must start with an embedding (\"gpt\", "
+                               "or a TorchScript module)"
+                             : ""));
     }
   }
   if (!logits.defined()) return;
+  if (Loss::per_token(batch.targets)) {
+    check_token_logits(logits, batch.targets, loss, data_text);
+    return;
+  }
   // Cross-entropy and mse take any logits past the largest class (data.num_classes may be below the head).
   if (logits.dim() != 2 || logits.size(0) != n || logits.size(1) < data.info.num_classes ||
       !at::isFloatingType(logits.scalar_type())) {

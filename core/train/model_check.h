@@ -13,8 +13,10 @@ class Model;
 
 /// Before training: the first `samples` training samples run through the
 /// model once (eval mode, no gradient: no BatchNorm statistic or random
-/// number moves), and what comes out must fit the loss: logits [n, classes]
-/// [n, c] with c at least the data's classes, and under "loss": "model" a
+/// number moves), and what comes out must fit the loss: logits [n, c] with
+/// c at least the data's classes (of token targets [n, T]: logits [n, T, V]
+/// past the largest id, targets below the vocabulary or the loss's
+/// ignore_index, and no "mse"), and under "loss": "model" a
 /// scalar from forward(x, y) (and logits from forward(x) where the model
 /// gives them). A model that fails on the data, or whose output does not
 /// fit, is a one-line ConfigError naming the data's sample shape and

@@ -3,6 +3,7 @@
 #include "basin/core/train/trainer.h"
 
 #include <chrono>
+#include <cmath>
 #include <mutex>
 
 #include <ATen/ATen.h>
@@ -33,14 +34,16 @@ double seconds_since(Clock::time_point start) {
 }  // namespace
 
 Json FitSummary::to_json() const {
-  return Json{{"steps", steps},
-              {"epochs", epochs},
-              {"final_train_loss", final_train_loss},
-              {"test_accuracy", test_accuracy},
-              {"test_loss", test_loss},
-              {"skipped_steps", skipped_steps},
-              {"wall_seconds", wall_seconds},
-              {"interrupted", interrupted}};
+  Json json{{"steps", steps},
+            {"epochs", epochs},
+            {"final_train_loss", final_train_loss},
+            {"test_accuracy", test_accuracy},
+            {"test_loss", test_loss},
+            {"skipped_steps", skipped_steps},
+            {"wall_seconds", wall_seconds},
+            {"interrupted", interrupted}};
+  if (!std::isnan(test_perplexity)) json["test_perplexity"] = test_perplexity;
+  return json;
 }
 
 void Trainer::agree_on_stop() {
@@ -57,6 +60,10 @@ void Trainer::agree_on_stop() {
   interrupted_ = agreed[1].item<float>() > 0;
 }
 
+bool Trainer::token_cross_entropy() const {
+  return loss_.name() == "cross_entropy" && data_.train.size() > 0 && Loss::per_token(data_.train.targets());
+}
+
 double Trainer::current_lr() const {
   const auto& groups = state_.optimizer->param_groups();
   return groups.empty() ? 0.0 : groups.front().options().get_lr();
@@ -65,6 +72,7 @@ double Trainer::current_lr() const {
 at::Tensor Trainer::run_pass() {
   at::Tensor loss = (*closure_)();
   checks_->record_pass_loss(closure_->pass_loss());
+  if (std::isnan(step_accuracy_)) step_accuracy_ = closure_->pass_accuracy();  // the step's first pass: at w
   return loss;
 }
 
@@ -93,6 +101,7 @@ void Trainer::train_batch(const Batch& batch) {
   engine_->run(Event::BATCH_START);
   engine_->run(Event::BEFORE_STEP);
   const double lr = current_lr();
+  step_accuracy_ = std::nan("");
   checks_->start_step();
   at::Tensor loss = optimizer_step();
   // Under data parallelism buffers (BatchNorm statistics) follow rank 0's
@@ -129,13 +138,19 @@ void Trainer::train_batch(const Batch& batch) {
   epoch_train_seconds_ += step_seconds;
   const bool last = ts.step == state_.max_steps || ts.batch_in_epoch == state_.steps_per_epoch;
   if (ts.step % state_.log_every == 0 || last) {
-    engine_->logger().emit(Json{{"step", ts.step},
-                                {"epoch", ts.epoch},
-                                {"loss", state_.step_loss.item<double>()},
-                                {"lr", lr},
-                                {"step_seconds", step_seconds},
-                                {"samples_per_second", static_cast<double>(batch.size()) / step_seconds},
-                                {"skipped_steps", state_.skipped_steps}});
+    Json record{{"step", ts.step},
+                {"epoch", ts.epoch},
+                {"loss", state_.step_loss.item<double>()},
+                {"lr", lr},
+                {"step_seconds", step_seconds},
+                {"samples_per_second", static_cast<double>(batch.size()) / step_seconds},
+                {"skipped_steps", state_.skipped_steps}};
+    if (token_cross_entropy()) {
+      record["perplexity"] = std::exp(state_.step_loss.item<double>());
+      record["accuracy"] = step_accuracy_;
+      record["tokens_per_second"] = static_cast<double>(batch.targets.numel()) / step_seconds;
+    }
+    engine_->logger().emit(record);
   }
   engine_->run(Event::BATCH_END);
 }
@@ -148,12 +163,18 @@ void Trainer::evaluate_and_log(FitSummary& summary) {
   const auto& ts = state_.timestamp;
   const EvalResult eval = evaluate();
   summary.final_train_loss = epoch_steps_ > 0 ? epoch_loss_sum_.item<double>() / static_cast<double>(epoch_steps_) : 0.0;
-  engine_->logger().emit(Json{{"epoch", ts.epoch},
-                              {"step", ts.step},
-                              {"train_loss", summary.final_train_loss},
-                              {"test_accuracy", eval.accuracy},
-                              {"test_loss", eval.loss},
-                              {"train_seconds", epoch_train_seconds_}});
+  Json record{{"epoch", ts.epoch},
+              {"step", ts.step},
+              {"train_loss", summary.final_train_loss},
+              {"test_accuracy", eval.accuracy},
+              {"test_loss", eval.loss},
+              {"train_seconds", epoch_train_seconds_}};
+  if (token_cross_entropy()) {
+    record["train_perplexity"] = std::exp(summary.final_train_loss);
+    record["test_perplexity"] = eval.perplexity;
+  }
+  summary.test_perplexity = eval.perplexity;
+  engine_->logger().emit(record);
 }
 
 void Trainer::end_epoch(FitSummary& summary) {

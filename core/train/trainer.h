@@ -31,6 +31,7 @@ struct FitSummary {
   double final_train_loss = 0;  // mean training loss over the last epoch's steps
   double test_accuracy = 0;
   double test_loss = 0;
+  double test_perplexity = std::nan("");  // of a token cross-entropy; absent from the JSON otherwise
   int64_t skipped_steps = 0;
   double wall_seconds = 0;
   /// A signal (SIGINT/SIGTERM) stopped the run after a step; the checkpoint
@@ -107,6 +108,8 @@ class Trainer {
   /// itself (SAM), else one pass, the checks and the base step here.
   at::Tensor optimizer_step();
   double current_lr() const;
+  /// Whether the loss is a cross-entropy over token targets (perplexity and accuracy are logged).
+  bool token_cross_entropy() const;
   /// Ranks agree on stopping: a callback's request or a signal on any rank.
   void agree_on_stop();
 
@@ -127,6 +130,8 @@ class Trainer {
   /// in checkpoints, so a resumed epoch counts from the resume.
   double epoch_train_seconds_ = 0;
   int64_t epoch_steps_ = 0;
+  /// Next-token accuracy of this step's first pass (at w, where the loss is); NaN without token targets.
+  double step_accuracy_ = 0;
   Json config_;                  // as given: checkpoints keep it, resume compares it
   int64_t epochs_completed_ = 0;
   bool epoch_open_ = false;      // EPOCH_START ran, the epoch's end has not

@@ -129,6 +129,9 @@ void Trainer::build(const Json& config, std::vector<std::shared_ptr<Callback>> c
     throw ConfigError("config key 'data.batch_size': " + std::to_string(batch_size_) + " is larger than the " +
                       std::to_string(data_.train.size()) + " training samples");
   }
+  if (label_noise > 0 && Loss::per_token(data_.train.targets())) {
+    data.fail("label_noise", "0: the data's targets are token sequences, not class labels", Json(label_noise));
+  }
   add_label_noise(data_.train.mutable_targets(), label_noise, data_.info.num_classes,
                   static_cast<uint64_t>(state_.seed));
   // Each step takes batch_size samples on every rank: world_size * batch_size in all.

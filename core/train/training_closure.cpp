@@ -1,6 +1,7 @@
 #include "basin/core/train/training_closure.h"
 
 #include <algorithm>
+#include <cmath>
 #include <stdexcept>
 #include <string>
 
@@ -9,6 +10,7 @@
 
 #include "basin/core/engine/engine.h"
 #include "basin/core/optim/loss_scaler.h"
+#include "basin/core/parallel/communication/communicator.h"
 #include "basin/core/train/autocast.h"
 #include "basin/core/train/model.h"
 
@@ -40,11 +42,19 @@ at::Tensor TrainingClosure::operator()() {
   state_.microbatch_count = static_cast<int64_t>(inputs.size());
   at::Tensor total = at::zeros({}, at::TensorOptions(at::kFloat).device(state_.device));
   std::vector<at::Tensor> sample_losses;
+  // Token targets: the pass's loss is the mean over its counted tokens, on
+  // every rank whose gradients it averages, however they fall.
+  const bool tokens = !loss_.from_model() && Loss::per_token(picked.targets);
+  const double tokens_per_rank = tokens ? counted_tokens_per_rank(picked.targets) : 0.0;
+  at::Tensor correct = tokens ? at::zeros({}, at::TensorOptions(at::kLong).device(state_.device)) : at::Tensor();
   for (std::size_t i = 0; i < inputs.size(); ++i) {
     state_.microbatch = {inputs[i], targets[i], ids[i]};
     state_.microbatch_index = static_cast<int64_t>(i);
-    // Each microbatch carries its share of the pass's mean loss (k equal microbatches: 1/k each).
-    state_.microbatch_divisor = static_cast<double>(samples) / static_cast<double>(inputs[i].size(0));
+    // Each microbatch carries its share of the pass's mean loss (k equal microbatches: 1/k each);
+    // of token targets, the share of its counted tokens.
+    state_.microbatch_divisor =
+        tokens ? tokens_per_rank / static_cast<double>(std::max<int64_t>(loss_.count(targets[i]), 1))
+               : static_cast<double>(samples) / static_cast<double>(inputs[i].size(0));
     {
       AutocastGuard autocast(state_.precision, state_.device.type());
       at::AutoGradMode grad_mode(request.backward);
@@ -61,6 +71,11 @@ at::Tensor TrainingClosure::operator()() {
       engine_.run(Event::BEFORE_LOSS);
       if (own_loss.defined()) {
         state_.loss = own_loss / state_.microbatch_divisor;
+      } else if (tokens) {
+        const at::Tensor outputs = state_.outputs.to(at::kFloat);  // the loss is fp32
+        if (request.per_sample_losses) sample_losses.push_back(loss_.per_sample(outputs, state_.microbatch.targets).detach());
+        state_.loss = loss_.sum(outputs, state_.microbatch.targets) / tokens_per_rank;
+        correct += loss_.correct(state_.outputs.detach(), state_.microbatch.targets);
       } else if (request.per_sample_losses) {
         const at::Tensor outputs = state_.outputs.to(at::kFloat);  // the loss is fp32
         const at::Tensor each = loss_.per_sample(outputs, state_.microbatch.targets);
@@ -88,7 +103,23 @@ at::Tensor TrainingClosure::operator()() {
     engine_.run(Event::AFTER_BACKWARD);
   }
   pass_loss_ = total;
+  pass_accuracy_ = tokens ? correct.item<double>() / static_cast<double>(std::max<int64_t>(loss_.count(picked.targets), 1))
+                          : std::nan("");
   return request.per_sample_losses ? at::cat(sample_losses) : total;
+}
+
+double TrainingClosure::counted_tokens_per_rank(const at::Tensor& targets) const {
+  const auto here = static_cast<double>(loss_.count(targets));
+  const auto& ranks = state_.communicator;
+  // Rank-local gradients (kNone), and a forward alone, take this rank's tokens alone.
+  if (state_.request.sync == GradientSync::kNone || !state_.request.backward || !ranks || ranks->world_size() == 1) {
+    return std::max(here, 1.0);
+  }
+  // Averaged gradients: each rank's loss is its tokens' sum over the step's mean tokens per rank, so the
+  // average over ranks is the sum over all the step's tokens over their count.
+  std::vector<at::Tensor> counted{at::full({}, here, at::TensorOptions(at::kDouble).device(state_.device))};
+  ranks->all_reduce_sum(counted);
+  return std::max(counted.front().item<double>(), 1.0) / static_cast<double>(ranks->world_size());
 }
 
 at::Tensor TrainingClosure::model_loss() {

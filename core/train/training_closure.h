@@ -18,7 +18,9 @@ class Model;
 /// backward, the mean loss or each sample's), run in microbatches with the
 /// per-microbatch events. Each microbatch carries its share of the pass's
 /// mean loss, so k microbatches give the gradient of one batch of all their
-/// samples. Under a grad scaler the backward runs on the scaled loss, in
+/// samples. Of token targets ([n, T]) the mean is over the counted tokens
+/// (Loss::count) of the whole pass on every rank it averages over, as if
+/// the step's batch ran at once on one rank. Under a grad scaler the backward runs on the scaled loss, in
 /// every pass. The ranks' gradients are synced once, by the last
 /// microbatch's backward, as the request says (GradientSync), through
 /// `sync`: so AFTER_BACKWARD sees them synced then, as after PyTorch DDP's
@@ -43,10 +45,17 @@ class TrainingClosure {
   at::Tensor operator()();
   /// The last pass's loss over its samples (detached), for the finiteness check.
   const at::Tensor& pass_loss() const { return pass_loss_; }
+  /// The last pass's next-token accuracy over its counted tokens on this
+  /// rank; NaN unless the targets are tokens.
+  double pass_accuracy() const { return pass_accuracy_; }
 
  private:
   /// "loss": "model": the microbatch's loss as the model computes it.
   at::Tensor model_loss();
+  /// Token targets: the pass's counted tokens (not ignore_index) per rank
+  /// whose gradients it averages (an all-reduce of one number), at least 1;
+  /// this rank's alone for rank-local gradients and a forward alone.
+  double counted_tokens_per_rank(const at::Tensor& targets) const;
 
   State& state_;
   Engine& engine_;
@@ -55,6 +64,7 @@ class TrainingClosure {
   int64_t microbatches_;
   Sync sync_;
   at::Tensor pass_loss_;
+  double pass_accuracy_ = 0;
 };
 
 }  // namespace basin
