@@ -91,12 +91,7 @@ TEST(TokenDataTest, RawIdsOfEitherWidthAndSavedTensorsAreCutIntoWindows) {
 }
 
 void expect_refused(const Json& data, const std::vector<std::string>& words) {
-  try {
-    read(data);
-    ADD_FAILURE() << "accepted " << data.dump();
-  } catch (const ConfigError& error) {
-    for (const std::string& word : words) EXPECT_NE(std::string(error.what()).find(word), std::string::npos) << error.what();
-  }
+  test::expect_config_error([&] { read(data); }, words, data.dump());
 }
 
 TEST(TokenDataTest, WhatDoesNotFitIsRefusedNamingTheKeyAndTheFile) {
@@ -134,12 +129,7 @@ Json gpt_on(const Json& data) {
 }
 
 void expect_trainer_refuses(const Json& config, const std::vector<std::string>& words) {
-  try {
-    Trainer trainer(config);
-    ADD_FAILURE() << "accepted " << config.dump();
-  } catch (const ConfigError& error) {
-    for (const std::string& word : words) EXPECT_NE(std::string(error.what()).find(word), std::string::npos) << error.what();
-  }
+  test::expect_config_error([&] { Trainer trainer(config); }, words, config.dump());
 }
 
 TEST(TokenDataTest, TensorFilesTakeIntegerIdsAndTokenTargetsWithIgnoredOnes) {

@@ -13,11 +13,27 @@
 
 #include "basin/algorithms/sam/sam_family.h"
 #include "basin/core/config/config.h"
+#include "basin/core/config/config_error.h"
 #include "basin/core/engine/callback.h"
 #include "basin/core/train/model.h"
 #include "basin/core/train/trainer.h"
 
 namespace basin::test {
+
+/// Runs `action`, which must throw a ConfigError whose message holds every
+/// one of `words` (the key, the file, what was expected); `what` names the
+/// case when it does not.
+template <typename Action>
+void expect_config_error(Action&& action, const std::vector<std::string>& words, const std::string& what) {
+  try {
+    action();
+    ADD_FAILURE() << "accepted " << what;
+  } catch (const ConfigError& error) {
+    for (const std::string& word : words) {
+      EXPECT_NE(std::string(error.what()).find(word), std::string::npos) << "'" << word << "' not in: " << error.what();
+    }
+  }
+}
 
 /// A fresh directory under the system temp dir, removed with the object.
 class TempDir {
