@@ -160,6 +160,22 @@ TEST(CheckpointTest, ResumedSamWithAdamWarmupMicrobatchesBatchNormAndIntervalEqu
   expect_resume_matches(config, 5);  // odd: the interval's phase must survive
 }
 
+// A language model resumes exactly too: a gpt with dropout (the generators
+// travel), under bf16 autocast, in microbatches, with SAM, on byte windows.
+TEST(CheckpointTest, ResumedGptWithDropoutBf16MicrobatchesAndSamEqualsTheUninterruptedRun) {
+  test::TempDir dir;
+  std::string corpus;
+  for (int i = 0; i < 50; ++i) corpus += "Q: Why resume? A: To end where the run would have, " + std::to_string(i) + ".\n";
+  test::write_text(dir.file("corpus.txt"), corpus);
+  Json config = Json::parse(R"({"seed": 6, "threads": 1, "max_steps": 6, "precision": "amp_bf16",
+    "model": {"name": "gpt", "n_layer": 2, "n_head": 2, "n_embd": 16, "dropout": 0.1},
+    "optimizer": {"name": "adamw", "lr": 0.01},
+    "algorithms": {"sam": {"rho": 0.05}}})");
+  config["data"] = {{"name", "text"}, {"train", dir.file("corpus.txt")}, {"block_size", 16}, {"batch_size", 8},
+                    {"microbatches", 2}};
+  expect_resume_matches(config, 3);
+}
+
 // Every SAM-family algorithm resumes exactly: its moving averages (friendly_sam,
 // vasso) travel in the algorithm's state, the rest in the optimizer's.
 class VariantResumeTest : public ::testing::TestWithParam<std::pair<std::string, std::string>> {};
