@@ -24,16 +24,16 @@ namespace {
 
 const std::string kPrefix = "transformer.";
 
-bool conv1d(const std::string& name) {
-  for (const char* tail : {"attn.c_attn.weight", "attn.c_proj.weight", "mlp.c_fc.weight", "mlp.c_proj.weight"}) {
-    const std::string end = tail;
-    if (name.size() >= end.size() && name.compare(name.size() - end.size(), end.size(), end) == 0) return true;
-  }
-  return false;
-}
-
 bool ends_with(const std::string& text, const std::string& end) {
   return text.size() >= end.size() && text.compare(text.size() - end.size(), end.size(), end) == 0;
+}
+
+/// GPT-2's Conv1D weights, stored [in, out].
+bool conv1d(const std::string& name) {
+  for (const char* tail : {"attn.c_attn.weight", "attn.c_proj.weight", "mlp.c_fc.weight", "mlp.c_proj.weight"}) {
+    if (ends_with(name, tail)) return true;
+  }
+  return false;
 }
 
 Json read_config(const std::string& path) {
@@ -49,7 +49,7 @@ Json read_config(const std::string& path) {
 }
 
 /// config.json's sizes against the model's: a difference names both. Returns n_positions.
-int64_t check_config(const Json& config, const Shape& shape, const std::string& path) {
+int64_t check_config_values(const Json& config, const Shape& shape, const std::string& path) {
   const std::string where = "config key 'init_from': '" + path + "'";
   auto size = [&](const char* key) -> int64_t {
     if (!config.contains(key) || !config.at(key).is_number_integer() || config.at(key).get<int64_t>() < 1) {
@@ -87,7 +87,22 @@ int64_t check_config(const Json& config, const Shape& shape, const std::string& 
   if (!config.value("tie_word_embeddings", true)) {
     throw ConfigError(where + " unties the head from wte (tie_word_embeddings false); \"gpt\" ties them");
   }
+  // Attention as GPT-2 scales it: by 1/sqrt(head size), not by the layer's index too.
+  if (!config.value("scale_attn_weights", true) || config.value("scale_attn_by_inverse_layer_idx", false)) {
+    throw ConfigError(where + " scales attention otherwise (scale_attn_weights, scale_attn_by_inverse_layer_idx); "
+                      "\"gpt\" divides by sqrt(head size), as GPT-2 does");
+  }
   return size("n_positions");
+}
+
+int64_t check_config(const Json& config, const Shape& shape, const std::string& path) {
+  try {
+    return check_config_values(config, shape, path);
+  } catch (const ConfigError&) {
+    throw;
+  } catch (const std::exception& error) {  // a key of another type than GPT-2's
+    throw ConfigError("config key 'init_from': '" + path + "' has a value of an unexpected type: " + error.what());
+  }
 }
 
 }  // namespace
@@ -122,6 +137,7 @@ NamedTensors read_hugging_face(const Gpt& model, const std::string& dir) {
       value = value.slice(0, 0, shape.block_size).contiguous();  // the model's context may be shorter
     }
     if (!shape.bias && ends_with(name, ".bias")) {
+      if (value.abs().max().item<double>() == 0) continue;  // what basin writes for a model without biases
       throw ConfigError(where + " has bias '" + stored + "', and the model has none (model.bias false); set model.bias true");
     }
     // A size that disagrees with config.json (which agrees with the model): name both.

@@ -284,6 +284,12 @@ int main(int argc, char** argv) {
     if (writer) {
       fs::create_directories(run_dir);
       write_json(fs::path(run_dir) / "config.json", config);
+      // What sizes the model, so the trained model is rebuilt without the data (basin-generate).
+      const basin::DatasetInfo& info = trainer.data().info;
+      write_json(fs::path(run_dir) / "data_info.json",
+                 basin::Json{{"name", config["data"].value("name", std::string())},
+                             {"input_shape", info.input_shape},
+                             {"num_classes", info.num_classes}});
       basin::console::info("run directory: " + run_dir);
     }
     if (!resume.empty()) {
@@ -323,7 +329,10 @@ int main(int argc, char** argv) {
     trainer.export_model(run_dir);
     if (!writer) return 0;
     // A model whose forward needs the targets gives no logits to measure an accuracy with: its loss says it.
-    if (std::isnan(summary.test_accuracy)) {
+    if (!std::isnan(summary.test_perplexity)) {
+      std::cout << "test loss " << summary.test_loss << " (perplexity " << summary.test_perplexity
+                << "), next-token accuracy " << summary.test_accuracy;
+    } else if (std::isnan(summary.test_accuracy)) {
       std::cout << "test loss " << summary.test_loss;
     } else {
       std::cout << "test accuracy " << summary.test_accuracy;

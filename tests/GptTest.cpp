@@ -17,6 +17,7 @@
 
 #include "basin/core/config/config.h"
 #include "basin/core/config/config_error.h"
+#include "basin/core/serialization/safetensors_file.h"
 #include "basin/core/serialization/torch_save_file.h"
 #include "basin/core/train/model.h"
 #include "basin/core/train/trainer.h"
@@ -283,6 +284,57 @@ TEST(GptTest, HuggingFaceDirectoriesRoundTripAndWhatDisagreesIsRefused) {
   activation["activation_function"] = "relu";
   expect_init_refused(hf_job(dir.path().string(), with_config("activation", activation)), {"activation_function", "relu"});
   expect_init_refused(hf_job(dir.path().string(), dir.file("nothing")), {"init_from"});
+}
+
+// GPT-2's layout written by hand (Conv1D weights [in, out] under
+// "transformer.", a tied lm_head.weight, the old mask buffers, 32 position
+// rows for a model of 16): the gpt that starts from it computes GPT-2 op by
+// op from the same numbers. No Python needed: the layout is the test's own.
+TEST(GptTest, AHandWrittenGpt2DirectoryLoadsIntoTheSameFunction) {
+  test::TempDir dir;
+  at::manual_seed(3);
+  const int64_t v = 300, c = 32, layers = 2, positions = 32;
+  std::map<std::string, at::Tensor> params;  // basin's names and [out, in] layout
+  NamedTensors file;
+  auto add = [&](const std::string& name, at::Tensor value) {
+    params[name] = value;
+    const bool conv1d = name.find(".c_") != std::string::npos && name.size() > 7 &&
+                        name.compare(name.size() - 7, 7, ".weight") == 0;
+    file.emplace_back("transformer." + name, conv1d ? value.t().contiguous() : value);
+  };
+  add("wte.weight", at::randn({v, c}) * 0.1);
+  const at::Tensor wpe = at::randn({positions, c}) * 0.1;
+  params["wpe.weight"] = wpe.slice(0, 0, 16);
+  file.emplace_back("transformer.wpe.weight", wpe);
+  for (int64_t l = 0; l < layers; ++l) {
+    const std::string h = "h." + std::to_string(l) + ".";
+    for (const char* norm : {"ln_1", "ln_2"}) {
+      add(h + norm + ".weight", 1 + 0.1 * at::randn({c}));
+      add(h + norm + ".bias", 0.1 * at::randn({c}));
+    }
+    add(h + "attn.c_attn.weight", 0.1 * at::randn({3 * c, c}));
+    add(h + "attn.c_attn.bias", 0.1 * at::randn({3 * c}));
+    add(h + "attn.c_proj.weight", 0.1 * at::randn({c, c}));
+    add(h + "attn.c_proj.bias", 0.1 * at::randn({c}));
+    add(h + "mlp.c_fc.weight", 0.1 * at::randn({4 * c, c}));
+    add(h + "mlp.c_fc.bias", 0.1 * at::randn({4 * c}));
+    add(h + "mlp.c_proj.weight", 0.1 * at::randn({c, 4 * c}));
+    add(h + "mlp.c_proj.bias", 0.1 * at::randn({c}));
+    file.emplace_back("transformer." + h + "attn.bias", at::ones({1, 1, positions, positions}).tril());
+  }
+  add("ln_f.weight", 1 + 0.1 * at::randn({c}));
+  add("ln_f.bias", 0.1 * at::randn({c}));
+  file.emplace_back("lm_head.weight", params["wte.weight"]);
+  std::filesystem::create_directories(dir.file("gpt2"));
+  write_safetensors_file(dir.file("gpt2/model.safetensors"), file, {{"format", "pt"}});
+  test::write_text(dir.file("gpt2/config.json"), Json{{"model_type", "gpt2"}, {"vocab_size", v}, {"n_positions", positions},
+                                                       {"n_embd", c}, {"n_layer", layers}, {"n_head", 4},
+                                                       {"activation_function", "gelu_new"}}.dump());
+  Trainer trainer(hf_job(dir.path().string(), dir.file("gpt2")));
+  at::NoGradGuard no_grad;
+  trainer.model().eval();
+  const at::Tensor ids = at::randint(0, v, {2, 16}, at::kLong);
+  EXPECT_LT((trainer.model().forward(ids) - reference_logits(params, ids, layers, 4)).abs().max().item<double>(), 1e-4);
 }
 
 // With PyPI's transformers: a random GPT2LMHeadModel saved by Python gives

@@ -88,6 +88,10 @@ TEST(SafetensorsTest, AHeaderThatLiesIsRefusedNamingTheFileAndTheTensor) {
   expect_refused(file("fields"), {"tensor 'w'", "without dtype, shape and data_offsets"});
   write_file(file("bool"), R"({"m": {"dtype": "BOOL", "shape": [2], "data_offsets": [0, 2]}})", std::string("\x01\x02", 2));
   expect_refused(file("bool"), {"BOOL tensor 'm'"});
+  write_file(file("deep"), "{\"w\": {\"dtype\": " + std::string(100000, '[') + std::string(100000, ']') + "}}", eight);
+  expect_refused(file("deep"), {"deep", "nested deeper"});
+  write_file(file("empty_huge"), R"({"w": {"dtype": "F32", "shape": [0, 1099511627776, 1099511627776], "data_offsets": [0, 0]}})", eight);
+  expect_refused(file("empty_huge"), {"tensor 'w'", "shape"});
   std::ofstream(file("tiny"), std::ios::binary) << "abc";
   expect_refused(file("tiny"), {"tiny", "3 bytes long"});
   expect_refused(file("missing"), {"missing", "cannot be read"});

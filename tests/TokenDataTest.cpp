@@ -146,7 +146,27 @@ TEST(TokenDataTest, TensorFilesTakeIntegerIdsAndTokenTargetsWithIgnoredOnes) {
   EXPECT_TRUE(trainer.data().train.targets().equal(y));
   EXPECT_EQ(trainer.data().info.num_classes, std::max(x.max().item<int64_t>(), y.max().item<int64_t>()) + 1);
   const EvalResult result = trainer.evaluate();
+  // By hand: the mean cross-entropy over the 8 test windows' tokens but y[3][2], and their argmax hits.
+  {
+    at::NoGradGuard no_grad;
+    trainer.model().eval();
+    const at::Tensor output = trainer.model().forward(x.slice(0, 0, 8));
+    const at::Tensor logits = output.reshape({-1, output.size(-1)});
+    const at::Tensor targets = y.slice(0, 0, 8).reshape({-1});
+    const at::Tensor counted = targets.ne(-100);
+    const at::Tensor safe = targets.clamp_min(0);
+    const at::Tensor nll = -logits.log_softmax(-1).gather(1, safe.unsqueeze(1)).squeeze(1);
+    const double expected_loss = nll.masked_select(counted).mean().item<double>();
+    const double expected_accuracy = logits.argmax(-1).eq(safe).logical_and(counted).sum().item<double>() / 39.0;
+    trainer.model().train();
+    EXPECT_EQ(counted.sum().item<int64_t>(), 39);
+    EXPECT_NEAR(result.loss, expected_loss, 1e-6);
+    EXPECT_NEAR(result.accuracy, expected_accuracy, 1e-12);
+  }
   EXPECT_NEAR(result.perplexity, std::exp(result.loss), 1e-9 * result.perplexity);
+  Json smoothed = gpt_on(data);
+  smoothed["loss"] = {{"name", "cross_entropy"}, {"label_smoothing", 0.1}};
+  EXPECT_TRUE(std::isnan(Trainer(smoothed).evaluate().perplexity)) << "a smoothed loss is no perplexity";
 
   // Targets that are neither ids nor the loss's ignore_index, a class loss on tokens, an MLP on ids, label noise.
   y[5][1] = -7;
@@ -159,10 +179,15 @@ TEST(TokenDataTest, TensorFilesTakeIntegerIdsAndTokenTargetsWithIgnoredOnes) {
   expect_trainer_refuses(mse, {"'loss'", "mse", "token"});
   Json mlp = gpt_on(data);
   mlp["model"] = {{"name", "mlp"}};
-  expect_trainer_refuses(mlp, {"'model'", "integer ids", "embedding"});
+  expect_trainer_refuses(mlp, {"'model'", "read as token ids", "embedding", "X.float()"});
   Json noisy = gpt_on(data);
   noisy["data"]["label_noise"] = 0.1;
   expect_trainer_refuses(noisy, {"data.label_noise", "token"});
+  for (const char* loss_side : {"saf", "mesa"}) {
+    Json trajectory = gpt_on(data);
+    trajectory["algorithms"] = {{loss_side, Json::object()}};
+    expect_trainer_refuses(trajectory, {std::string("algorithms.") + loss_side, "token sequences"});
+  }
   Json long_windows = gpt_on(data);
   long_windows["model"]["block_size"] = 3;
   expect_trainer_refuses(long_windows, {"model.block_size"});

@@ -111,19 +111,26 @@ struct Reference {
   }
 
   /// Gradient of the mean cross-entropy over every counted token of the batch, at `weights`.
-  test::Weights gradient_at(const test::Weights& weights) {
+  test::Weights gradient_at(const test::Weights& weights) { return gradient_of_sum(weights, 0, 16, counted(0, 16)); }
+
+  /// Gradient of the cross-entropy summed over the counted tokens of samples [begin, end), over `divisor`.
+  test::Weights gradient_of_sum(const test::Weights& weights, int64_t begin, int64_t end, double divisor) {
     auto params = model->parameters();
     {
       at::NoGradGuard no_grad;
       for (std::size_t i = 0; i < params.size(); ++i) params[i].copy_(weights[i]);
     }
     model->zero_grad();
-    const at::Tensor logits = model->forward(x);
-    at::cross_entropy_loss(logits.reshape({-1, kVocabulary}), y.reshape({-1}), {}, at::Reduction::Mean, -100).backward();
+    const at::Tensor logits = model->forward(x.slice(0, begin, end));
+    (at::cross_entropy_loss(logits.reshape({-1, kVocabulary}), y.slice(0, begin, end).reshape({-1}), {},
+                            at::Reduction::Sum, -100) / divisor)
+        .backward();
     test::Weights grads;
     for (const auto& p : params) grads.push_back(p.grad().clone());
     return grads;
   }
+
+  double counted(int64_t begin, int64_t end) const { return y.slice(0, begin, end).ne(-100).sum().item<double>(); }
 
   test::Weights weights() {
     test::Weights copies;
@@ -151,6 +158,28 @@ test::Weights sam_by_hand(Reference& reference, double lr, double rho) {
   const test::Weights g_at_ascended = reference.gradient_at(ascended);
   test::Weights next;
   for (std::size_t i = 0; i < w.size(); ++i) next.push_back(w[i] - lr * g_at_ascended[i]);
+  return next;
+}
+
+/// SAM with each rank's own ascent (the default): rank r ascends along the
+/// mean over its own counted tokens, and the descent is the mean over every
+/// counted token of the step, each rank's taken at its own w + e_r.
+test::Weights rank_local_sam_by_hand(Reference& reference, double lr, double rho) {
+  const test::Weights w = reference.weights();
+  const double all = reference.counted(0, 16);
+  test::Weights step(w.size());
+  for (int64_t rank = 0; rank < 2; ++rank) {
+    const int64_t begin = rank * 8, end = begin + 8;
+    const test::Weights g = reference.gradient_of_sum(w, begin, end, reference.counted(begin, end));
+    double squares = 0;
+    for (const auto& t : g) squares += t.pow(2).sum().item<double>();
+    test::Weights ascended;
+    for (std::size_t i = 0; i < w.size(); ++i) ascended.push_back(w[i] + rho / (std::sqrt(squares) + 1e-12) * g[i]);
+    const test::Weights descent = reference.gradient_of_sum(ascended, begin, end, all);
+    for (std::size_t i = 0; i < w.size(); ++i) step[i] = rank == 0 ? descent[i] : step[i] + descent[i];
+  }
+  test::Weights next;
+  for (std::size_t i = 0; i < w.size(); ++i) next.push_back(w[i] - lr * step[i]);
   return next;
 }
 
@@ -183,6 +212,23 @@ TEST(TokenLossTest, SamWithASyncedAscentMeansEveryCountedTokenInBothPasses) {
   Reference reference(gpt_config(dir.file("tokens.pt"), 16, 1));
   expect_step_is_the_whole_batch_mean(Json::parse(R"({"algorithms": {"sam": {"rho": 0.2, "sync_ascent": true}}})"),
                                       sam_by_hand(reference, 0.5, 0.2), "SAM");
+}
+
+TEST(TokenLossTest, SamWithRankLocalAscentsAscendsOnEachRanksTokensAndDescendsOnAll) {
+  test::TempDir dir;
+  write_token_data(dir.file("tokens.pt"));
+  Reference reference(gpt_config(dir.file("tokens.pt"), 16, 1));
+  const test::Weights expected = rank_local_sam_by_hand(reference, 0.5, 0.2);
+  for (const std::string mode : {"ddp", "zero2"}) {
+    Json config = gpt_config(dir.file("tokens.pt"), 8, 2);
+    config["algorithms"] = Json::parse(R"({"sam": {"rho": 0.2}})");
+    config["parallel"] = {{"mode", mode}, {"timeout_seconds", 60}};
+    const auto weights = test::train_on_ranks(2, config);
+    for (int rank = 0; rank < 2; ++rank) {
+      EXPECT_LT(test::max_difference(weights[static_cast<std::size_t>(rank)], expected), 1e-6)
+          << "rank-local SAM under " << mode << " on rank " << rank;
+    }
+  }
 }
 
 }  // namespace

@@ -17,7 +17,7 @@ MESA::MESA(Params& params) : TrajectoryLoss(params, 0.8), loaded_(new_state_dict
 
 bool MESA::match(Event event, const State& state) const {
   switch (event) {
-    case Event::INIT: return !state.outputs_given;                // refused there
+    case Event::INIT: return !state.outputs_given || state.outputs_per_token;  // refused there
     case Event::AFTER_SHARDING: return state.parameters_sharded;  // refused there
     case Event::FIT_START:
     case Event::AFTER_STEP: return true;

@@ -11,12 +11,13 @@ namespace basin {
 SAF::SAF(Params& params) : TrajectoryLoss(params, 0.3) { epochs_ago_ = params.integer("epochs_ago", 2, 1); }
 
 bool SAF::match(Event event, const State& state) const {
-  return event == Event::AFTER_LOSS || event == Event::AFTER_STEP || (event == Event::INIT && !state.outputs_given);
+  return event == Event::AFTER_LOSS || event == Event::AFTER_STEP ||
+         (event == Event::INIT && (!state.outputs_given || state.outputs_per_token));
 }
 
 void SAF::apply(Event event, State& state, Logger& /*logger*/) {
   if (event == Event::INIT) {
-    require_outputs(state);  // throws: INIT matches only when there are no outputs
+    require_outputs(state);  // throws: INIT matches only when there are no class outputs
     return;
   }
   if (event == Event::AFTER_STEP) {

@@ -25,6 +25,10 @@ void TrajectoryLoss::add_term(State& state, const at::Tensor& reference, const a
 }
 
 void TrajectoryLoss::require_outputs(const State& state) const {
+  if (state.outputs_per_token) {
+    throw ConfigError("config key '" + path_ + "': compares each sample's class distribution with an earlier one, and "
+                      "the data's targets are token sequences (a language model); it takes class targets");
+  }
   if (state.outputs_given) return;
   throw ConfigError("config key '" + path_ + "': compares the model's outputs (logits), and \"loss\": \"model\" "
                     "gives none (the model returns its loss); use the config's loss");

@@ -83,6 +83,9 @@ struct State {
   /// Whether the closure leaves the model's logits in `outputs`: not under
   /// "loss": "model", where the model returns its loss instead.
   bool outputs_given = true;
+  /// Whether the targets are token sequences [n, T] and the outputs logits
+  /// [n, T, V] (a language model), not one class per sample.
+  bool outputs_per_token = false;
   at::Tensor loss;   // loss of the current microbatch, already divided by microbatch_divisor
   Pass pass = Pass::kPlain;
 

@@ -18,6 +18,24 @@ namespace basin {
 namespace {
 
 constexpr uint64_t kMaxHeaderBytes = 100 << 20;  // the safetensors library's own limit
+constexpr std::size_t kMaxTensors = 1 << 20;       // a model of a million tensors is no model
+constexpr int kMaxDepth = 3;                       // {name: {"shape": [size]}}
+
+/// The header's JSON: plain nlohmann::json (a std::map: the insertion-ordered
+/// Json scans its keys on every insert, quadratic in a header of many), with
+/// nesting refused past what the format has, before it is built.
+using Header = nlohmann::json;
+
+/// A header value in a message: short, and never a walk down an untrusted tree.
+std::string shown(const Header& value) {
+  if (value.is_structured()) {
+    bool flat = value.size() <= 8;
+    for (const Header& item : value) flat = flat && item.is_primitive();
+    if (!flat) return std::string("a JSON ") + value.type_name();
+  }
+  const std::string text = value.dump();
+  return text.size() <= 80 ? text : text.substr(0, 80) + "...";
+}
 
 struct DtypeName {
   const char* name;
@@ -52,34 +70,37 @@ uint64_t read_le64(const unsigned char* bytes) {
   return value;
 }
 
-Entry parse_entry(const std::string& name, const Json& value, const Refusal& refuse) {
+Entry parse_entry(const std::string& name, const Header& value, const Refusal& refuse) {
   const std::string tensor = "tensor '" + name + "'";
   if (!value.is_object() || !value.contains("dtype") || !value.contains("shape") || !value.contains("data_offsets")) {
     refuse("has a header entry for " + tensor + " without dtype, shape and data_offsets");
   }
   Entry entry{name, at::kFloat, {}, 0, 0};
-  const Json& dtype = value.at("dtype");
+  const Header& dtype = value.at("dtype");
   const auto known = std::find_if(std::begin(kDtypes), std::end(kDtypes), [&](const DtypeName& d) {
     return dtype.is_string() && dtype.get<std::string>() == d.name;
   });
   if (known == std::end(kDtypes)) {
-    refuse("gives " + tensor + " dtype " + dtype.dump() + "; expected F64, F32, F16, BF16, I64, I32, I16, I8, U8 or BOOL");
+    refuse("gives " + tensor + " dtype " + shown(dtype) + "; expected F64, F32, F16, BF16, I64, I32, I16, I8, U8 or BOOL");
   }
   entry.type = known->type;
   uint64_t elements = 1;
-  const Json& shape = value.at("shape");
-  if (!shape.is_array()) refuse("gives " + tensor + " shape " + shape.dump() + "; expected a list of sizes");
-  for (const Json& size : shape) {
+  const Header& shape = value.at("shape");
+  if (!shape.is_array()) refuse("gives " + tensor + " shape " + shown(shape) + "; expected a list of sizes");
+  uint64_t extent = 1;  // the product with empty dimensions as 1: what strides are made of
+  for (const Header& size : shape) {
     if (!size.is_number_unsigned() || size.get<uint64_t>() > (uint64_t{1} << 40) ||
-        __builtin_mul_overflow(elements, size.get<uint64_t>(), &elements)) {
-      refuse("gives " + tensor + " shape " + shape.dump() + "; expected sizes a tensor can have");
+        __builtin_mul_overflow(elements, size.get<uint64_t>(), &elements) ||
+        __builtin_mul_overflow(extent, std::max<uint64_t>(size.get<uint64_t>(), 1), &extent) ||
+        extent > (uint64_t{1} << 62)) {
+      refuse("gives " + tensor + " shape " + shown(shape) + "; expected sizes a tensor can have");
     }
     entry.shape.push_back(static_cast<int64_t>(size.get<uint64_t>()));
   }
-  const Json& offsets = value.at("data_offsets");
+  const Header& offsets = value.at("data_offsets");
   if (!offsets.is_array() || offsets.size() != 2 || !offsets[0].is_number_unsigned() || !offsets[1].is_number_unsigned() ||
       offsets[0].get<uint64_t>() > offsets[1].get<uint64_t>()) {
-    refuse("gives " + tensor + " data_offsets " + offsets.dump() + "; expected [begin, end] with begin <= end");
+    refuse("gives " + tensor + " data_offsets " + shown(offsets) + "; expected [begin, end] with begin <= end");
   }
   entry.begin = offsets[0].get<uint64_t>();
   entry.end = offsets[1].get<uint64_t>();
@@ -87,7 +108,7 @@ Entry parse_entry(const std::string& name, const Json& value, const Refusal& ref
   if (__builtin_mul_overflow(elements, static_cast<uint64_t>(c10::elementSize(entry.type)), &bytes) ||
       bytes != entry.end - entry.begin) {
     refuse("gives " + tensor + " " + std::to_string(entry.end - entry.begin) + " bytes; its dtype " +
-           dtype.get<std::string>() + " and shape " + shape.dump() + " need " + std::to_string(bytes));
+           dtype.get<std::string>() + " and shape " + shown(shape) + " need " + std::to_string(bytes));
   }
   return entry;
 }
@@ -112,13 +133,24 @@ NamedTensors read_safetensors_file(const std::string& path, const std::string& k
   }
   std::string header_text(header_bytes, '\0');
   if (!in.read(header_text.data(), static_cast<std::streamsize>(header_bytes))) refuse("ends inside its header");
-  Json header;
+  Header header;
+  bool too_deep = false;
   try {
-    header = Json::parse(header_text);
+    header = Header::parse(header_text, [&](int depth, Header::parse_event_t, Header&) {
+      if (depth > kMaxDepth) {
+        too_deep = true;
+        throw std::length_error("nested too deep");
+      }
+      return true;
+    });
   } catch (const std::exception& parse_error) {
+    if (too_deep) refuse("has a header nested deeper than a safetensors header is");
     refuse(std::string("has a header that is not JSON: ") + parse_error.what());
   }
   if (!header.is_object()) refuse("has a header that is not a JSON object of tensors");
+  if (header.size() > kMaxTensors) {
+    refuse("lists " + std::to_string(header.size()) + " tensors; expected at most " + std::to_string(kMaxTensors));
+  }
   // The file's order is the data's: entries sorted by where their bytes start.
   std::vector<Entry> entries;
   for (const auto& [name, value] : header.items()) {

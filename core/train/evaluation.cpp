@@ -50,7 +50,7 @@ EvalResult evaluate(Model& model, const TensorDataset& test, const Loss& loss, i
   result.accuracy = predicted > 0 ? static_cast<double>(correct) / static_cast<double>(predicted) : 0.0;
   if (loss.from_model() && !model.gives_logits()) result.accuracy = std::nan("");  // not measured: no logits
   result.loss = counted > 0 ? loss_sum / static_cast<double>(counted) : 0.0;
-  if (tokens && loss.name() == "cross_entropy") result.perplexity = std::exp(result.loss);
+  if (tokens && loss.gives_perplexity()) result.perplexity = std::exp(result.loss);
   state.test_accuracy = result.accuracy;
   state.test_loss = result.loss;
   engine.run(Event::EVAL_END);

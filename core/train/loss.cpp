@@ -73,7 +73,7 @@ at::Tensor Loss::sum(const at::Tensor& outputs, const at::Tensor& targets) const
 }
 
 int64_t Loss::count(const at::Tensor& targets) const {
-  if (!per_token(targets)) return targets.size(0);
+  if (name_ == "mse") return targets.size(0);
   return targets.ne(ignore_index_).sum().item<int64_t>();
 }
 

@@ -40,7 +40,7 @@ class Loss {
   at::Tensor per_sample(const at::Tensor& outputs, const at::Tensor& targets) const;
   /// The sum over the samples, or over the counted tokens (evaluation adds batches up).
   at::Tensor sum(const at::Tensor& outputs, const at::Tensor& targets) const;
-  /// What `mean` divides `sum` by: the samples, or the tokens that are not ignore_index.
+  /// What `mean` divides `sum` by: the targets that are not ignore_index (samples, or tokens).
   int64_t count(const at::Tensor& targets) const;
   /// How many of the counted targets `outputs` predicts (argmax), a 0-dim tensor where they are.
   at::Tensor correct(const at::Tensor& outputs, const at::Tensor& targets) const;
@@ -49,6 +49,8 @@ class Loss {
   /// "loss": "model": the model returns its own loss.
   bool from_model() const { return name_ == "model"; }
   int64_t ignore_index() const { return ignore_index_; }
+  /// Whether exp(mean) is a perplexity: a cross-entropy against the targets themselves (no label smoothing).
+  bool gives_perplexity() const { return name_ == "cross_entropy" && label_smoothing_ == 0; }
 
  private:
   void check_computable() const;

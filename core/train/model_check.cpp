@@ -33,16 +33,15 @@ class EvalModeFor {
   bool training_;
 };
 
-/// Token targets [n, T] take logits [n, T, V] with V past the vocabulary, and a cross-entropy.
-void check_token_logits(const at::Tensor& logits, const at::Tensor& targets, const Loss& loss,
+/// Token targets [n, T] take logits [n, T, V] over at least the data's vocabulary, and a cross-entropy.
+void check_token_logits(const at::Tensor& logits, const at::Tensor& targets, const Loss& loss, int64_t vocabulary,
                         const std::string& data_text) {
   if (loss.name() == "mse") {
     throw ConfigError("config key 'loss': \"mse\" takes one class per sample, and the data's targets are token "
                       "sequences; use \"cross_entropy\"");
   }
   const auto n = targets.size(0), tokens = targets.size(1);
-  const int64_t largest = targets.max().item<int64_t>();
-  if (logits.dim() != 3 || logits.size(0) != n || logits.size(1) != tokens || logits.size(2) <= largest ||
+  if (logits.dim() != 3 || logits.size(0) != n || logits.size(1) != tokens || logits.size(2) < vocabulary ||
       !at::isFloatingType(logits.scalar_type())) {
     throw ConfigError("config key 'model': its output for " + std::to_string(n) + " sequences of " +
                       std::to_string(tokens) + " tokens has shape " + c10::str(logits.sizes()) +
@@ -54,8 +53,9 @@ void check_token_logits(const at::Tensor& logits, const at::Tensor& targets, con
 /// Token targets are ids below the vocabulary, or the loss's ignore_index.
 void check_token_targets(const TensorDataset& split, const std::string& name, const Loss& loss, int64_t vocabulary) {
   if (split.size() == 0 || !Loss::per_token(split.targets()) || loss.from_model()) return;
-  // Compared as int32 at least (a uint8 tensor would wrap a vocabulary of 256 to 0).
-  const at::Tensor targets = split.targets().scalar_type() == at::kLong ? split.targets() : split.targets().to(at::kInt);
+  // Ids stored narrow (bytes, int32 token streams) were checked against the vocabulary as they were read.
+  if (split.targets().scalar_type() != at::kLong) return;
+  const at::Tensor& targets = split.targets();
   const at::Tensor wrong = targets.lt(0).logical_or(targets.ge(vocabulary)).logical_and(targets.ne(loss.ignore_index()));
   if (!wrong.any().item<bool>()) return;
   const at::Tensor where = wrong.nonzero()[0];
@@ -102,14 +102,14 @@ void check_model_fits_data(Model& model, const DataSplits& data, const Loss& los
     } catch (const std::exception& error) {
       throw ConfigError("config key 'model': the model fails on a batch of " + std::to_string(n) +
                         " training samples (" + data_text + "): " + last_line(error) +
-                        (ids ? "; the inputs are integer ids: the model must start with an embedding (\"gpt\", "
-                               "or a TorchScript module)"
+                        (ids ? "; the inputs are integers, read as token ids: the model must start with an embedding "
+                               "(\"gpt\", or a TorchScript module), or, for images, save them as floats (X.float())"
                              : ""));
     }
   }
   if (!logits.defined()) return;
   if (Loss::per_token(batch.targets)) {
-    check_token_logits(logits, batch.targets, loss, data_text);
+    check_token_logits(logits, batch.targets, loss, data.info.num_classes, data_text);
     return;
   }
   // Cross-entropy and mse take any logits past the largest class (data.num_classes may be below the head).

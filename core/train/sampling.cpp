@@ -14,28 +14,48 @@
 
 namespace basin {
 
-TrainedModel load_trained_model(const std::string& run_dir) {
-  const std::string config_path = run_dir + "/config.json";
-  std::ifstream in(config_path);
-  if (!in) throw ConfigError("'" + config_path + "' cannot be read; expected the run directory basin-train wrote");
-  Json config;
+namespace {
+
+Json read_json(const std::string& path, const std::string& what) {
+  std::ifstream in(path);
+  if (!in) throw ConfigError("'" + path + "' cannot be read; expected " + what);
   try {
-    config = Json::parse(in);
+    Json value = Json::parse(in);
+    if (!value.is_object()) throw std::runtime_error("not a JSON object");
+    return value;
   } catch (const std::exception& error) {
-    throw ConfigError("'" + config_path + "' is not JSON: " + error.what());
+    throw ConfigError("'" + path + "' is not " + what + ": " + error.what());
   }
-  if (!config.is_object() || !config.contains("data") || !config.contains("model")) {
-    throw ConfigError("'" + config_path + "' has no \"data\" and \"model\"; expected a run's config.json");
-  }
-  // The data sizes the model, as when it trained; the trainer's own data keys are not the dataset's.
-  Json data_keys = config["data"];
-  for (const char* key : {"name", "batch_size", "microbatches", "eval_batch_size", "train_subset", "label_noise", "shuffle"}) {
-    data_keys.erase(key);
-  }
+}
+
+/// Puts the model back in the mode it had, however sampling ends.
+class EvalMode {
+ public:
+  explicit EvalMode(Model& model) : model_(model), training_(model.is_training()) { model_.eval(); }
+  ~EvalMode() { model_.train(training_); }
+
+ private:
+  Model& model_;
+  bool training_;
+};
+
+}  // namespace
+
+TrainedModel load_trained_model(const std::string& run_dir) {
+  const std::string what = "the run directory basin-train wrote";
+  const Json config = read_json(run_dir + "/config.json", what);
+  const Json data = read_json(run_dir + "/data_info.json", what);
   TrainedModel trained;
-  trained.data_name = config["data"].value("name", std::string());
-  Params data(data_keys, "data");
-  trained.info = dataset_registry().create(trained.data_name, data, config.value("seed", int64_t{0}))->info;
+  try {
+    trained.data_name = data.at("name").get<std::string>();
+    trained.info.input_shape = data.at("input_shape").get<std::vector<int64_t>>();
+    trained.info.num_classes = data.at("num_classes").get<int64_t>();
+  } catch (const std::exception& error) {
+    throw ConfigError("'" + run_dir + "/data_info.json' lacks the data's name, input_shape or num_classes: " + error.what());
+  }
+  if (!config.contains("model") || !config["model"].is_object()) {
+    throw ConfigError("'" + run_dir + "/config.json' has no \"model\"; expected a run's config.json");
+  }
   Json model_keys = config["model"];
   const std::string name = model_keys.contains("torchscript") && !model_keys.contains("name")
                                ? "torchscript"
@@ -54,8 +74,7 @@ at::Tensor sample_tokens(Model& model, const at::Tensor& prompt, const SamplingO
   if (prompt.dim() != 1 || prompt.numel() == 0) throw std::invalid_argument("sample_tokens: the prompt needs an id");
   if (options.context < 1) throw std::invalid_argument("sample_tokens: the context must hold a token");
   at::NoGradGuard no_grad;
-  const bool training = model.is_training();
-  model.eval();
+  EvalMode eval(model);
   auto generator = at::detail::createCPUGenerator(options.seed);
   at::Tensor ids = prompt.to(at::kLong).cpu();
   for (int64_t i = 0; i < options.tokens; ++i) {
@@ -65,7 +84,7 @@ at::Tensor sample_tokens(Model& model, const at::Tensor& prompt, const SamplingO
     if (options.temperature <= 0) {
       next = logits.argmax().view({1});
     } else {
-      logits = logits / options.temperature;
+      logits = (logits - logits.max()) / options.temperature;  // the likeliest at 0: no overflow at a tiny temperature
       if (options.top_k > 0 && options.top_k < logits.size(0)) {
         const at::Tensor kth = std::get<0>(logits.topk(options.top_k)).select(0, -1);
         logits = logits.masked_fill(logits < kth, -INFINITY);
@@ -74,7 +93,6 @@ at::Tensor sample_tokens(Model& model, const at::Tensor& prompt, const SamplingO
     }
     ids = at::cat({ids, next});
   }
-  model.train(training);
   return ids;
 }
 

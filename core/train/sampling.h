@@ -13,9 +13,9 @@ namespace basin {
 class Model;
 
 /// A run's trained model, as basin-train left it in `run_dir`: the model its
-/// config.json names, sized by the data it was trained on (read again for
-/// that), with the weights of state_dict.pt. Bad or missing files are a
-/// ConfigError naming them.
+/// config.json names, sized as data_info.json says the data was, with the
+/// weights of state_dict.pt. Bad or missing files are a ConfigError naming
+/// them.
 struct TrainedModel {
   std::shared_ptr<Model> model;
   DatasetInfo info;       // the data's window (input_shape) and vocabulary
@@ -29,7 +29,7 @@ struct SamplingOptions {
   double temperature = 1.0;    // logits are divided by it; 0 takes the likeliest token
   int64_t top_k = 0;           // draw among the k likeliest (0: all)
   uint64_t seed = 0;           // the draws depend on it alone
-  int64_t context = 0;         // the model sees the last `context` tokens (its window)
+  int64_t context = 0;         // the model sees the last `context` tokens (the window it trained on)
 };
 
 /// `prompt` (1-D ids, at least one) followed by `options.tokens` ids drawn

@@ -61,7 +61,7 @@ void Trainer::agree_on_stop() {
 }
 
 bool Trainer::token_cross_entropy() const {
-  return loss_.name() == "cross_entropy" && data_.train.size() > 0 && Loss::per_token(data_.train.targets());
+  return loss_.gives_perplexity() && data_.train.size() > 0 && Loss::per_token(data_.train.targets());
 }
 
 double Trainer::current_lr() const {

@@ -108,7 +108,7 @@ class Trainer {
   /// itself (SAM), else one pass, the checks and the base step here.
   at::Tensor optimizer_step();
   double current_lr() const;
-  /// Whether the loss is a cross-entropy over token targets (perplexity and accuracy are logged).
+  /// Whether the loss is a cross-entropy without smoothing over token targets (perplexity and accuracy are logged).
   bool token_cross_entropy() const;
   /// Ranks agree on stopping: a callback's request or a signal on any rank.
   void agree_on_stop();

@@ -47,6 +47,9 @@ at::Tensor TrainingClosure::operator()() {
   const bool tokens = !loss_.from_model() && Loss::per_token(picked.targets);
   const double tokens_per_rank = tokens ? counted_tokens_per_rank(picked.targets) : 0.0;
   at::Tensor correct = tokens ? at::zeros({}, at::TensorOptions(at::kLong).device(state_.device)) : at::Tensor();
+  // What the pass reports of token targets: this rank's mean over its counted tokens (what it backpropagates is
+  // its share of the mean over every rank's).
+  at::Tensor token_sum = tokens ? at::zeros({}, at::TensorOptions(at::kFloat).device(state_.device)) : at::Tensor();
   for (std::size_t i = 0; i < inputs.size(); ++i) {
     state_.microbatch = {inputs[i], targets[i], ids[i]};
     state_.microbatch_index = static_cast<int64_t>(i);
@@ -74,7 +77,9 @@ at::Tensor TrainingClosure::operator()() {
       } else if (tokens) {
         const at::Tensor outputs = state_.outputs.to(at::kFloat);  // the loss is fp32
         if (request.per_sample_losses) sample_losses.push_back(loss_.per_sample(outputs, state_.microbatch.targets).detach());
-        state_.loss = loss_.sum(outputs, state_.microbatch.targets) / tokens_per_rank;
+        const at::Tensor sum = loss_.sum(outputs, state_.microbatch.targets);
+        token_sum += sum.detach();
+        state_.loss = sum / tokens_per_rank;
         correct += loss_.correct(state_.outputs.detach(), state_.microbatch.targets);
       } else if (request.per_sample_losses) {
         const at::Tensor outputs = state_.outputs.to(at::kFloat);  // the loss is fp32
@@ -102,9 +107,14 @@ at::Tensor TrainingClosure::operator()() {
     }
     engine_.run(Event::AFTER_BACKWARD);
   }
+  if (tokens) {
+    const auto here = static_cast<double>(std::max<int64_t>(loss_.count(picked.targets), 1));
+    total = token_sum / here;
+    pass_accuracy_ = correct.item<double>() / here;
+  } else {
+    pass_accuracy_ = std::nan("");
+  }
   pass_loss_ = total;
-  pass_accuracy_ = tokens ? correct.item<double>() / static_cast<double>(std::max<int64_t>(loss_.count(picked.targets), 1))
-                          : std::nan("");
   return request.per_sample_losses ? at::cat(sample_losses) : total;
 }
 

@@ -41,7 +41,8 @@ class TrainingClosure {
 
   TrainingClosure(State& state, Engine& engine, Model& model, Loss loss, int64_t microbatches, Sync sync);
 
-  /// The pass's loss (see PassRequest); zeroes the gradients first when it backpropagates.
+  /// The pass's loss (see PassRequest); zeroes the gradients first when it
+  /// backpropagates. Of token targets: this rank's mean over its counted tokens.
   at::Tensor operator()();
   /// The last pass's loss over its samples (detached), for the finiteness check.
   const at::Tensor& pass_loss() const { return pass_loss_; }
