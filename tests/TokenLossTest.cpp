@@ -147,15 +147,19 @@ test::Weights sgd_by_hand(Reference& reference, double lr) {
   return next;
 }
 
-/// SAM (Foret et al.): the gradient at w + rho g / ||g||, stepped from w.
-test::Weights sam_by_hand(Reference& reference, double lr, double rho) {
-  const test::Weights w = reference.weights();
-  const test::Weights g = reference.gradient_at(w);
+/// SAM's ascent: w + rho g / (||g|| + 1e-12).
+test::Weights ascend(const test::Weights& w, const test::Weights& g, double rho) {
   double squares = 0;
   for (const auto& t : g) squares += t.pow(2).sum().item<double>();
   test::Weights ascended;
   for (std::size_t i = 0; i < w.size(); ++i) ascended.push_back(w[i] + rho / (std::sqrt(squares) + 1e-12) * g[i]);
-  const test::Weights g_at_ascended = reference.gradient_at(ascended);
+  return ascended;
+}
+
+/// SAM (Foret et al.): the gradient at w + rho g / ||g||, stepped from w.
+test::Weights sam_by_hand(Reference& reference, double lr, double rho) {
+  const test::Weights w = reference.weights();
+  const test::Weights g_at_ascended = reference.gradient_at(ascend(w, reference.gradient_at(w), rho));
   test::Weights next;
   for (std::size_t i = 0; i < w.size(); ++i) next.push_back(w[i] - lr * g_at_ascended[i]);
   return next;
@@ -171,10 +175,7 @@ test::Weights rank_local_sam_by_hand(Reference& reference, double lr, double rho
   for (int64_t rank = 0; rank < 2; ++rank) {
     const int64_t begin = rank * 8, end = begin + 8;
     const test::Weights g = reference.gradient_of_sum(w, begin, end, reference.counted(begin, end));
-    double squares = 0;
-    for (const auto& t : g) squares += t.pow(2).sum().item<double>();
-    test::Weights ascended;
-    for (std::size_t i = 0; i < w.size(); ++i) ascended.push_back(w[i] + rho / (std::sqrt(squares) + 1e-12) * g[i]);
+    const test::Weights ascended = ascend(w, g, rho);
     const test::Weights descent = reference.gradient_of_sum(ascended, begin, end, all);
     for (std::size_t i = 0; i < w.size(); ++i) step[i] = rank == 0 ? descent[i] : step[i] + descent[i];
   }

@@ -7,6 +7,7 @@
 #include <c10/util/StringUtil.h>
 
 #include "basin/core/config/config_error.h"
+#include "basin/core/train/eval_mode.h"
 #include "basin/core/train/model.h"
 
 namespace basin {
@@ -21,17 +22,6 @@ std::string last_line(const std::exception& error) {
   const std::string line = newline == std::string::npos ? trimmed : trimmed.substr(newline + 1);
   return line.size() > 300 ? line.substr(0, 300) + "..." : line;
 }
-
-/// Eval mode for the check, the model's own mode again after, however it ends.
-class EvalModeFor {
- public:
-  explicit EvalModeFor(Model& model) : model_(model), training_(model.is_training()) { model_.eval(); }
-  ~EvalModeFor() { model_.train(training_); }
-
- private:
-  Model& model_;
-  bool training_;
-};
 
 /// Token targets [n, T] take logits [n, T, V] over at least the data's vocabulary, and a cross-entropy.
 void check_token_logits(const at::Tensor& logits, const at::Tensor& targets, const Loss& loss, int64_t vocabulary,
@@ -90,7 +80,7 @@ void check_model_fits_data(Model& model, const DataSplits& data, const Loss& los
   }
   at::Tensor logits;
   {
-    EvalModeFor eval(model);
+    EvalModeScope eval(model);
     at::NoGradGuard no_grad;
     const at::Tensor inputs = batch.inputs.to(device);
     try {

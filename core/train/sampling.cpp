@@ -9,6 +9,7 @@
 
 #include "basin/core/config/config.h"
 #include "basin/core/config/config_error.h"
+#include "basin/core/train/eval_mode.h"
 #include "basin/core/train/initial_weights.h"
 #include "basin/core/train/model.h"
 
@@ -27,17 +28,6 @@ Json read_json(const std::string& path, const std::string& what) {
     throw ConfigError("'" + path + "' is not " + what + ": " + error.what());
   }
 }
-
-/// Puts the model back in the mode it had, however sampling ends.
-class EvalMode {
- public:
-  explicit EvalMode(Model& model) : model_(model), training_(model.is_training()) { model_.eval(); }
-  ~EvalMode() { model_.train(training_); }
-
- private:
-  Model& model_;
-  bool training_;
-};
 
 }  // namespace
 
@@ -74,7 +64,7 @@ at::Tensor sample_tokens(Model& model, const at::Tensor& prompt, const SamplingO
   if (prompt.dim() != 1 || prompt.numel() == 0) throw std::invalid_argument("sample_tokens: the prompt needs an id");
   if (options.context < 1) throw std::invalid_argument("sample_tokens: the context must hold a token");
   at::NoGradGuard no_grad;
-  EvalMode eval(model);
+  EvalModeScope eval(model);
   auto generator = at::detail::createCPUGenerator(options.seed);
   at::Tensor ids = prompt.to(at::kLong).cpu();
   for (int64_t i = 0; i < options.tokens; ++i) {

@@ -60,6 +60,10 @@ void Trainer::agree_on_stop() {
   interrupted_ = agreed[1].item<float>() > 0;
 }
 
+bool Trainer::logged(int64_t step, int64_t batch_in_epoch) const {
+  return step % state_.log_every == 0 || step == state_.max_steps || batch_in_epoch == state_.steps_per_epoch;
+}
+
 bool Trainer::token_cross_entropy() const {
   return loss_.gives_perplexity() && data_.train.size() > 0 && Loss::per_token(data_.train.targets());
 }
@@ -70,9 +74,12 @@ double Trainer::current_lr() const {
 }
 
 at::Tensor Trainer::run_pass() {
+  // The step's first pass (at w) measures the accuracy a logged step reports.
+  closure_->measure_accuracy(accuracy_wanted_);
   at::Tensor loss = (*closure_)();
   checks_->record_pass_loss(closure_->pass_loss());
-  if (std::isnan(step_accuracy_)) step_accuracy_ = closure_->pass_accuracy();  // the step's first pass: at w
+  if (accuracy_wanted_) step_accuracy_ = closure_->pass_accuracy();
+  accuracy_wanted_ = false;
   return loss;
 }
 
@@ -102,6 +109,7 @@ void Trainer::train_batch(const Batch& batch) {
   engine_->run(Event::BEFORE_STEP);
   const double lr = current_lr();
   step_accuracy_ = std::nan("");
+  accuracy_wanted_ = token_cross_entropy() && logged(state_.timestamp.step + 1, state_.timestamp.batch_in_epoch + 1);
   checks_->start_step();
   at::Tensor loss = optimizer_step();
   // Under data parallelism buffers (BatchNorm statistics) follow rank 0's
@@ -136,8 +144,7 @@ void Trainer::train_batch(const Batch& batch) {
   }
   const double step_seconds = seconds_since(start);
   epoch_train_seconds_ += step_seconds;
-  const bool last = ts.step == state_.max_steps || ts.batch_in_epoch == state_.steps_per_epoch;
-  if (ts.step % state_.log_every == 0 || last) {
+  if (logged(ts.step, ts.batch_in_epoch)) {
     Json record{{"step", ts.step},
                 {"epoch", ts.epoch},
                 {"loss", state_.step_loss.item<double>()},

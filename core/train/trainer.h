@@ -108,6 +108,8 @@ class Trainer {
   /// itself (SAM), else one pass, the checks and the base step here.
   at::Tensor optimizer_step();
   double current_lr() const;
+  /// Whether the step that ends at `step` (its `batch_in_epoch`-th batch) writes a metrics record.
+  bool logged(int64_t step, int64_t batch_in_epoch) const;
   /// Whether the loss is a cross-entropy without smoothing over token targets (perplexity and accuracy are logged).
   bool token_cross_entropy() const;
   /// Ranks agree on stopping: a callback's request or a signal on any rank.
@@ -132,6 +134,7 @@ class Trainer {
   int64_t epoch_steps_ = 0;
   /// Next-token accuracy of this step's first pass (at w, where the loss is); NaN without token targets.
   double step_accuracy_ = 0;
+  bool accuracy_wanted_ = false;  // this step is logged and its first pass has not run
   Json config_;                  // as given: checkpoints keep it, resume compares it
   int64_t epochs_completed_ = 0;
   bool epoch_open_ = false;      // EPOCH_START ran, the epoch's end has not

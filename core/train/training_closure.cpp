@@ -46,7 +46,8 @@ at::Tensor TrainingClosure::operator()() {
   // every rank whose gradients it averages, however they fall.
   const bool tokens = !loss_.from_model() && Loss::per_token(picked.targets);
   const double tokens_per_rank = tokens ? counted_tokens_per_rank(picked.targets) : 0.0;
-  at::Tensor correct = tokens ? at::zeros({}, at::TensorOptions(at::kLong).device(state_.device)) : at::Tensor();
+  const bool measured = tokens && measure_accuracy_;
+  at::Tensor correct = measured ? at::zeros({}, at::TensorOptions(at::kLong).device(state_.device)) : at::Tensor();
   // What the pass reports of token targets: this rank's mean over its counted tokens (what it backpropagates is
   // its share of the mean over every rank's).
   at::Tensor token_sum = tokens ? at::zeros({}, at::TensorOptions(at::kFloat).device(state_.device)) : at::Tensor();
@@ -80,7 +81,7 @@ at::Tensor TrainingClosure::operator()() {
         const at::Tensor sum = loss_.sum(outputs, state_.microbatch.targets);
         token_sum += sum.detach();
         state_.loss = sum / tokens_per_rank;
-        correct += loss_.correct(state_.outputs.detach(), state_.microbatch.targets);
+        if (measured) correct += loss_.correct(state_.outputs.detach(), state_.microbatch.targets);
       } else if (request.per_sample_losses) {
         const at::Tensor outputs = state_.outputs.to(at::kFloat);  // the loss is fp32
         const at::Tensor each = loss_.per_sample(outputs, state_.microbatch.targets);
@@ -107,13 +108,9 @@ at::Tensor TrainingClosure::operator()() {
     }
     engine_.run(Event::AFTER_BACKWARD);
   }
-  if (tokens) {
-    const auto here = static_cast<double>(std::max<int64_t>(loss_.count(picked.targets), 1));
-    total = token_sum / here;
-    pass_accuracy_ = correct.item<double>() / here;
-  } else {
-    pass_accuracy_ = std::nan("");
-  }
+  const double counted_here = tokens ? static_cast<double>(std::max<int64_t>(loss_.count(picked.targets), 1)) : 1.0;
+  if (tokens) total = token_sum / counted_here;
+  pass_accuracy_ = measured ? correct.item<double>() / counted_here : std::nan("");
   pass_loss_ = total;
   return request.per_sample_losses ? at::cat(sample_losses) : total;
 }

@@ -46,8 +46,11 @@ class TrainingClosure {
   at::Tensor operator()();
   /// The last pass's loss over its samples (detached), for the finiteness check.
   const at::Tensor& pass_loss() const { return pass_loss_; }
+  /// Whether the passes measure next-token accuracy (an argmax over the
+  /// vocabulary): the trainer asks for it in the pass it logs.
+  void measure_accuracy(bool measure) { measure_accuracy_ = measure; }
   /// The last pass's next-token accuracy over its counted tokens on this
-  /// rank; NaN unless the targets are tokens.
+  /// rank; NaN unless the targets are tokens and it was measured.
   double pass_accuracy() const { return pass_accuracy_; }
 
  private:
@@ -65,6 +68,7 @@ class TrainingClosure {
   int64_t microbatches_;
   Sync sync_;
   at::Tensor pass_loss_;
+  bool measure_accuracy_ = true;
   double pass_accuracy_ = 0;
 };
 
