@@ -3,17 +3,21 @@
 // the mean over every counted token of the step, whatever the microbatches
 // and ranks: SGD and SAM on a gpt, on one rank in one batch, and on 2 ranks in
 // 2 microbatches each (ddp, zero2, zero3), with ignored tokens spread
-// unevenly, all equal to a step computed by hand with plain LibTorch.
+// unevenly, all equal to a step computed by hand with plain LibTorch; and
+// ESAM's choice of sequences and its reported loss.
 #include <gtest/gtest.h>
 
 #include <string>
+#include <vector>
 
 #include <ATen/ATen.h>
 
 #include "basin/core/config/config.h"
+#include "basin/core/engine/callback.h"
 #include "basin/core/serialization/torch_save_file.h"
 #include "basin/core/train/loss.h"
 #include "basin/core/train/model.h"
+#include "basin/core/train/trainer.h"
 #include "distributed_util.h"
 #include "test_util.h"
 
@@ -72,11 +76,11 @@ TEST(TokenLossTest, CrossEntropyOverTokensIsTheMeanOverTheCountedOnes) {
 
 /// 16 windows of kTokens ids; samples 0-2 keep one target each and sample 9
 /// keeps two, the rest all: every rank's microbatches count differently.
-void write_token_data(const std::string& path) {
+void write_token_data(const std::string& path, const std::vector<int64_t>& one_target = {0, 1, 2}) {
   at::manual_seed(7);
   const at::Tensor x = at::randint(0, kVocabulary, {16, kTokens}, at::kLong);
   at::Tensor y = at::randint(0, kVocabulary, {16, kTokens}, at::kLong);
-  for (int64_t i : {0, 1, 2}) y[i].slice(0, 1).fill_(-100);
+  for (int64_t i : one_target) y[i].slice(0, 1).fill_(-100);
   y[9].slice(0, 2).fill_(-100);
   c10::Dict<std::string, at::Tensor> saved;
   saved.insert("x", x);
@@ -115,19 +119,38 @@ struct Reference {
 
   /// Gradient of the cross-entropy summed over the counted tokens of samples [begin, end), over `divisor`.
   test::Weights gradient_of_sum(const test::Weights& weights, int64_t begin, int64_t end, double divisor) {
-    auto params = model->parameters();
-    {
-      at::NoGradGuard no_grad;
-      for (std::size_t i = 0; i < params.size(); ++i) params[i].copy_(weights[i]);
-    }
+    return gradient_over(weights, at::arange(begin, end), divisor);
+  }
+
+  /// The same over the samples `rows` picks.
+  test::Weights gradient_over(const test::Weights& weights, const at::Tensor& rows, double divisor) {
+    auto params = load(weights);
     model->zero_grad();
-    const at::Tensor logits = model->forward(x.slice(0, begin, end));
-    (at::cross_entropy_loss(logits.reshape({-1, kVocabulary}), y.slice(0, begin, end).reshape({-1}), {},
+    const at::Tensor logits = model->forward(x.index_select(0, rows));
+    (at::cross_entropy_loss(logits.reshape({-1, kVocabulary}), y.index_select(0, rows).reshape({-1}), {},
                             at::Reduction::Sum, -100) / divisor)
         .backward();
     test::Weights grads;
     for (const auto& p : params) grads.push_back(p.grad().clone());
     return grads;
+  }
+
+  /// Each sample's cross-entropy summed over its counted tokens, at `weights`.
+  at::Tensor sequence_sums(const test::Weights& weights) {
+    load(weights);
+    at::NoGradGuard no_grad;
+    const at::Tensor logits = model->forward(x);
+    return at::cross_entropy_loss(logits.reshape({-1, kVocabulary}), y.reshape({-1}), {}, at::Reduction::None, -100)
+        .view(y.sizes())
+        .sum(1)
+        .to(at::kDouble);
+  }
+
+  std::vector<at::Tensor> load(const test::Weights& weights) {
+    auto params = model->parameters();
+    at::NoGradGuard no_grad;
+    for (std::size_t i = 0; i < params.size(); ++i) params[i].copy_(weights[i]);
+    return params;
   }
 
   double counted(int64_t begin, int64_t end) const { return y.slice(0, begin, end).ne(-100).sum().item<double>(); }
@@ -184,6 +207,34 @@ test::Weights rank_local_sam_by_hand(Reference& reference, double lr, double rho
   return next;
 }
 
+/// ESAM with every tensor perturbed (beta 1) and gamma 0.5: the ascent along
+/// the batch's token mean; the 8 sequences whose token sums rose most from w
+/// to w + e (what each adds to the step's mean, not its own mean); the
+/// descent at w + e on their mean, stepped from w.
+test::Weights esam_by_hand(Reference& reference, double lr, double rho) {
+  const test::Weights w = reference.weights();
+  const test::Weights ascended = ascend(w, reference.gradient_at(w), rho);
+  const at::Tensor rise = reference.sequence_sums(ascended) - reference.sequence_sums(w);
+  const at::Tensor chosen = std::get<0>(std::get<1>(at::topk(rise, 8)).sort());
+  // The data tells the two rankings apart: by each sequence's own mean, another 8 would descend.
+  const at::Tensor tokens = reference.y.ne(-100).sum(1).to(at::kDouble);
+  const at::Tensor by_mean = std::get<0>(std::get<1>(at::topk(rise / tokens, 8)).sort());
+  EXPECT_FALSE(at::equal(chosen, by_mean)) << "the test data no longer separates sums from means";
+  const double counted = reference.y.index_select(0, chosen).ne(-100).sum().item<double>();
+  const test::Weights g = reference.gradient_over(ascended, chosen, counted);
+  test::Weights next;
+  for (std::size_t i = 0; i < w.size(); ++i) next.push_back(w[i] - lr * g[i]);
+  return next;
+}
+
+/// Each step's loss as the trainer reports it.
+class StepLosses : public Callback {
+ public:
+  std::string name() const override { return "step_losses"; }
+  bool on_batch_end(const State& state, Logger&) override { return losses.push_back(state.step_loss.item<double>()), false; }
+  std::vector<double> losses;
+};
+
 void expect_step_is_the_whole_batch_mean(const Json& extra, const test::Weights& expected, const std::string& what) {
   test::TempDir dir;
   write_token_data(dir.file("tokens.pt"));
@@ -230,6 +281,23 @@ TEST(TokenLossTest, SamWithRankLocalAscentsAscendsOnEachRanksTokensAndDescendsOn
           << "rank-local SAM under " << mode << " on rank " << rank;
     }
   }
+}
+
+TEST(TokenLossTest, EsamRanksSequencesByWhatTheyAddToTheTokenMeanAndReportsThatMean) {
+  test::TempDir dir;
+  write_token_data(dir.file("tokens.pt"), {0, 2, 4, 6, 8, 10, 12, 14});  // half the sequences one token long
+  Json config = gpt_config(dir.file("tokens.pt"), 16, 2);
+  config["algorithms"] = Json::parse(R"({"esam": {"rho": 0.2, "beta": 1, "gamma": 0.5}})");
+  Reference reference(config);
+  const test::Weights w = reference.weights();
+  const double mean_at_w = reference.sequence_sums(w).sum().item<double>() / reference.counted(0, 16);
+  const test::Weights expected = esam_by_hand(reference, 0.5, 0.2);
+  auto losses = std::make_shared<StepLosses>();
+  Trainer trainer(config, {losses});
+  trainer.fit();
+  EXPECT_LT(test::max_difference(test::weights_of(trainer), expected), 1e-6);
+  ASSERT_EQ(losses->losses.size(), 1u);
+  EXPECT_NEAR(losses->losses.front(), mean_at_w, 1e-5) << "the step's loss is the token mean at w";
 }
 
 }  // namespace

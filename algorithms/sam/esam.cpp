@@ -10,7 +10,8 @@
 //     sample's loss L(w)), a forward alone at w + e gives L(w + e); the
 //     descent pass runs on the round(gamma * n) samples (at least one) whose
 //     loss rose most, and the base steps with their mean gradient (no
-//     forward alone when that is every sample).
+//     forward alone when that is every sample). Of token targets a
+//     sequence's loss is its share of the token mean (see PassRequest).
 //
 //     {"algorithms": {"esam": {"beta": 0.6, "gamma": 0.5, "rho": 0.05, ...SAM's other keys}}}
 //

@@ -33,7 +33,9 @@ enum class GradientSync {
 ///     them when undefined; the pass's loss is their mean;
 ///   - `backward` false: a forward alone, no gradient touched (not zeroed);
 ///   - `per_sample_losses`: the closure returns each sample's loss, a [n]
-///     tensor in the samples' order, instead of their mean.
+///     tensor in the samples' order, instead of their mean (of token
+///     targets, each sequence's token sum times n over the pass's counted
+///     tokens: its share of the token mean, their mean that mean).
 /// A closure that only ever sees the default (the whole batch, backward,
 /// the mean) may ignore it; the algorithms that need more say so.
 struct PassRequest {

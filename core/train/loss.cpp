@@ -57,9 +57,15 @@ at::Tensor Loss::per_sample(const at::Tensor& outputs, const at::Tensor& targets
   if (name_ == "mse") return (outputs - one_hot(outputs, targets)).pow(2).mean(1);
   if (per_token(targets)) {
     const at::Tensor counted = targets.ne(ignore_index_).flatten(1).sum(1).clamp_min(1).to(outputs.scalar_type());
-    return cross_entropy_each(outputs, targets).flatten(1).sum(1) / counted;
+    return sequence_sums(outputs, targets) / counted;
   }
   return at::cross_entropy_loss(outputs, targets, {}, at::Reduction::None, ignore_index_, label_smoothing_);
+}
+
+at::Tensor Loss::sequence_sums(const at::Tensor& outputs, const at::Tensor& targets) const {
+  check_computable();
+  if (!per_token(targets)) throw std::invalid_argument("Loss::sequence_sums: token targets [n, T] expected");
+  return cross_entropy_each(outputs, targets).flatten(1).sum(1);
 }
 
 at::Tensor Loss::sum(const at::Tensor& outputs, const at::Tensor& targets) const {

@@ -38,6 +38,8 @@ class Loss {
   at::Tensor mean(const at::Tensor& outputs, const at::Tensor& targets) const;
   /// Each sample's loss, a [n] tensor (a sequence's: the mean over its counted tokens).
   at::Tensor per_sample(const at::Tensor& outputs, const at::Tensor& targets) const;
+  /// Token targets: each sequence's loss summed over its counted tokens, a [n] tensor.
+  at::Tensor sequence_sums(const at::Tensor& outputs, const at::Tensor& targets) const;
   /// The sum over the samples, or over the counted tokens (evaluation adds batches up).
   at::Tensor sum(const at::Tensor& outputs, const at::Tensor& targets) const;
   /// What `mean` divides `sum` by: the targets that are not ignore_index (samples, or tokens).

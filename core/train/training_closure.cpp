@@ -77,7 +77,9 @@ at::Tensor TrainingClosure::operator()() {
         state_.loss = own_loss / state_.microbatch_divisor;
       } else if (tokens) {
         const at::Tensor outputs = state_.outputs.to(at::kFloat);  // the loss is fp32
-        if (request.per_sample_losses) sample_losses.push_back(loss_.per_sample(outputs, state_.microbatch.targets).detach());
+        if (request.per_sample_losses) {
+          sample_losses.push_back(loss_.sequence_sums(outputs, state_.microbatch.targets).detach());
+        }
         const at::Tensor sum = loss_.sum(outputs, state_.microbatch.targets);
         token_sum += sum.detach();
         state_.loss = sum / tokens_per_rank;
@@ -112,7 +114,11 @@ at::Tensor TrainingClosure::operator()() {
   if (tokens) total = token_sum / counted_here;
   pass_accuracy_ = measured ? correct.item<double>() / counted_here : std::nan("");
   pass_loss_ = total;
-  return request.per_sample_losses ? at::cat(sample_losses) : total;
+  if (!request.per_sample_losses) return total;
+  // Of token targets, each sequence's share of the pass's token mean, times the sequences: their mean is that
+  // mean (the step's loss), and ESAM ranks sequences by what they add to the loss the step descends on.
+  if (tokens) return at::cat(sample_losses) * (static_cast<double>(samples) / counted_here);
+  return at::cat(sample_losses);
 }
 
 double TrainingClosure::counted_tokens_per_rank(const at::Tensor& targets) const {
