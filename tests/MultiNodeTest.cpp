@@ -102,13 +102,13 @@ class TwoNamespaces {
   std::string a_, b_, reason_;
 };
 
-// The same SAM job as one node with two ranks, then as two nodes of one
-// rank each, in their own network namespaces: bit-equal weights.
-void expect_two_namespaces_equal_one_node(const std::string& mode) {
+// The same SAM job (`train`: basin-train and its options, less --run-dir) as
+// one node with two ranks, then as two nodes of one rank each, in their own
+// network namespaces: bit-equal weights.
+void expect_two_namespaces_equal_one_node(const std::string& train) {
   TwoNamespaces namespaces;
   if (!namespaces.reason().empty()) GTEST_SKIP() << namespaces.reason();
   test::TempDir dir;
-  const std::string train = kTrain + " --config " + kConfig + " --set max_epochs=2 --set parallel.mode=" + mode;
   const auto one = test::run_command(kRun + " --nproc 2 -- " + train + " --run-dir " + dir.file("one"));
   ASSERT_EQ(one.exit_code, 0) << one.output;
   const std::string two = train + " --run-dir " + dir.file("two");
@@ -125,12 +125,34 @@ void expect_two_namespaces_equal_one_node(const std::string& mode) {
   EXPECT_EQ(summary_two["test_loss"], summary_one["test_loss"]);
 }
 
+std::string synthetic_job(const std::string& mode) {
+  return kTrain + " --config " + kConfig + " --set max_epochs=2 --set parallel.mode=" + mode;
+}
+
 TEST(MultiNodeTest, TwoNodesInNetworkNamespacesTrainDdpWithSamAsOneNodeDoesBitForBit) {
-  expect_two_namespaces_equal_one_node("ddp");
+  expect_two_namespaces_equal_one_node(synthetic_job("ddp"));
 }
 
 TEST(MultiNodeTest, TwoNodesInNetworkNamespacesTrainZeroOneWithSamAsOneNodeDoesBitForBit) {
-  expect_two_namespaces_equal_one_node("zero1");
+  expect_two_namespaces_equal_one_node(synthetic_job("zero1"));
+}
+
+// A language model across machines: a byte-level gpt under zero3 with SAM
+// (its ascent synced, as zero3 requires) and 2 microbatches, on text.
+TEST(MultiNodeTest, TwoNodesInNetworkNamespacesTrainAGptUnderZeroThreeAsOneNodeDoesBitForBit) {
+  test::TempDir dir;
+  std::string corpus;
+  for (int i = 0; i < 50; ++i) corpus += "Fortune " + std::to_string(i) + ": a journey of a thousand miles.\n";
+  test::write_text(dir.file("corpus.txt"), corpus);
+  Json config = Json::parse(R"({"seed": 3, "threads": 1, "max_steps": 4,
+    "model": {"name": "gpt", "n_layer": 2, "n_head": 2, "n_embd": 16},
+    "optimizer": {"name": "adamw", "lr": 0.01},
+    "algorithms": {"sam": {"rho": 0.05, "sync_ascent": true}},
+    "parallel": {"mode": "zero3", "timeout_seconds": 60}})");
+  config["data"] = {{"name", "text"}, {"train", dir.file("corpus.txt")}, {"block_size", 16}, {"batch_size", 8},
+                    {"microbatches", 2}};
+  test::write_text(dir.file("gpt.json"), config.dump());
+  expect_two_namespaces_equal_one_node(kTrain + " --config " + dir.file("gpt.json"));
 }
 
 TEST(MultiNodeTest, TwoLaunchersOnLoopbackSetTorchrunsVariablesAndTrainAsOneNodeDoes) {

@@ -4,6 +4,8 @@
 // its own loss, trains on the windows under SAM.
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -121,17 +123,19 @@ TEST(TextDataTest, WhatDoesNotFitIsRefusedNamingTheKeyAndTheFile) {
   expect_refused({{"train", 3}, {"block_size", 4}}, {"data.train", "a file, a folder or a list"});
 }
 
-// A bigram model (an embedding and a head) scripted in Python, whose
-// forward(x, y) is the mean cross-entropy of its next-byte logits, trains on
-// a text's windows with SAM; its test loss in summary.json is the one
-// Python computes from model.pt on windows it cuts itself from the held-out
-// tail, and lower than the untrained model's.
-TEST(TextDataTest, AByteModelScriptedInPythonTrainsOnTheWindowsWithSam) {
-  if (!test::have_python_torch()) GTEST_SKIP() << "Python's torch is not installed (Debian package python3-torch)";
+// A bigram model (an embedding and a head) scripted in Python trains on a
+// text's windows with SAM, its forward either the mean cross-entropy of its
+// next-byte logits (forward(x, y), "loss": "model") or the logits [n, T, 256]
+// themselves (forward(x), the config's token cross-entropy). Its test loss
+// in summary.json is the one Python computes from model.pt on windows it
+// cuts itself from the held-out tail, and lower than the untrained model's.
+void expect_scripted_bigram_trains(bool returns_loss) {
   test::TempDir dir;
   std::string corpus;
   for (int i = 0; i < 200; ++i) corpus += "the cat sat on the mat. ";
   write(dir.file("corpus.txt"), corpus);
+  const std::string logits = "self.head(self.embed(x))";
+  const std::string mean_loss = "torch.nn.functional.cross_entropy(" + logits + ".reshape(-1, 256), y.reshape(-1))";
   // TorchScript reads a class's source from its file.
   test::write_text(dir.file("bigram.py"),
                    "import torch\n"
@@ -139,16 +143,16 @@ TEST(TextDataTest, AByteModelScriptedInPythonTrainsOnTheWindowsWithSam) {
                    "    def __init__(self):\n"
                    "        super().__init__()\n"
                    "        self.embed = torch.nn.Embedding(256, 32)\n"
-                   "        self.head = torch.nn.Linear(32, 256)\n"
-                   "    def forward(self, x, y):\n"
-                   "        return torch.nn.functional.cross_entropy(self.head(self.embed(x)).reshape(-1, 256), y.reshape(-1))\n");
+                   "        self.head = torch.nn.Linear(32, 256)\n" +
+                       (returns_loss ? "    def forward(self, x, y):\n        return " + mean_loss + "\n"
+                                     : "    def forward(self, x):\n        return " + logits + "\n"));
   const auto script = test::run_command("env -C " + dir.path().string() +
                                         " /usr/bin/python3 -c \"import torch, bigram\n"
                                         "torch.manual_seed(0); torch.jit.script(bigram.Bigram()).save('bigram.pt')\"");
   ASSERT_EQ(script.exit_code, 0) << script.output;
   Json config = test::smoke_config();
   config["model"] = {{"torchscript", dir.file("bigram.pt")}};
-  config["loss"] = "model";
+  if (returns_loss) config["loss"] = "model";
   config["data"] = {{"name", "text"}, {"train", dir.file("corpus.txt")}, {"block_size", 16},
                     {"batch_size", 32}, {"eval_batch_size", 1000}};
   config["optimizer"] = {{"name", "adam"}, {"lr", 0.01}};
@@ -158,17 +162,33 @@ TEST(TextDataTest, AByteModelScriptedInPythonTrainsOnTheWindowsWithSam) {
                                      " --run-dir " + dir.file("run"));
   ASSERT_EQ(run.exit_code, 0) << run.output;
   const Json summary = Json::parse(test::read_text(dir.file("run/summary.json")));
+  if (!returns_loss) {
+    ASSERT_TRUE(summary.contains("test_perplexity")) << summary.dump();
+    EXPECT_NEAR(summary["test_perplexity"].get<double>(), std::exp(summary["test_loss"].get<double>()), 1e-6);
+  }
+  const std::string loss_of = returns_loss ? "m(x, y)" : "torch.nn.functional.cross_entropy(m(x).reshape(-1, 256), y.reshape(-1))";
   const auto python = test::run_command(
       "env -C " + dir.path().string() + " /usr/bin/python3 -c \"import sys, torch\n"
       "data = open('corpus.txt', 'rb').read(); tail = data[len(data) - int(len(data) * 0.1):]\n"
       "starts = range(0, len(tail) - 16, 16)\n"
       "x = torch.tensor([list(tail[s:s + 16]) for s in starts]); y = torch.tensor([list(tail[s + 1:s + 17]) for s in starts])\n"
-      "with torch.no_grad(): trained, before = torch.jit.load('run/model.pt')(x, y).item(), torch.jit.load('bigram.pt')(x, y).item()\n"
+      "loss = lambda m: (" + loss_of + ").item()\n"
+      "with torch.no_grad(): trained, before = loss(torch.jit.load('run/model.pt')), loss(torch.jit.load('bigram.pt'))\n"
       "assert abs(trained - float(sys.argv[1])) < 1e-5, (trained, sys.argv[1])\n"
       "assert trained < before - 1, (trained, before)\n"
       "print('python: test loss', trained, 'from', before)\" " +
       summary["test_loss"].dump());
   EXPECT_EQ(python.exit_code, 0) << python.output << run.output;
+}
+
+TEST(TextDataTest, AByteModelScriptedInPythonTrainsOnTheWindowsWithSam) {
+  if (!test::have_python_torch()) GTEST_SKIP() << "Python's torch is not installed (Debian package python3-torch)";
+  expect_scripted_bigram_trains(/*returns_loss=*/true);
+}
+
+TEST(TextDataTest, AScriptedModelGivingLogitsPerTokenTrainsUnderTheTokenLoss) {
+  if (!test::have_python_torch()) GTEST_SKIP() << "Python's torch is not installed (Debian package python3-torch)";
+  expect_scripted_bigram_trains(/*returns_loss=*/false);
 }
 
 }  // namespace
