@@ -1,5 +1,6 @@
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -12,11 +13,18 @@ namespace basin::bench {
 /// (784-4096-4096-4096-10, 36.8M parameters), cnn (models/cnn.cpp's small CNN)
 /// or resnet (models/resnet.cpp, width 16, blocks [1, 1, 1]);
 /// cnn_contiguous: the cnn on contiguous activations and weights (its
-/// "channels_last": false), to measure what channels-last gains.
+/// "channels_last": false), to measure what channels-last gains; gpt: a
+/// GPT-2 of 6 blocks, 512 wide, 8 heads, block 128 and GPT-2's vocabulary of
+/// 50257 (44.7M parameters, 25.7M of them the tied embedding), on tokens.
 inline const std::vector<std::string>& model_names() {
-  static const std::vector<std::string> names{"mlp", "mlp1024", "mlp2048", "mlp4096x3", "cnn", "cnn_contiguous", "resnet"};
+  static const std::vector<std::string> names{"mlp", "mlp1024", "mlp2048", "mlp4096x3", "cnn", "cnn_contiguous", "resnet",
+                                              "gpt"};
   return names;
 }
+
+/// The gpt's window and vocabulary (bench/gpt_peer_model.py has the same).
+constexpr int64_t kGptBlock = 128;
+constexpr int64_t kGptVocab = 50257;
 
 /// The "model" config of one of model_names().
 inline Json model_config(const std::string& model) {
@@ -25,6 +33,7 @@ inline Json model_config(const std::string& model) {
   if (model == "mlp2048") return Json::parse(R"({"name": "mlp", "hidden": [2048, 2048]})");
   if (model == "cnn_contiguous") return Json::parse(R"({"name": "cnn", "channels_last": false})");
   if (model == "mlp4096x3") return Json::parse(R"({"name": "mlp", "hidden": [4096, 4096, 4096]})");
+  if (model == "gpt") return Json::parse(R"({"name": "gpt", "n_layer": 6, "n_head": 8, "n_embd": 512})");
   return {{"name", model}};
 }
 

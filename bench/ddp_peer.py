@@ -11,10 +11,11 @@ algorithm: sgd; sam_local (the ascent's backward under no_sync(): the
            synced). SAM as most PyTorch users run it: e = rho g / ||g||,
            w + e, descent, w - e, base step.
 model:     layer-for-layer copies of basin's registered models (mlp1024,
-           mlp2048, mlp4096x3, resnet); --optimizer sgd (lr 0.01, momentum
-           0.9), adam (lr 1e-3, PyTorch's default implementation: one
-           tensor at a time on the CPU) or adam_fused (fused=True, the CPU
-           kernel of torch >= 2.4); rho 0.05.
+           mlp2048, mlp4096x3, resnet, gpt: bench/gpt_peer_model.py, on
+           random token windows); --optimizer sgd (lr 0.01, momentum
+           0.9), adam or adamw (lr 1e-3, PyTorch's default implementation:
+           one tensor at a time on the CPU) or adam_fused, adamw_fused
+           (fused=True, the CPU kernel of torch >= 2.4); rho 0.05.
 DDP runs with its defaults (25 MiB buckets, a 1 MiB first one, buckets
 rebuilt after the first step) except broadcast_buffers=False: basin syncs
 BatchNorm's buffers before evaluation, not at every forward.
@@ -37,6 +38,8 @@ import torch.distributed as dist  # noqa: E402
 import torch.nn as nn  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 from torch.nn.parallel import DistributedDataParallel  # noqa: E402
+
+from gpt_peer_model import Gpt, token_batches  # noqa: E402
 
 LR, MOMENTUM, RHO = 0.01, 0.9, 0.05
 
@@ -91,21 +94,32 @@ def make_model(name):
                              nn.Linear(width, 10))
     if name == "resnet":
         return SmallResNet()
+    if name == "gpt":
+        return Gpt()
     raise ValueError(f"unknown model {name!r}")
 
 
 def make_optimizer(params, name):
-    """adam (PyTorch's default implementation), adam_fused (fused=True) or sgd (momentum)."""
+    """adam, adamw (PyTorch's default implementation), adam_fused, adamw_fused (fused=True) or sgd (momentum)."""
+    if name.startswith("adamw"):
+        return torch.optim.AdamW(params, lr=1e-3, fused=name == "adamw_fused")  # weight decay 0.01, as basin's
     if name.startswith("adam"):
         return torch.optim.Adam(params, lr=1e-3, fused=name == "adam_fused")
     return torch.optim.SGD(params, lr=LR, momentum=MOMENTUM)
 
 
-def make_batches(rank, batch):
-    """Four batches of this rank's own, drawn from its seed."""
+def make_batches(rank, batch, model="mlp"):
+    """Four batches of this rank's own, drawn from its seed (token windows for the gpt)."""
+    if model == "gpt":
+        return token_batches(rank, batch)
     generator = torch.Generator().manual_seed(rank)
     return [(torch.randn(batch, 1, 28, 28, generator=generator),
              torch.randint(0, 10, (batch,), generator=generator)) for _ in range(4)]
+
+
+def loss_of(logits, y):
+    """Cross-entropy over classes, or over every token of [n, T, V] logits."""
+    return F.cross_entropy(logits.flatten(0, -2), y.flatten()) if logits.dim() == 3 else F.cross_entropy(logits, y)
 
 
 def time_and_report(step, batches, impl, args):
@@ -127,7 +141,7 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", default="mlp1024")
     parser.add_argument("--algorithm", choices=("sgd", "sam_local", "sam_synced"), default="sgd")
-    parser.add_argument("--optimizer", choices=("sgd", "adam", "adam_fused"), default="sgd")
+    parser.add_argument("--optimizer", choices=("sgd", "adam", "adam_fused", "adamw", "adamw_fused"), default="sgd")
     parser.add_argument("--batch", type=int, default=128, help="per rank")
     parser.add_argument("--steps", type=int, default=30)
     parser.add_argument("--warmup", type=int, default=3)
@@ -141,17 +155,17 @@ def main():
     model = DistributedDataParallel(make_model(args.model), broadcast_buffers=False)
     params = [p for p in model.parameters() if p.requires_grad]
     optimizer = make_optimizer(params, args.optimizer)
-    batches = make_batches(rank, args.batch)
+    batches = make_batches(rank, args.batch, args.model)
 
     def sgd_step(x, y):
         optimizer.zero_grad()
-        F.cross_entropy(model(x), y).backward()
+        loss_of(model(x), y).backward()
         optimizer.step()
 
     def sam_step(x, y, synced):
         optimizer.zero_grad()
         with contextlib.nullcontext() if synced else model.no_sync():
-            F.cross_entropy(model(x), y).backward()
+            loss_of(model(x), y).backward()
         with torch.no_grad():
             norm = torch.norm(torch.stack([p.grad.norm(2) for p in params]), 2)
             scale = RHO / (norm + 1e-12)
@@ -159,7 +173,7 @@ def main():
             for p, e in zip(params, perturbation):
                 p.add_(e)
         optimizer.zero_grad()
-        F.cross_entropy(model(x), y).backward()
+        loss_of(model(x), y).backward()
         with torch.no_grad():
             for p, e in zip(params, perturbation):
                 p.sub_(e)

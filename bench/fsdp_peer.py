@@ -7,7 +7,9 @@ by basin-run or torchrun, over Gloo on the CPU; needs torch >= 2.6
   basin-run --nproc 2 -- python bench/fsdp_peer.py --model mlp4096x3 --optimizer adam --batch 32
 
 FSDP2 as its documentation sets it up: fully_shard on each Linear (a unit,
-as basin's mlp declares each layer one), then on the root; defaults
+as basin's mlp declares each layer one), or on each block of the gpt (as
+basin's gpt declares them), then on the root (the gpt's embeddings and
+final norm, as basin's root unit); defaults
 otherwise (parameters resharded after forward and gathered again for
 backward, fp32). SAM as a user writes it over sharded parameters, its ascent
 synced (the reduce-scatter of FSDP's backward; a rank-local ascent would
@@ -28,17 +30,17 @@ warnings.filterwarnings("ignore", message=".*Failed to initialize NumPy.*")
 import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
 import torch.nn as nn  # noqa: E402
-import torch.nn.functional as F  # noqa: E402
 from torch.distributed.fsdp import fully_shard  # noqa: E402
 
-from ddp_peer import RHO, make_batches, make_model, make_optimizer, time_and_report  # noqa: E402
+from ddp_peer import RHO, loss_of, make_batches, make_model, make_optimizer, time_and_report  # noqa: E402
+from gpt_peer_model import Block  # noqa: E402
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", default="mlp4096x3")
     parser.add_argument("--algorithm", choices=("sgd", "sam_synced"), default="sam_synced")
-    parser.add_argument("--optimizer", choices=("sgd", "adam", "adam_fused"), default="adam")
+    parser.add_argument("--optimizer", choices=("sgd", "adam", "adam_fused", "adamw", "adamw_fused"), default="adam")
     parser.add_argument("--batch", type=int, default=32, help="per rank")
     parser.add_argument("--steps", type=int, default=10)
     parser.add_argument("--warmup", type=int, default=3)
@@ -50,22 +52,24 @@ def main():
     rank = dist.get_rank()
     torch.manual_seed(0)
     model = make_model(args.model)
+    # A unit per gpt block (FSDP2's documented use for transformers), else per Linear, as basin's models declare.
+    unit = Block if args.model == "gpt" else nn.Linear
     for module in model.modules():
-        if isinstance(module, nn.Linear):
+        if isinstance(module, unit):
             fully_shard(module)
     fully_shard(model)
     params = [p for p in model.parameters() if p.requires_grad]
     optimizer = make_optimizer(params, args.optimizer)
-    batches = make_batches(rank, args.batch)
+    batches = make_batches(rank, args.batch, args.model)
 
     def sgd_step(x, y):
         optimizer.zero_grad()
-        F.cross_entropy(model(x), y).backward()
+        loss_of(model(x), y).backward()
         optimizer.step()
 
     def sam_step(x, y):
         optimizer.zero_grad()
-        F.cross_entropy(model(x), y).backward()
+        loss_of(model(x), y).backward()
         with torch.no_grad():
             shards = [p.grad.to_local() for p in params]
             squared = torch.stack([g.pow(2).sum() for g in shards]).sum()
@@ -75,7 +79,7 @@ def main():
             for p, e in zip(params, perturbation):
                 p.to_local().add_(e)
         optimizer.zero_grad()
-        F.cross_entropy(model(x), y).backward()
+        loss_of(model(x), y).backward()
         with torch.no_grad():
             for p, e in zip(params, perturbation):
                 p.to_local().sub_(e)

@@ -15,7 +15,8 @@ one thread per rank. It reports the median step time (rank 0's median over
 its steps, then the median over rounds), every rank's peak resident memory
 (the largest over rounds), and the per-round ratios basin_ddp / pytorch_ddp
 and basin_zero3 / fsdp2 (median and range): the machine's speed drifts
-between rounds, not within one.
+between rounds, not within one. For the gpt it also gives tokens per
+second (the job's: 128 tokens a sample, over every rank).
 
 Usage: sharded_peers.py --step-timer BUILD/bench/basin-bench-step --launcher BUILD/programs/basin-run
 """
@@ -26,6 +27,8 @@ import re
 import statistics
 import subprocess
 import sys
+
+from gpt_peer_model import BLOCK
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 # basin's programs make malloc keep freed memory for reuse (core/base/memory_reuse.h); the peers get the same.
@@ -47,10 +50,13 @@ def run(command, ranks):
 
 
 def contenders(args, ranks):
-    common = ["--model", args.model, "--batch", str(args.batch), "--steps", str(args.steps), "--threads", "1"]
+    common = ["--model", args.model, "--batch", str(args.batch), "--steps", str(args.steps), "--warmup",
+              str(args.warmup), "--threads", "1"]
     launch = [args.launcher, "--nproc", str(ranks), "--"]
-    basin = launch + [args.step_timer, "--impl", "trainer_sam", "--sync-ascent", "1", "--optimizer", args.optimizer] + common
-    peer = ["--algorithm", "sam_synced", "--optimizer", args.python_optimizer or args.optimizer] + common
+    sam = args.algorithm == "sam_synced"
+    basin = launch + [args.step_timer, "--impl", "trainer_sam" if sam else "trainer_sgd", "--sync-ascent", "1",
+                      "--optimizer", args.optimizer] + common
+    peer = ["--algorithm", "sam_synced" if sam else "sgd", "--optimizer", args.python_optimizer or args.optimizer] + common
     return [("basin_ddp", basin + ["--parallel", "ddp"]),
             ("pytorch_ddp", launch + [args.python, os.path.join(HERE, "ddp_peer.py")] + peer),
             ("basin_zero3", basin + ["--parallel", "zero3"]),
@@ -64,11 +70,15 @@ def main():
     parser.add_argument("--python", default=sys.executable, help="a Python with the torch basin builds against")
     parser.add_argument("--ranks", default="2,4")
     parser.add_argument("--model", default="mlp4096x3")
-    parser.add_argument("--optimizer", default="adam", help="basin's: adam (fused), adam_libtorch or sgd")
-    parser.add_argument("--python-optimizer", help="the peers' (default --optimizer): adam, adam_fused (fused=True) or sgd")
+    parser.add_argument("--optimizer", default="adam", help="basin's: adam, adamw (fused), adam_libtorch or sgd")
+    parser.add_argument("--python-optimizer",
+                        help="the peers' (default --optimizer): adam, adamw, adam_fused, adamw_fused (fused=True) or sgd")
+    parser.add_argument("--algorithm", choices=("sam_synced", "base"), default="sam_synced",
+                        help="SAM with a synced ascent, or the base optimizer alone")
     parser.add_argument("--batch", type=int, default=32, help="per rank")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--steps", type=int, default=8)
+    parser.add_argument("--warmup", type=int, default=3, help="steps before the timed ones")
     args = parser.parse_args()
 
     versions = set()
@@ -88,11 +98,14 @@ def main():
             rounds.append(times)
             print(f"[{ranks} ranks, round {r + 1}/{args.rounds}] " +
                   " ".join(f"{k}={v:.0f}ms" for k, v in sorted(times.items())), file=sys.stderr, flush=True)
-        print(f"\n{ranks} ranks, {args.model}, basin {args.optimizer}, Python {args.python_optimizer or args.optimizer}, SAM with a synced ascent, batch {args.batch} per rank, "
-              f"1 thread per rank; median over {args.rounds} rounds")
-        print(f"  {'contender':<12} {'step ms':>9}   peak RSS per rank (MiB)")
+        what = "SAM with a synced ascent" if args.algorithm == "sam_synced" else "the base optimizer alone"
+        print(f"\n{ranks} ranks, {args.model}, basin {args.optimizer}, Python {args.python_optimizer or args.optimizer}, "
+              f"{what}, batch {args.batch} per rank, 1 thread per rank; median over {args.rounds} rounds")
+        tokens = args.batch * ranks * BLOCK if args.model == "gpt" else 0
+        print(f"  {'contender':<12} {'step ms':>9} {'tokens/s' if tokens else '':>9}   peak RSS per rank (MiB)")
         for name, _ in entries:
-            print(f"  {name:<12} {statistics.median(t[name] for t in rounds):9.1f}   "
+            ms = statistics.median(t[name] for t in rounds)
+            print(f"  {name:<12} {ms:9.1f} {f'{tokens / ms * 1e3:9.0f}' if tokens else '':>9}   "
                   + " / ".join(f"{m:.0f}" for m in peak[name]))
         for num, den in PAIRS:
             ratios = [t[num] / t[den] for t in rounds]

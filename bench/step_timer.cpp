@@ -11,12 +11,14 @@
 //                                 stepped with a closure on a fixed batch, as
 //                                 the Python peers do
 // model: one of bench_models.h's (mlp, mlp1024, mlp2048, mlp4096x3, cnn,
-// resnet); --optimizer sgd (lr 0.01, momentum 0.9), adam (lr 1e-3, basin's
-// fused Adam) or adam_libtorch (LibTorch's Adam, "fused": false);
+// resnet, gpt: the trainer impls only, on random token ids); --optimizer sgd
+// (lr 0.01, momentum 0.9), adam (lr 1e-3, basin's fused Adam), adam_libtorch
+// (LibTorch's Adam, "fused": false) or adamw (lr 1e-3, basin's fused AdamW);
 // SAM rho 0.05. malloc keeps freed memory for reuse, as in basin-train
 // (core/base/memory_reuse.h). Prints one line:
 //   peer impl=... model=... batch=... threads=... median_ms=... min_ms=... steps=... torch=... peak_rss_mib=...
 // (peak_rss_mib: the process's peak resident memory, getrusage's ru_maxrss).
+// --batch counts samples: windows of 128 tokens for the gpt.
 //
 // Data parallel and sharding (bench/ddp_peers.sh, bench/sharded_peers.sh):
 // run under basin-run with --parallel ddp, zero1, zero2 or zero3, the
@@ -25,11 +27,16 @@
 // backward. Every rank prints its line.
 
 #include <sys/resource.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
+#include <fstream>
 #include <iostream>
+#include <memory>
+#include <stdexcept>
 
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
@@ -84,31 +91,64 @@ class StepTimer : public basin::Callback {
 
 basin::Json optimizer_config(const std::string& optimizer) {
   if (optimizer == "adam") return {{"name", "adam"}, {"lr", 1e-3}};
+  if (optimizer == "adamw") return {{"name", "adamw"}, {"lr", 1e-3}};
   if (optimizer == "adam_libtorch") return {{"name", "adam"}, {"lr", 1e-3}, {"fused", false}};
   return {{"name", "sgd"}, {"lr", 0.01}, {"momentum", 0.9}};
+}
+
+// Random token ids as nanoGPT's train.bin holds them (raw uint16), in a file
+// of this process's own.
+std::string write_tokens(const std::string& name, int64_t samples) {
+  const std::string path = "/tmp/basin-bench-" + name + "-" + std::to_string(::getpid()) + ".bin";
+  const int64_t count = samples * basin::bench::kGptBlock + 1;
+  const at::Tensor ids = at::randint(0, basin::bench::kGptVocab, {count}, at::TensorOptions(at::kInt)).to(at::kShort);
+  std::ofstream file(path, std::ios::binary);
+  file.write(static_cast<const char*>(ids.data_ptr()), count * 2);
+  if (!file.flush()) throw std::runtime_error("cannot write " + path);
+  return path;
+}
+
+// `tokens` data for the gpt, one window per sample; a test split of one
+// window, as the synthetic data's (the evaluation after the timed steps is
+// not what is measured).
+basin::Json token_data(int64_t samples, int64_t batch) {
+  return {{"name", "tokens"}, {"train", write_tokens("train", samples)}, {"test", write_tokens("test", 1)},
+          {"block_size", basin::bench::kGptBlock}, {"vocab_size", basin::bench::kGptVocab}, {"batch_size", batch}};
 }
 
 std::vector<double> time_trainer(bool sam, const std::string& model, const std::string& optimizer, int64_t batch,
                                  int64_t steps, int threads, const Parallel& parallel) {
   const int64_t world = std::getenv("WORLD_SIZE") != nullptr ? std::atoll(std::getenv("WORLD_SIZE")) : 1;
+  const basin::Json data = model == "gpt" ? token_data(batch * steps * world, batch)
+                                          : basin::Json{{"name", "synthetic"},
+                                                        {"train_size", batch * steps * world},
+                                                        {"test_size", 1},
+                                                        {"input_shape", {1, 28, 28}},
+                                                        {"num_classes", 10},
+                                                        {"batch_size", batch}};
   basin::Json config = {{"seed", 0},
                         {"threads", threads},
                         {"max_steps", steps},
                         {"log_every", 1000000},
-                        {"data",
-                         {{"name", "synthetic"},
-                          {"train_size", batch * steps * world},
-                          {"test_size", 1},
-                          {"input_shape", {1, 28, 28}},
-                          {"num_classes", 10},
-                          {"batch_size", batch}}},
+                        {"data", data},
                         {"model", basin::bench::model_config(model)},
                         {"optimizer", optimizer_config(optimizer)}};
   if (sam) config["algorithms"] = {{"sam", {{"rho", 0.05}, {"sync_ascent", parallel.sync_ascent}}}};
   if (parallel.mode != "none") config["parallel"] = {{"mode", parallel.mode}, {"overlap", parallel.overlap}};
   auto timer = std::make_shared<StepTimer>();
-  basin::Trainer trainer(config, {timer});
-  trainer.fit();
+  auto remove_tokens = [&] {  // read whole when the trainer is built
+    if (model != "gpt") return;
+    for (const char* split : {"train", "test"}) std::remove(config["data"][split].get<std::string>().c_str());
+  };
+  std::unique_ptr<basin::Trainer> trainer;
+  try {
+    trainer = std::make_unique<basin::Trainer>(config, std::vector<std::shared_ptr<basin::Callback>>{timer});
+  } catch (...) {
+    remove_tokens();
+    throw;
+  }
+  remove_tokens();
+  trainer->fit();
   return timer->ms;
 }
 
@@ -122,6 +162,8 @@ std::vector<double> time_optimizer(bool sam, const std::string& model_name, cons
   std::shared_ptr<torch::optim::Optimizer> optimizer;
   if (optimizer_name == "adam") {
     optimizer = std::make_shared<basin::FusedAdam>(model->parameters(), torch::optim::AdamOptions(1e-3));
+  } else if (optimizer_name == "adamw") {
+    optimizer = std::make_shared<basin::FusedAdamW>(model->parameters(), torch::optim::AdamWOptions(1e-3));
   } else if (optimizer_name == "adam_libtorch") {
     optimizer = std::make_shared<torch::optim::Adam>(model->parameters(), torch::optim::AdamOptions(1e-3));
   } else {
@@ -157,7 +199,7 @@ int main(int argc, char** argv) {
   int threads = 1;
   app.add_option("--impl", impl)->check(CLI::IsMember({"trainer_sgd", "trainer_sam", "optimizer_sgd", "optimizer_sam"}));
   app.add_option("--model", model)->check(CLI::IsMember(basin::bench::model_names()));
-  app.add_option("--optimizer", optimizer)->check(CLI::IsMember({"sgd", "adam", "adam_libtorch"}));
+  app.add_option("--optimizer", optimizer)->check(CLI::IsMember({"sgd", "adam", "adam_libtorch", "adamw"}));
   app.add_option("--batch", batch)->check(CLI::PositiveNumber);
   app.add_option("--steps", steps)->check(CLI::PositiveNumber);
   app.add_option("--warmup", warmup)->check(CLI::NonNegativeNumber);
@@ -167,8 +209,8 @@ int main(int argc, char** argv) {
   app.add_option("--sync-ascent", parallel.sync_ascent);
   app.add_option("--overlap", parallel.overlap);
   CLI11_PARSE(app, argc, argv);
-  if (parallel.mode != "none" && impl.rfind("trainer", 0) != 0) {
-    std::cerr << "--parallel needs a trainer impl (trainer_sgd, trainer_sam), not " << impl << std::endl;
+  if ((parallel.mode != "none" || model == "gpt") && impl.rfind("trainer", 0) != 0) {
+    std::cerr << "--parallel and --model gpt need a trainer impl (trainer_sgd, trainer_sam), not " << impl << std::endl;
     return 2;
   }
 
