@@ -431,6 +431,20 @@ set grid
     subprocess.run(["gnuplot"], input=script, text=True, cwd=out_dir, check=True)
 
 
+# Where scripts/lm_study.py's section of results.md begins: this study rewrites what comes before.
+OTHER_STUDIES = "<!-- language-model study"
+
+
+def kept_sections(path):
+    """The other studies' sections of results.md (from OTHER_STUDIES on), kept when this one rewrites its own."""
+    if not os.path.exists(path):
+        return ""
+    with open(path) as f:
+        text = f.read()
+    at = text.find(OTHER_STUDIES)
+    return "" if at < 0 else "\n" + text[at:]
+
+
 def write_report(runs, out_dir, smoke, notes_path, timing, readme=None):
     os.makedirs(out_dir, exist_ok=True)
     groups = summarize(runs)
@@ -446,6 +460,11 @@ def write_report(runs, out_dir, smoke, notes_path, timing, readme=None):
     add("")
     add("Written by `bash scripts/study.sh`" + (" --smoke" if smoke else "") + "; every number below comes from its runs.")
     add("")
+    kept = kept_sections(os.path.join(out_dir, "results.md"))
+    if kept:
+        add("A second study follows this one: [SAM on a small language model, and forgetting]"
+            "(#results-sam-on-a-small-language-model-and-forgetting) (`scripts/lm_study.py`).")
+        add("")
     config = runs[0].config
     add(f"**Setup.** Fashion-MNIST (the Debian package), a {config['data']['train_subset']}-sample training subset "
         f"with symmetric label noise (each training label replaced, with the given probability, by a different class "
@@ -593,14 +612,10 @@ set key outside right
 plot {points}""", size="900,520")
     if readme:
         update_readme(readme, glance(groups, noise_rates, sweep, table, main, over, target, screened))
-    if notes_path and os.path.exists(notes_path) and not smoke:
-        add("## What it shows")
-        add("")
-        with open(notes_path) as f:
-            add(f.read().strip())
-        add("")
-    with open(os.path.join(out_dir, "results.md"), "w") as f:
-        f.write("\n".join(lines) + "\n")
+    lines += notes_section(notes_path, smoke)
+    path = os.path.join(out_dir, "results.md")
+    with open(path, "w") as f:
+        f.write("\n".join(lines) + "\n" + kept)
     for name in ("noise.dat", "epochs.dat", "cost.dat"):
         path = os.path.join(out_dir, name)
         if os.path.exists(path):
@@ -608,13 +623,27 @@ plot {points}""", size="900,520")
     print(f"study: wrote {os.path.join(out_dir, 'results.md')} and its plots", flush=True)
 
 
-def main():
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def notes_section(notes_path, smoke):
+    """The hand-written "What it shows" from notes_path, as report lines (none for a smoke run)."""
+    if not notes_path or not os.path.exists(notes_path) or smoke:
+        return []
+    with open(notes_path) as f:
+        return ["## What it shows", "", f.read().strip(), ""]
+
+
+def study_arguments(description, runs):
+    """The options every study takes; `runs` names its default runs folder (and OUT/`smoke runs` for --smoke)."""
+    parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--basin-train", required=True, help="the basin-train executable")
     parser.add_argument("--out", default="docs", help="where results.md and the plots go (default: docs)")
-    parser.add_argument("--runs", default=None, help="where the runs go (default: runs/study, or OUT/runs for --smoke)")
+    parser.add_argument("--runs", default=None, help=f"where the runs go (default: {runs[0]}, or OUT/{runs[1]} for --smoke)")
     parser.add_argument("--smoke", action="store_true", help="a tiny study in seconds (for the tests)")
     parser.add_argument("--jobs", type=int, default=2, help="runs at a time (default 2)")
+    return parser
+
+
+def main():
+    parser = study_arguments(__doc__.split("\n\n")[0], ("runs/study", "runs"))
     parser.add_argument("--report-only", action="store_true", help="write the report from the runs there are")
     parser.add_argument("--readme", default=None,
                         help="also write the short tables into this file, between its study markers")

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# The study's smoke run (tiny subset, 2 epochs, 1 seed, 4 methods): it must
-# write a results table and well-formed PNG plots, so the study cannot rot.
+# The studies' smoke runs (label noise: tiny subset, 2 epochs, 1 seed, 4
+# methods; language model: 12 steps, 2 methods): they must write their
+# tables and well-formed PNG plots into one results.md, so neither can rot.
 #   smoke.sh SOURCE_DIR BASIN_TRAIN OUT_DIR
 set -euo pipefail
 source_dir=$1 basin_train=$2 out=$3
@@ -30,7 +31,20 @@ for plot in noise epochs cost; do
   [ "$(stat -c %s "$png")" -gt 5000 ] || fail "$png is nearly empty"
   grep -q "($plot.png)" "$results" || fail "$results does not show $plot.png"
 done
-# A second start finds every run done and only redraws.
+# The language-model study (12 steps, AdamW and SAM, seed 0) adds its section to results.md.
+python3 "$source_dir/scripts/lm_study.py" --smoke --basin-train "$basin_train" --out "$out"
+grep -q '^| AdamW, lr 0.01 | none | [0-9.]* ± [0-9.]* | ' "$results" || fail "no AdamW row in the language-model table of $results"
+grep -q '^| SAM, lr 0.01 | `{"sam": {"rho": 0.05}}` | [0-9.]* ± ' "$results" || fail "no SAM row in the language-model table"
+for plot in lm_loss lm_forgetting; do
+  [ "$(stat -c %s "$out/$plot.png")" -gt 5000 ] || fail "$out/$plot.png is missing or nearly empty"
+  grep -q "($plot.png)" "$results" || fail "$results does not show $plot.png"
+done
+# Started again, it finds its runs done and rewrites its section in place.
+python3 "$source_dir/scripts/lm_study.py" --smoke --basin-train "$basin_train" --out "$out" > /dev/null
+[ "$(grep -c '^<!-- language-model study' "$results")" = 1 ] || fail "$results has the language-model section twice"
+# A second start finds every run done and only redraws, keeping the other study's section.
 again=$(python3 "$source_dir/scripts/study.py" --smoke --basin-train "$basin_train" --out "$out")
 grep -q "already done, 0 to run" <<< "$again" || fail "a second start ran the study again: $again"
+grep -q '^| AdamW, lr 0.01 | none | ' "$results" || fail "the label-noise study's report dropped the language-model section"
+grep -q "^| SGD | none | " "$results" || fail "no SGD row after the second start"
 echo "study smoke: ok"
