@@ -65,14 +65,18 @@ def licence_files():
     return [p for p in files if os.path.basename(p) != LICENCE_TEST], os.path.join(LICENCES, LICENCE_TEST)
 
 
-def example_steps():
+def example():
+    """The example's config, a fresh copy each time (the configs below change it)."""
     with open(EXAMPLE) as f:
-        return json.load(f)["max_steps"]
+        return json.load(f)
+
+
+def example_steps():
+    return example()["max_steps"]
 
 
 def pretrain_config(method, seed, steps):
-    with open(EXAMPLE) as f:
-        config = json.load(f)
+    config = example()
     _, _, algorithms, overrides = next(m for m in METHODS if m[0] == method)
     config = merged(merged(config, overrides), {"seed": seed, "threads": 1, "max_steps": steps})
     if steps < config["log_every"] * 5:
@@ -83,24 +87,22 @@ def pretrain_config(method, seed, steps):
 
 def fine_tune_config(pretrained, seed, steps):
     """Plain AdamW on the licences, from the pretrained weights; tested on the held-out licence."""
-    with open(EXAMPLE) as f:
-        example = json.load(f)
+    base = example()
     train, test = licence_files()
-    config = merged(example, FINE_TUNE)
+    config = merged(base, FINE_TUNE)
     config.update({"seed": seed, "threads": 1, "max_steps": steps, "init_from": pretrained, "algorithms": {},
                    "log_every": 10})  # update: the example's SAM replaced, not merged
-    config["data"] = merged(example["data"], {"train": train, "test": test})
+    config["data"] = merged(base["data"], {"train": train, "test": test})
     return config
 
 
 def evaluation_config(weights, test_files):
     """One SGD step at lr 0 (the weights unchanged) from `weights`: basin-train's
     evaluation of them on `test_files`, which the summary then holds."""
-    with open(EXAMPLE) as f:
-        example = json.load(f)
-    config = merged(example, {"threads": 1, "max_steps": 1, "init_from": weights, "schedulers": []})
+    base = example()
+    config = merged(base, {"threads": 1, "max_steps": 1, "init_from": weights, "schedulers": []})
     config["optimizer"], config["algorithms"] = {"name": "sgd", "lr": 0.0}, {}
-    config["data"] = merged(example["data"], {"train": test_files, "test": test_files})
+    config["data"] = merged(base["data"], {"train": test_files, "test": test_files})
     return config
 
 
@@ -128,9 +130,8 @@ def execute(run_dir, config, basin_train):
 def one_seed(method, seed, root, basin_train, smoke):
     """Pretrain, fine-tune, and the evaluations around them, for one method and seed."""
     base = os.path.join(root, method, f"seed-{seed}")
-    train, licence_test = licence_files()
-    with open(EXAMPLE) as f:
-        fortunes_test = json.load(f)["data"]["test"]
+    licence_test = licence_files()[1]
+    fortunes_test = example()["data"]["test"]
     steps = SMOKE["pretrain_steps"] if smoke else example_steps()
     pre = execute(os.path.join(base, "pretrain"), pretrain_config(method, seed, steps), basin_train)
     pretrained = os.path.join(base, "pretrain", "state_dict.pt")

@@ -1,7 +1,6 @@
 #include "basin/core/train/sampling.h"
 
 #include <filesystem>
-#include <fstream>
 #include <stdexcept>
 
 #include <ATen/ATen.h>
@@ -17,24 +16,20 @@ namespace basin {
 
 namespace {
 
-Json read_json(const std::string& path, const std::string& what) {
-  std::ifstream in(path);
-  if (!in) throw ConfigError("'" + path + "' cannot be read; expected " + what);
+/// A JSON object basin-train wrote into the run directory, read as configs are (size, depth, syntax checked).
+Json run_file(const std::string& path) {
   try {
-    Json value = Json::parse(in);
-    if (!value.is_object()) throw std::runtime_error("not a JSON object");
-    return value;
-  } catch (const std::exception& error) {
-    throw ConfigError("'" + path + "' is not " + what + ": " + error.what());
+    return load_config_file(path);
+  } catch (const ConfigError& error) {
+    throw ConfigError(std::string(error.what()) + "; expected a file of the run directory basin-train wrote");
   }
 }
 
 }  // namespace
 
 TrainedModel load_trained_model(const std::string& run_dir) {
-  const std::string what = "the run directory basin-train wrote";
-  const Json config = read_json(run_dir + "/config.json", what);
-  const Json data = read_json(run_dir + "/data_info.json", what);
+  const Json config = run_file(run_dir + "/config.json");
+  const Json data = run_file(run_dir + "/data_info.json");
   TrainedModel trained;
   try {
     trained.data_name = data.at("name").get<std::string>();

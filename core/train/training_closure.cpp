@@ -45,7 +45,10 @@ at::Tensor TrainingClosure::operator()() {
   // Token targets: the pass's loss is the mean over its counted tokens, on
   // every rank whose gradients it averages, however they fall.
   const bool tokens = !loss_.from_model() && Loss::per_token(picked.targets);
-  const double tokens_per_rank = tokens ? counted_tokens_per_rank(picked.targets) : 0.0;
+  // This rank's counted tokens; the pass reports its mean over them (at least 1).
+  const auto counted = static_cast<double>(tokens ? loss_.count(picked.targets) : 0);
+  const double counted_here = std::max(counted, 1.0);
+  const double tokens_per_rank = tokens ? counted_tokens_per_rank(counted) : 0.0;
   const bool measured = tokens && measure_accuracy_;
   at::Tensor correct = measured ? at::zeros({}, at::TensorOptions(at::kLong).device(state_.device)) : at::Tensor();
   // What the pass reports of token targets: this rank's mean over its counted tokens (what it backpropagates is
@@ -77,10 +80,11 @@ at::Tensor TrainingClosure::operator()() {
         state_.loss = own_loss / state_.microbatch_divisor;
       } else if (tokens) {
         const at::Tensor outputs = state_.outputs.to(at::kFloat);  // the loss is fp32
-        if (request.per_sample_losses) {
-          sample_losses.push_back(loss_.sequence_sums(outputs, state_.microbatch.targets).detach());
-        }
-        const at::Tensor sum = loss_.sum(outputs, state_.microbatch.targets);
+        // Each sequence's sum, when asked for, gives the microbatch's too: one cross-entropy over the logits.
+        const at::Tensor sequences =
+            request.per_sample_losses ? loss_.sequence_sums(outputs, state_.microbatch.targets) : at::Tensor();
+        if (sequences.defined()) sample_losses.push_back(sequences.detach());
+        const at::Tensor sum = sequences.defined() ? sequences.sum() : loss_.sum(outputs, state_.microbatch.targets);
         token_sum += sum.detach();
         state_.loss = sum / tokens_per_rank;
         if (measured) correct += loss_.correct(state_.outputs.detach(), state_.microbatch.targets);
@@ -110,7 +114,6 @@ at::Tensor TrainingClosure::operator()() {
     }
     engine_.run(Event::AFTER_BACKWARD);
   }
-  const double counted_here = tokens ? static_cast<double>(std::max<int64_t>(loss_.count(picked.targets), 1)) : 1.0;
   if (tokens) total = token_sum / counted_here;
   pass_accuracy_ = measured ? correct.item<double>() / counted_here : std::nan("");
   pass_loss_ = total;
@@ -121,8 +124,7 @@ at::Tensor TrainingClosure::operator()() {
   return at::cat(sample_losses);
 }
 
-double TrainingClosure::counted_tokens_per_rank(const at::Tensor& targets) const {
-  const auto here = static_cast<double>(loss_.count(targets));
+double TrainingClosure::counted_tokens_per_rank(double here) const {
   const auto& ranks = state_.communicator;
   // Rank-local gradients (kNone), and a forward alone, take this rank's tokens alone.
   if (state_.request.sync == GradientSync::kNone || !state_.request.backward || !ranks || ranks->world_size() == 1) {

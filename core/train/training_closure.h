@@ -58,8 +58,8 @@ class TrainingClosure {
   at::Tensor model_loss();
   /// Token targets: the pass's counted tokens (not ignore_index) per rank
   /// whose gradients it averages (an all-reduce of one number), at least 1;
-  /// this rank's alone for rank-local gradients and a forward alone.
-  double counted_tokens_per_rank(const at::Tensor& targets) const;
+  /// this rank's alone (`here`) for rank-local gradients and a forward alone.
+  double counted_tokens_per_rank(double here) const;
 
   State& state_;
   Engine& engine_;
