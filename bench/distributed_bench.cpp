@@ -7,7 +7,8 @@
 //     bandwidth-optimal ring implementation sends, see Communicator), and
 //     the ratio to data-parallel SGD (rank-local SAM, ZeRO-1 and ZeRO-2:
 //     1.0 plus a few scalars; synced ascent: 2.0; ZeRO-3 SGD: 1.5, a gather
-//     for forward, one for backward and a reduce-scatter; ZeRO-3 SAM: 3.0)
+//     for forward, one for backward and a reduce-scatter; ZeRO-3 SAM: 3.0;
+//     with bf16 gathers the gathers move half: 1.0 and 2.0)
 //   - bytes per rank per step as measured on the loopback interface
 //     (/proc/net/dev; all ranks share it, so it is their total over N): what
 //     Gloo's own algorithms really send, TCP headers included
@@ -65,9 +66,18 @@ class StepTimer : public basin::Callback {
 };
 
 struct Mode {
+  Mode(std::string name, std::string parallel, std::string algorithms, std::string precision = "fp32",
+       std::string mixed_precision = "")
+      : name(std::move(name)),
+        parallel(std::move(parallel)),
+        algorithms(std::move(algorithms)),
+        precision(std::move(precision)),
+        mixed_precision(std::move(mixed_precision)) {}
   std::string name;
   std::string parallel;
   std::string algorithms;
+  std::string precision;
+  std::string mixed_precision;  // zero3's "parallel.mixed_precision", when set
 };
 
 // Bytes sent on the loopback interface since boot, all processes together.
@@ -141,6 +151,8 @@ Result measure(const Mode& mode, const std::string& model, int threads,
     "parallel": {{"mode": "{}", "timeout_seconds": 120}}}})",
                                                       threads, kSteps, mode.algorithms, mode.parallel));
   config["model"] = basin::bench::model_config(model);
+  config["precision"] = mode.precision;
+  if (!mode.mixed_precision.empty()) config["parallel"]["mixed_precision"] = basin::Json::parse(mode.mixed_precision);
   auto& tracker = basin::bench::TrackingAllocator::install();
   auto timer = std::make_shared<StepTimer>();
   basin::Trainer trainer(config, {timer}, {}, job);
@@ -194,6 +206,7 @@ int main() {
     return 2;
   }
   const basin::JobEnvironment job = basin::read_job_environment();
+  const char* const kBf16Gathers = R"({"param_dtype": "bf16", "reduce_dtype": "fp32", "buffers": true})";
   const std::vector<Mode> modes = {
       {"ddp sgd", "ddp", "{}"},
       {"ddp sam, rank-local ascent", "ddp", R"({"sam": {"sync_ascent": false}})"},
@@ -206,6 +219,10 @@ int main() {
       {"zero2 sam, synced ascent", "zero2", R"({"sam": {"sync_ascent": true}})"},
       {"zero3 sgd", "zero3", "{}"},
       {"zero3 sam, synced ascent", "zero3", R"({"sam": {"sync_ascent": true}})"},
+      // amp_bf16 over fp32 gathers (autocast keeps a bf16 copy of each weight), then bf16 gathers.
+      {"zero3 sam, amp_bf16", "zero3", R"({"sam": {"sync_ascent": true}})", "amp_bf16"},
+      {"zero3 sgd, bf16 gathers", "zero3", "{}", "amp_bf16", kBf16Gathers},
+      {"zero3 sam, bf16 gathers", "zero3", R"({"sam": {"sync_ascent": true}})", "amp_bf16", kBf16Gathers},
   };
   // One rendezvous for all modes: each trainer gets the same communicator.
   const auto communicator = job.world_size > 1 ? basin::connect_job(job, std::chrono::seconds(120)) : nullptr;

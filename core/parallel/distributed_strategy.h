@@ -94,12 +94,15 @@ class DistributedStrategy {
 ///     "parallel": {"mode": "none",         none, ddp, zero1, zero2, zero3
 ///                  "timeout_seconds": 300, a collective that takes longer fails
 ///                  "bucket_mb": 25,        data-parallel gradient buckets
-///                  "overlap": true}        buckets start from backward's hooks
+///                  "overlap": true,        buckets start from backward's hooks
+///                  "mixed_precision": {}}  zero3's gathers in bf16 or fp16 (zero3/mixed_precision.h)
 ///
 /// `given` is a communicator the caller made (the hand loop, tests); without
 /// one, a process started by basin-run or torchrun joins its job, and a
 /// sharding mode alone gets a one-rank group (one code path). "none" trains
-/// one process alone and refuses a communicator of several ranks.
-std::unique_ptr<DistributedStrategy> make_strategy(Params& parallel, std::shared_ptr<Communicator> given, bool cuda);
+/// one process alone and refuses a communicator of several ranks. `precision`
+/// is the run's (mixed-precision gathers must match it).
+std::unique_ptr<DistributedStrategy> make_strategy(Params& parallel, std::shared_ptr<Communicator> given, bool cuda,
+                                                   Precision precision);
 
 }  // namespace basin

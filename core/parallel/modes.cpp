@@ -14,6 +14,7 @@
 #include "basin/core/parallel/communication/rendezvous.h"
 #include "basin/core/parallel/ddp/data_parallel_strategy.h"
 #include "basin/core/parallel/zero/zero_strategy.h"
+#include "basin/core/parallel/zero3/mixed_precision.h"
 #include "basin/core/parallel/zero3/zero3_strategy.h"
 
 namespace basin {
@@ -26,41 +27,51 @@ class SingleProcess : public DistributedStrategy {
   explicit SingleProcess(std::string mode) : DistributedStrategy(std::move(mode), nullptr) {}
 };
 
+/// What the "parallel" section says beyond the mode, for the modes that read it.
+struct Settings {
+  DataParallelStrategy::Options data_parallel;
+  MixedPrecisionPolicy mixed_precision;  // zero3's
+};
+
 /// A mode: its name, whether it needs a communicator even alone, and how it is made over one.
 struct Mode {
   const char* name;
   bool group_when_alone;  // one process alone still runs it over a one-rank group (one code path)
-  std::function<std::unique_ptr<DistributedStrategy>(std::shared_ptr<Communicator>, DataParallelStrategy::Options)> make;
+  std::function<std::unique_ptr<DistributedStrategy>(std::shared_ptr<Communicator>, const Settings&)> make;
 };
 
 /// Every mode, in the order error messages list them.
 const std::vector<Mode>& modes() {
-  using Options = DataParallelStrategy::Options;
+  using C = std::shared_ptr<Communicator>;
   static const std::vector<Mode> table = {
-      {"none", false, [](std::shared_ptr<Communicator>, Options) { return std::make_unique<SingleProcess>("none"); }},
+      {"none", false, [](C, const Settings&) { return std::make_unique<SingleProcess>("none"); }},
       {"ddp", false,
-       [](std::shared_ptr<Communicator> c, Options o) { return std::make_unique<DataParallelStrategy>(std::move(c), o); }},
+       [](C c, const Settings& s) { return std::make_unique<DataParallelStrategy>(std::move(c), s.data_parallel); }},
       {"zero1", true,
-       [](std::shared_ptr<Communicator> c, Options o) { return std::make_unique<ZeroStrategy>(std::move(c), o, false); }},
+       [](C c, const Settings& s) { return std::make_unique<ZeroStrategy>(std::move(c), s.data_parallel, false); }},
       {"zero2", true,
-       [](std::shared_ptr<Communicator> c, Options o) { return std::make_unique<ZeroStrategy>(std::move(c), o, true); }},
+       [](C c, const Settings& s) { return std::make_unique<ZeroStrategy>(std::move(c), s.data_parallel, true); }},
       {"zero3", true,
-       [](std::shared_ptr<Communicator> c, Options o) { return std::make_unique<Zero3Strategy>(std::move(c), o.overlap); }},
+       [](C c, const Settings& s) {
+         return std::make_unique<Zero3Strategy>(std::move(c), s.data_parallel.overlap, s.mixed_precision);
+       }},
   };
   return table;
 }
 
 }  // namespace
 
-std::unique_ptr<DistributedStrategy> make_strategy(Params& parallel, std::shared_ptr<Communicator> given, bool cuda) {
+std::unique_ptr<DistributedStrategy> make_strategy(Params& parallel, std::shared_ptr<Communicator> given, bool cuda,
+                                                   Precision precision) {
   std::vector<std::string> names;
   for (const Mode& mode : modes()) names.emplace_back(mode.name);
   const std::string name = parallel.choice("mode", "none", names);
   const auto timeout =
       std::chrono::milliseconds(static_cast<int64_t>(1000 * parallel.positive("timeout_seconds", 300)));
-  DataParallelStrategy::Options options;
-  options.bucket_bytes = static_cast<int64_t>(parallel.positive("bucket_mb", 25) * (1 << 20));
-  options.overlap = parallel.boolean("overlap", true);
+  Settings settings;
+  settings.data_parallel.bucket_bytes = static_cast<int64_t>(parallel.positive("bucket_mb", 25) * (1 << 20));
+  settings.data_parallel.overlap = parallel.boolean("overlap", true);
+  settings.mixed_precision = mixed_precision_from_config(parallel, name, precision);
   parallel.finish();
   const Mode& mode = *std::find_if(modes().begin(), modes().end(), [&](const Mode& m) { return name == m.name; });
 
@@ -86,7 +97,7 @@ std::unique_ptr<DistributedStrategy> make_strategy(Params& parallel, std::shared
     communicator = make_gloo_communicator(c10::make_intrusive<c10d::HashStore>(), 0, 1, timeout);
   }
   if (!communicator) return std::make_unique<SingleProcess>(name);
-  return mode.make(std::move(communicator), options);
+  return mode.make(std::move(communicator), settings);
 }
 
 }  // namespace basin

@@ -94,7 +94,7 @@ void Trainer::build(const Json& config, std::vector<std::shared_ptr<Callback>> c
   Params parallel = root.object("parallel");
   root.finish();
 
-  strategy_ = make_strategy(parallel, std::move(communicator), state_.device.is_cuda());
+  strategy_ = make_strategy(parallel, std::move(communicator), state_.device.is_cuda(), state_.precision);
   communicator = strategy_->communicator();
   state_.communicator = communicator;
   state_.rank = communicator ? communicator->rank() : 0;

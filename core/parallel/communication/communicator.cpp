@@ -151,7 +151,9 @@ class ProcessGroupCommunicator : public Communicator {
     if (world_size() == 1) return;  // nothing to move
     count(tensors, Pattern::kOneToAllOrAllToOne);
     for (auto& t : tensors) {
-      std::vector<at::Tensor> one{t};
+      // A broadcast copies bits: bf16 travels as fp16, the same width (Gloo
+      // before 2.x has no bf16, nor int16, and does no arithmetic on a copy).
+      std::vector<at::Tensor> one{t.scalar_type() == at::kBFloat16 ? t.view(at::kHalf) : t};
       c10d::BroadcastOptions options;
       options.rootRank = root;
       issue([&] { return group_->broadcast(one, options); })->wait();

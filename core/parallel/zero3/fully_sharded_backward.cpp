@@ -66,7 +66,7 @@ void FullyShardedModel::start_reduce(std::size_t u) {
   for (const int64_t n : unit.part_numel) total += n + count;
   // Each rank's part: its rows of every gradient, then one flag per
   // parameter (1: this rank has a gradient), summed with them.
-  at::Tensor buffer = at::zeros({total}, unit.options);
+  at::Tensor buffer = at::zeros({total}, unit.options.dtype(unit.reduce_dtype));
   unit.reduce_parts.clear();
   int64_t offset = 0;
   for (const int64_t n : unit.part_numel) {
@@ -118,7 +118,8 @@ void FullyShardedModel::finish_reduce(std::size_t u) {
     at::Tensor& shard = shards_[unit.params[j]];
     const int64_t n = shard.numel();
     if (flags[static_cast<int64_t>(j)].item<double>() > 0) {
-      at::Tensor mean = mine.narrow(0, at, n).view(shard.sizes()).div(communicator_->world_size());
+      // On the fp32 shard whatever the reduce's dtype: the mean is taken in fp32.
+      at::Tensor mean = mine.narrow(0, at, n).view(shard.sizes()).to(shard.scalar_type()).div(communicator_->world_size());
       at::Tensor& grad = shard.mutable_grad();
       if (grad.defined()) {
         grad.add_(mean);

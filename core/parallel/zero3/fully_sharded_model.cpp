@@ -58,8 +58,9 @@ class FullyShardedModel::ReadyHook : public torch::autograd::FunctionPostHook {
 };
 
 FullyShardedModel::FullyShardedModel(torch::nn::Module& model, const std::vector<torch::nn::Module*>& units,
-                                     std::shared_ptr<Communicator> communicator, bool overlap)
-    : communicator_(std::move(communicator)), overlap_(overlap) {
+                                     std::shared_ptr<Communicator> communicator, bool overlap,
+                                     MixedPrecisionPolicy policy)
+    : communicator_(std::move(communicator)), overlap_(overlap), policy_(std::move(policy)) {
   const int world = communicator_->world_size();
   const int me = communicator_->rank();
   std::unordered_map<const c10::TensorImpl*, std::size_t> unit_of_param;
@@ -88,10 +89,13 @@ FullyShardedModel::FullyShardedModel(torch::nn::Module& model, const std::vector
     const auto found = unit_of_param.find(p.unsafeGetTensorImpl());
     const std::size_t u = found == unit_of_param.end() ? declared_ : found->second;
     Unit& unit = *units_[u];
-    if (!unit.params.empty() && (unit.options.dtype() != p.dtype() || unit.options.device() != p.device())) {
+    const bool lowered = policy_.active() && p.is_floating_point();
+    const at::ScalarType gathered = lowered ? *policy_.param_dtype : p.scalar_type();
+    if (!unit.params.empty() && (unit.options.dtype() != gathered || unit.options.device() != p.device())) {
       throw std::invalid_argument("zero3: unit '" + unit.name + "' mixes dtypes or devices; a unit gathers one");
     }
-    unit.options = p.options().requires_grad(false);
+    unit.options = p.options().dtype(gathered).requires_grad(false);
+    unit.reduce_dtype = lowered ? policy_.reduce_dtype : gathered;
     const std::size_t index = full_.size();
     unit.params.push_back(index);
     index_[p.unsafeGetTensorImpl()] = index;
@@ -113,6 +117,12 @@ FullyShardedModel::FullyShardedModel(torch::nn::Module& model, const std::vector
                            .clone()
                            .view(shape);
     shards_.push_back(shard.requires_grad_(p.requires_grad()));
+    if (gathered != p.scalar_type()) {
+      // The model's parameter takes the gathers' dtype for good (before its
+      // gradient accumulator is hooked: set_data drops it on a dtype change).
+      p.mutable_grad().reset();
+      p.set_data(at::empty(p.sizes(), unit.options));
+    }
     full_.push_back(p);
     set_storage_bytes(p, 0);
   }
@@ -161,28 +171,35 @@ const at::Tensor& FullyShardedModel::shard_of(const at::Tensor& param) const {
   return shards_[found->second];
 }
 
+void FullyShardedModel::add_pieces(std::size_t i, const at::Tensor& whole,
+                                   std::vector<std::vector<at::Tensor>>& pieces) const {
+  const int64_t width = zero3_rows::row_numel(whole);
+  const at::Tensor rows = whole.view({zero3_rows::rows_of(whole), width});
+  const int me = communicator_->rank();
+  int64_t row = 0;
+  for (std::size_t r = 0; r < pieces.size(); ++r) {
+    const int64_t n = rows_[i][r];
+    if (n > 0) {
+      at::Tensor piece = rows.narrow(0, row, n);
+      // Into a low-precision whole, this rounds the fp32 shard once (to nearest), as autocast's cast does.
+      if (static_cast<int>(r) == me) piece.copy_(shards_[i].detach().view({n, width}));
+      pieces[r].push_back(piece);
+    }
+    row += n;
+  }
+}
+
 void FullyShardedModel::start_gather(std::size_t u) {
   Unit& unit = *units_[u];
   if (unit.gathered || unit.gathering || unit.params.empty()) return;
   // Straight into the parameters' own storages: rank r's rows of each are
   // one contiguous piece of it, so nothing but a part's staging is extra.
-  const int me = communicator_->rank();
   std::vector<std::vector<at::Tensor>> pieces(static_cast<std::size_t>(communicator_->world_size()));
   at::NoGradGuard no_grad;
   for (const std::size_t i : unit.params) {
     const at::Tensor& p = full_[i];
     set_storage_bytes(p, p.nbytes());
-    const at::Tensor whole = writable_alias(p).view({zero3_rows::rows_of(p), zero3_rows::row_numel(p)});
-    int64_t row = 0;
-    for (std::size_t r = 0; r < pieces.size(); ++r) {
-      const int64_t rows = rows_[i][r];
-      if (rows > 0) {
-        at::Tensor piece = whole.narrow(0, row, rows);
-        if (static_cast<int>(r) == me) piece.copy_(shards_[i].detach().view({rows, zero3_rows::row_numel(p)}));
-        pieces[r].push_back(piece);
-      }
-      row += rows;
-    }
+    add_pieces(i, writable_alias(p), pieces);
   }
   unit.gathering = communicator_->start_all_gather(std::move(pieces));
   note_gathered();
@@ -304,6 +321,10 @@ at::Tensor FullyShardedModel::run_unit(std::size_t u, const std::function<at::Te
 
 void FullyShardedModel::with_whole_parameters(const std::function<void()>& use) {
   std::lock_guard<std::recursive_mutex> lock(mutex_);
+  if (policy_.active()) {
+    with_master_parameters(use);
+    return;
+  }
   std::vector<bool> was(units_.size());
   for (std::size_t u = 0; u < units_.size(); ++u) was[u] = units_[u]->gathered;
   std::exception_ptr failed;
@@ -319,14 +340,47 @@ void FullyShardedModel::with_whole_parameters(const std::function<void()>& use) 
   if (failed) std::rethrow_exception(failed);
 }
 
+void FullyShardedModel::with_master_parameters(const std::function<void()>& use) {
+  // The parameters take the shards' dtype and values for `use` (an export
+  // writes fp32), then get back what they held: their storage object (what
+  // autograd saved reads) and the gradient accumulator their hooks are on,
+  // which set_data forgets on a dtype change.
+  const std::vector<at::Tensor> whole = whole_parameters();
+  std::vector<at::Tensor> held(full_.size());
+  std::vector<std::shared_ptr<torch::autograd::Node>> accumulators(full_.size());
+  for (std::size_t i = 0; i < full_.size(); ++i) {
+    accumulators[i] = torch::autograd::impl::try_get_grad_accumulator(full_[i]);
+    held[i] = full_[i].variable_data();
+    full_[i].set_data(whole[i]);
+  }
+  std::exception_ptr failed;
+  try {
+    use();
+  } catch (...) {
+    failed = std::current_exception();
+  }
+  for (std::size_t i = 0; i < full_.size(); ++i) {
+    full_[i].set_data(held[i]);
+    if (accumulators[i]) torch::autograd::impl::set_grad_accumulator(full_[i], accumulators[i]);
+  }
+  if (failed) std::rethrow_exception(failed);
+}
+
 std::vector<at::Tensor> FullyShardedModel::whole_parameters() {
+  // From the shards, into tensors of their dtype (the model's own may hold
+  // param_dtype, or be whole for a pending backward): one gather per unit,
+  // in the units' order on every rank.
   std::lock_guard<std::recursive_mutex> lock(mutex_);
   std::vector<at::Tensor> whole(full_.size());
-  for (std::size_t u = 0; u < units_.size(); ++u) {
-    const bool was = units_[u]->gathered;
-    gather(u);
-    for (const std::size_t i : units_[u]->params) whole[i] = full_[i].detach().clone();
-    if (!was) release(u);
+  at::NoGradGuard no_grad;
+  for (const auto& unit : units_) {
+    if (unit->params.empty()) continue;
+    std::vector<std::vector<at::Tensor>> pieces(static_cast<std::size_t>(communicator_->world_size()));
+    for (const std::size_t i : unit->params) {
+      whole[i] = at::empty(full_[i].sizes(), shards_[i].options().requires_grad(false));
+      add_pieces(i, whole[i], pieces);
+    }
+    communicator_->start_all_gather(std::move(pieces))->wait();
   }
   return whole;
 }

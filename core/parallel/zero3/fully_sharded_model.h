@@ -9,6 +9,7 @@
 #include <ATen/core/Tensor.h>
 
 #include "basin/core/parallel/unit_runner.h"
+#include "basin/core/parallel/zero3/mixed_precision.h"
 
 namespace torch::nn { class Module; }
 namespace torch::autograd { struct Node; }
@@ -40,13 +41,19 @@ class PendingCollective;
 ///
 /// Parameters under no unit form the root unit, whole from the forward's
 /// start to their backward. Buffers (BatchNorm statistics) stay replicated.
+///
+/// With a mixed-precision policy the model's parameters take its param_dtype
+/// for good (the shards stay fp32): a gather rounds each rank's rows once,
+/// moves and holds half the bytes, and gradients come out in param_dtype and
+/// are reduce-scattered in reduce_dtype onto the fp32 shards.
 /// Every rank must run the same units in the same order, as under FSDP.
 class FullyShardedModel : public UnitRunner {
  public:
   /// `units`: the model's declared blocks, disjoint, in forward order. The
   /// model's parameters must be equal on every rank (broadcast first).
   FullyShardedModel(torch::nn::Module& model, const std::vector<torch::nn::Module*>& units,
-                    std::shared_ptr<Communicator> communicator, bool overlap = true);
+                    std::shared_ptr<Communicator> communicator, bool overlap = true,
+                    MixedPrecisionPolicy policy = {});
   ~FullyShardedModel() override;
   FullyShardedModel(const FullyShardedModel&) = delete;
   FullyShardedModel& operator=(const FullyShardedModel&) = delete;
@@ -72,10 +79,12 @@ class FullyShardedModel : public UnitRunner {
   /// after any failed step. The trainer's closure calls it.
   void abandon_backward() noexcept;
 
-  /// Every parameter whole, cloned, in the model's order. Collective.
+  /// Every parameter whole, gathered from the shards (fp32 under any
+  /// policy), in the model's order. Collective.
   std::vector<at::Tensor> whole_parameters();
-  /// Runs `use` with every parameter whole in the model itself, then frees
-  /// them again. Collective.
+  /// Runs `use` with every parameter whole in the model itself (in the
+  /// shards' dtype: fp32 under a mixed-precision policy), then puts back
+  /// what each held (nothing, at rest). Collective.
   void with_whole_parameters(const std::function<void()>& use);
 
   /// Bytes of parameters held whole on this rank now, and the most since
@@ -91,7 +100,10 @@ class FullyShardedModel : public UnitRunner {
   struct Unit;
   class ReadyHook;
 
+  /// Each rank's piece of parameter `i`'s rows in `whole` (its shape), this rank's filled from its shard.
+  void add_pieces(std::size_t i, const at::Tensor& whole, std::vector<std::vector<at::Tensor>>& pieces) const;
   void start_gather(std::size_t unit);
+  void with_master_parameters(const std::function<void()>& use);
   void gather(std::size_t unit);
   void release(std::size_t unit);
   void drop(std::size_t unit) noexcept;  // release(), even after a failed gather
@@ -103,6 +115,7 @@ class FullyShardedModel : public UnitRunner {
 
   std::shared_ptr<Communicator> communicator_;
   bool overlap_;
+  MixedPrecisionPolicy policy_;
   std::vector<at::Tensor> full_;
   std::vector<at::Tensor> shards_;
   std::vector<std::size_t> unit_of_;        // per parameter

@@ -31,7 +31,8 @@ struct FullyShardedModel::Unit {
   std::string name;
   std::vector<std::size_t> params;
   std::vector<int64_t> part_numel;  // per rank: elements of its rows of every parameter
-  at::TensorOptions options;
+  at::TensorOptions options;  // of its parameters whole: what a gather moves
+  at::ScalarType reduce_dtype = at::kFloat;  // what its reduce-scatter sums in
   bool gathered = false;
   std::unique_ptr<PendingCollective> gathering;
   bool mixed = false;        // frozen and trainable parameters (the root only): whole to backward's end

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "basin/core/parallel/distributed_strategy.h"
+#include "basin/core/parallel/zero3/mixed_precision.h"
 
 namespace basin {
 
@@ -16,10 +17,12 @@ class FullyShardedOptimizer;
 /// the model's own parameters hold bytes only while their unit runs, every
 /// microbatch's gradients go to the shards, unit by unit, and the optimizer
 /// steps the shards (FullyShardedOptimizer). Its checkpoint is one file per
-/// rank, with this rank's shards.
+/// rank, with this rank's shards. A mixed-precision policy gathers the
+/// units in its param_dtype (and, when it says so, keeps the floating
+/// buffers in it).
 class Zero3Strategy : public DistributedStrategy {
  public:
-  Zero3Strategy(std::shared_ptr<Communicator> communicator, bool overlap);
+  Zero3Strategy(std::shared_ptr<Communicator> communicator, bool overlap, MixedPrecisionPolicy mixed_precision = {});
   ~Zero3Strategy() override;
 
   void wrap(State& state, const std::vector<torch::nn::Module*>& units,
@@ -44,7 +47,12 @@ class Zero3Strategy : public DistributedStrategy {
   c10::IValue shards_state() const;
   void load_shards_state(const c10::IValue& saved);
 
+  /// Under a policy: the floating buffers take its param_dtype, or stay as
+  /// they are where it says so; a model with some must say which.
+  void lower_buffers(torch::nn::Module& model) const;
+
   bool overlap_;
+  MixedPrecisionPolicy mixed_precision_;
   std::unique_ptr<DataParallel> replicas_;
   std::shared_ptr<FullyShardedModel> model_;
   FullyShardedOptimizer* optimizer_ = nullptr;  // held by the state's optimizer chain

@@ -1,0 +1,285 @@
+// zero3's mixed-precision gathers ("parallel.mixed_precision"), ranks as
+// threads: the fp32 shards gathered in bf16 give the numbers autocast gives
+// over fp32 gathers (bit for bit where every op autocasts, close where one
+// does not), with half the bytes whole; and the config's refusals.
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <map>
+#include <string>
+
+#include <ATen/ATen.h>
+
+#include "basin/core/base/torch_compat.h"
+#include "basin/core/engine/algorithm.h"
+#include "basin/core/parallel/zero3/fully_sharded_model.h"
+#include "basin/core/serialization/torch_save_file.h"
+#include "basin/core/train/model.h"
+#include "distributed_util.h"
+#include "test_util.h"
+
+namespace basin {
+namespace {
+
+using test::max_difference;
+using test::sam_config;
+
+const char* const kBf16Gathers = R"({"param_dtype": "bf16", "reduce_dtype": "fp32", "buffers": true})";
+
+/// What one rank ends with: the weights gathered whole and its own fp32 shards.
+struct Held {
+  test::Weights whole, shards;
+};
+
+std::vector<Held> train_and_hold(int world, const Json& config) {
+  std::vector<Held> held(static_cast<std::size_t>(world));
+  test::run_ranks(world, [&](int rank, std::shared_ptr<Communicator> communicator) {
+    Trainer trainer(config, {}, {}, communicator);
+    trainer.fit();
+    Held& mine = held[static_cast<std::size_t>(rank)];
+    mine.whole = test::weights_of(trainer);
+    for (const auto& s : trainer.fully_sharded()->shards()) mine.shards.push_back(s.detach().clone());
+  });
+  return held;
+}
+
+/// `config` (zero3, under the amp of `policy`'s param_dtype) trained with
+/// and without the policy's gathers (bf16 unless said): each
+/// rank's shards and the whole weights differ by at most `share` of what
+/// training moved them (0: not at all), and they are fp32 either way.
+void expect_gathers_follow_autocast(Json config, const std::string& what, double share, int world = 2,
+                                         const char* policy = kBf16Gathers) {
+  const Json gathers = Json::parse(policy);
+  config["precision"] = "amp_" + gathers["param_dtype"].get<std::string>();
+  config["parallel"]["mode"] = "zero3";
+  config["parallel"].erase("mixed_precision");
+  const auto fp32_gathers = train_and_hold(world, config);
+  double moved = 0;
+  if (share > 0) {
+    Trainer untrained(config);
+    moved = max_difference(fp32_gathers[0].whole, untrained.whole_parameters());
+  }
+  config["parallel"]["mixed_precision"] = gathers;
+  const auto bf16_gathers = train_and_hold(world, config);
+  for (int r = 0; r < world; ++r) {
+    const auto& low = bf16_gathers[static_cast<std::size_t>(r)];
+    const auto& high = fp32_gathers[static_cast<std::size_t>(r)];
+    for (const auto& s : low.shards) ASSERT_EQ(s.scalar_type(), at::kFloat) << what << ": the shards are the fp32 masters";
+    for (const auto& w : low.whole) ASSERT_EQ(w.scalar_type(), at::kFloat) << what << ": whole weights come from them";
+    EXPECT_LE(max_difference(low.shards, high.shards), share * moved) << what << ", rank " << r << "'s shards";
+    EXPECT_LE(max_difference(low.whole, high.whole), share * moved) << what << ", rank " << r << " (moved " << moved << ")";
+  }
+}
+
+// A linear model's every op runs in bf16 under autocast: autocast rounds each
+// fp32 weight to bf16 (to nearest) where a bf16 gather rounds each shard the
+// same way, so the forward and each gradient are the same bits, and the fp32
+// reduce sums the same values. The whole run is bit-identical; the ascent
+// point in both is w + e rounded to bf16.
+TEST(ZeroThreeMixedPrecisionTest, Bf16GathersGiveAutocastsNumbersOverFp32GathersBitForBitOnTheMlp) {
+  Json config = sam_config(R"({"rho": 0.05, "sync_ascent": true})", "zero3");
+  config["data"]["microbatches"] = 2;
+  config["grad_clip_norm"] = 0.05;
+  config["model"] = Json::parse(R"({"name": "mlp", "hidden": [16, 12]})");
+  config["optimizer"] = Json::parse(R"({"name": "adam", "lr": 0.01,
+                                        "param_groups": [{"params": "bias", "lr": 0.002}]})");
+  for (const int world : {1, 2, 3}) {
+    expect_gathers_follow_autocast(config, "sam, adam at " + std::to_string(world) + " ranks", 0.0, world);
+  }
+  config["algorithms"] = Json::object();
+  expect_gathers_follow_autocast(config, "adam alone", 0.0);
+}
+
+// A bf16 reduce-scatter sums in bf16: a rounding for each rank added, a
+// little off the fp32 reduce's numbers, and nothing at one rank.
+TEST(ZeroThreeMixedPrecisionTest, ABf16ReduceRoundsTheSumAndNothingElse) {
+  Json config = sam_config(R"({"rho": 0.05, "sync_ascent": true})", "zero3");
+  config["model"] = Json::parse(R"({"name": "mlp", "hidden": [16, 12]})");
+  const char* const policy = R"({"param_dtype": "bf16", "reduce_dtype": "bf16"})";
+  expect_gathers_follow_autocast(config, "a bf16 reduce at 1 rank (nothing to sum)", 0.0, 1, policy);
+  expect_gathers_follow_autocast(config, "a bf16 reduce at 3 ranks", 0.05, 3, policy);
+}
+
+// fp16 gathers under amp_fp16 and its scaler give autocast's numbers over
+// fp32 gathers bit for bit, as bf16's do; an fp16 reduce is close.
+TEST(ZeroThreeMixedPrecisionTest, Fp16GathersWithTheScalerGiveAutocastsNumbersOverFp32Gathers) {
+  if (!compat::kCpuAutocastFp16) {
+    GTEST_SKIP() << "LibTorch " << compat::torch_version() << "'s CPU autocast has no float16 (2.5 and later have)";
+  }
+  Json config = sam_config(R"({"rho": 0.05, "sync_ascent": true})", "zero3");
+  config["model"] = Json::parse(R"({"name": "mlp", "hidden": [16, 12]})");
+  config["callbacks"] = Json::parse(R"({"grad_scaler": {"init_scale": 1024}})");
+  for (const char* reduce : {"fp32", "fp16"}) {
+    const std::string policy = std::string(R"({"param_dtype": "fp16", "reduce_dtype": ")") + reduce + "\"}";
+    expect_gathers_follow_autocast(config, std::string("fp16 gathers, reduce ") + reduce,
+                                        reduce == std::string("fp32") ? 0.0 : 0.05, 2, policy.c_str());
+  }
+}
+
+// Every SAM-family algorithm under bf16 gathers: the same bits as under autocast over fp32 gathers.
+class VariantMixedPrecisionTest : public ::testing::TestWithParam<std::pair<std::string, std::string>> {};
+
+TEST_P(VariantMixedPrecisionTest, Bf16GathersGiveAutocastsNumbersOverFp32Gathers) {
+  const std::string name = GetParam().first;
+  Json config = sam_config("{}", "zero3");
+  config["algorithms"] = Json::object();
+  config["algorithms"][name] = Json::parse(GetParam().second);
+  config["algorithms"][name]["sync_ascent"] = true;
+  config["model"] = Json::parse(R"({"name": "mlp", "hidden": [16, 12]})");
+  expect_gathers_follow_autocast(config, name, 0.0);
+}
+
+INSTANTIATE_TEST_SUITE_P(Variants, VariantMixedPrecisionTest, ::testing::ValuesIn(test::sam_family()),
+                         [](const auto& info) { return info.param.first; });
+
+// Where an op does not autocast, the two runs compute differently and
+// differ by a few percent of what training moved the weights: the gpt's
+// embedding (autocast leaves it in its weight's dtype, so the residual
+// stream starts in bf16 instead of fp32) and the resnet's BatchNorm (bf16
+// weights and statistics: it normalises in bf16 where autocast's runs in
+// fp32 on fp32 weights).
+TEST(ZeroThreeMixedPrecisionTest, TheGptAndTheResnetFollowAutocastOverFp32GathersToAFewPercent) {
+  test::TempDir dir;
+  std::string corpus;
+  for (int i = 0; i < 40; ++i) corpus += "Half the bytes, the same fortune " + std::to_string(i) + ".\n";
+  test::write_text(dir.file("corpus.txt"), corpus);
+  Json gpt = sam_config(R"({"rho": 0.05, "sync_ascent": true})", "zero3");
+  gpt["model"] = Json::parse(R"({"name": "gpt", "n_layer": 2, "n_head": 2, "n_embd": 16})");
+  gpt["data"] = {{"name", "text"}, {"train", dir.file("corpus.txt")}, {"block_size", 16}, {"batch_size", 8}};
+  gpt["optimizer"] = Json::parse(R"({"name": "sgd", "lr": 0.1, "momentum": 0.9})");
+  gpt["max_steps"] = 3;
+  expect_gathers_follow_autocast(gpt, "gpt", 0.05);  // measured: 1.2%
+  Json resnet = sam_config(R"({"rho": 0.05, "sync_ascent": true})", "zero3");
+  resnet["model"] = Json::parse(R"({"name": "resnet", "width": 4, "blocks": [1, 1]})");
+  resnet["optimizer"] = Json::parse(R"({"name": "sgd", "lr": 0.1, "momentum": 0.9})");
+  resnet["max_steps"] = 3;
+  expect_gathers_follow_autocast(resnet, "resnet", 0.2);  // measured: 6%
+}
+
+// What a rank holds: the model's parameters are bf16 and hold no bytes at
+// rest; the shards, their gradients and the whole weights are fp32; the most
+// held whole during a step is exactly half of fp32 gathers' (the same units,
+// two bytes an element instead of four).
+TEST(ZeroThreeMixedPrecisionTest, ARankHoldsHalfTheBytesWholeAndFp32Shards) {
+  Json config = sam_config(R"({"rho": 0.05, "sync_ascent": true})", "zero3");
+  config["model"] = Json::parse(R"({"name": "mlp", "hidden": [64, 64]})");
+  config["precision"] = "amp_bf16";
+  config["max_steps"] = 2;
+  std::map<bool, std::vector<int64_t>> peak, shard;
+  for (const bool lowered : {false, true}) {
+    if (lowered) config["parallel"]["mixed_precision"] = Json::parse(kBf16Gathers);
+    peak[lowered].assign(2, 0), shard[lowered].assign(2, 0);
+    test::run_ranks(2, [&](int rank, std::shared_ptr<Communicator> communicator) {
+      Trainer trainer(config, {}, {}, communicator);
+      FullyShardedModel& sharded = *trainer.fully_sharded();
+      sharded.reset_peak();
+      trainer.fit();
+      const auto r = static_cast<std::size_t>(rank);
+      peak[lowered][r] = sharded.peak_gathered_bytes();
+      shard[lowered][r] = sharded.shard_bytes();
+      EXPECT_EQ(sharded.gathered_bytes(), 0) << "nothing whole at rest";
+      for (const auto& p : sharded.parameters()) {
+        EXPECT_EQ(p.scalar_type(), lowered ? at::kBFloat16 : at::kFloat);
+        EXPECT_FALSE(p.grad().defined()) << "a whole gradient left behind";
+      }
+      for (const auto& s : sharded.shards()) {
+        EXPECT_EQ(s.scalar_type(), at::kFloat);
+        EXPECT_EQ(s.grad().scalar_type(), at::kFloat);
+      }
+      for (const auto& w : trainer.whole_parameters()) EXPECT_EQ(w.scalar_type(), at::kFloat);
+    });
+  }
+  for (std::size_t r = 0; r < 2; ++r) {
+    EXPECT_GT(peak[false][r], 0);
+    EXPECT_EQ(2 * peak[true][r], peak[false][r]) << "rank " << r;
+    EXPECT_EQ(shard[true][r], shard[false][r]) << "rank " << r << ": the fp32 shards are the same";
+  }
+}
+
+/// Runs `call` after step `step`.
+class AfterStep : public Algorithm {
+ public:
+  AfterStep(int64_t step, std::function<void()> call) : step_(step), call_(std::move(call)) {}
+  std::string name() const override { return "after_step"; }
+  bool match(Event event, const State& state) const override {
+    return event == Event::AFTER_STEP && state.timestamp.step == step_;
+  }
+  void apply(Event, State&, Logger&) override { call_(); }
+
+ private:
+  int64_t step_;
+  std::function<void()> call_;
+};
+
+// The model a run exports is its fp32 weights, whatever the gathers' dtype,
+// and training goes on after an export as if there had been none (the
+// parameters get back their dtype and the accumulators their hooks are on).
+TEST(ZeroThreeMixedPrecisionTest, AnExportMidRunWritesTheFp32MastersAndChangesNothingAfter) {
+  test::TempDir dir;
+  std::filesystem::create_directories(dir.file("run"));
+  Json config = sam_config(R"({"rho": 0.05, "sync_ascent": true})", "zero3");
+  config["precision"] = "amp_bf16";
+  config["parallel"]["mixed_precision"] = Json::parse(kBf16Gathers);
+  config["max_steps"] = 4;
+  test::Weights at_export;
+  const auto exported = test::train_on_ranks(2, config, [&](int rank, Trainer& trainer) {
+    trainer.engine().add_algorithm(std::make_shared<AfterStep>(2, [&trainer, &at_export, &dir, rank] {
+      trainer.export_model(dir.file("run"));  // collective
+      const test::Weights whole = trainer.whole_parameters();
+      if (rank == 0) at_export = whole;
+    }));
+  });
+  const auto straight = test::train_on_ranks(2, config);
+  EXPECT_EQ(max_difference(exported[0], straight[0]), 0.0) << "the export changed the steps after it";
+  EXPECT_EQ(max_difference(exported[1], straight[1]), 0.0);
+  const auto saved = read_torch_save_file(dir.file("run") + "/state_dict.pt", "export").toGenericDict();
+  Trainer plain(config);  // the parameters' names, in order
+  std::size_t i = 0;
+  for (const auto& item : plain.model().named_parameters(/*recurse=*/true)) {
+    const at::Tensor value = saved.at(item.key()).toTensor();
+    EXPECT_EQ(value.scalar_type(), at::kFloat) << item.key();
+    EXPECT_TRUE(value.equal(at_export.at(i++))) << item.key() << ": the masters at step 2";
+  }
+}
+
+// The refusals name the key and say what is expected.
+TEST(ZeroThreeMixedPrecisionTest, ItsKeysAreCheckedAgainstTheModeThePrecisionAndTheModel) {
+  auto refusal = [](Json config) {
+    try {
+      test::run_ranks(2, [&](int, std::shared_ptr<Communicator> communicator) { Trainer trainer(config, {}, {}, communicator); });
+    } catch (const ConfigError& error) {
+      return std::string(error.what());
+    }
+    return std::string("accepted");
+  };
+  Json config = sam_config(R"({"rho": 0.05, "sync_ascent": true})", "zero3");
+  config["precision"] = "amp_bf16";
+  config["parallel"]["mixed_precision"] = Json::parse(R"({"param_dtype": "bf16"})");
+  for (const std::string mode : {"ddp", "zero1", "zero2"}) {
+    config["parallel"]["mode"] = mode;
+    const std::string message = refusal(config);
+    EXPECT_NE(message.find("parallel.mixed_precision"), std::string::npos) << message;
+    EXPECT_NE(message.find("\"" + mode + "\""), std::string::npos) << message;
+  }
+  config["parallel"]["mode"] = "zero3";
+  config["precision"] = "fp32";
+  std::string message = refusal(config);
+  EXPECT_NE(message.find("parallel.mixed_precision.param_dtype"), std::string::npos) << message;
+  EXPECT_NE(message.find("amp_bf16"), std::string::npos) << message;
+  config["precision"] = "amp_bf16";
+  config["parallel"]["mixed_precision"]["reduce_dtype"] = "fp16";
+  message = refusal(config);
+  EXPECT_NE(message.find("parallel.mixed_precision.reduce_dtype"), std::string::npos) << message;
+  EXPECT_NE(message.find("bf16"), std::string::npos) << message;
+  config["parallel"]["mixed_precision"].erase("reduce_dtype");
+  config["model"] = Json::parse(R"({"name": "resnet", "width": 4, "blocks": [1]})");
+  message = refusal(config);
+  EXPECT_NE(message.find("parallel.mixed_precision.buffers"), std::string::npos) << message;
+  EXPECT_NE(message.find("running_mean"), std::string::npos) << message;
+  config["parallel"]["mixed_precision"]["buffers"] = true;
+  EXPECT_EQ(refusal(config), "accepted");
+}
+
+}  // namespace
+}  // namespace basin
