@@ -67,17 +67,17 @@ class StepTimer : public basin::Callback {
 
 struct Mode {
   Mode(std::string name, std::string parallel, std::string algorithms, std::string precision = "fp32",
-       std::string mixed_precision = "")
+       std::string parallel_keys = "{}")
       : name(std::move(name)),
         parallel(std::move(parallel)),
         algorithms(std::move(algorithms)),
         precision(std::move(precision)),
-        mixed_precision(std::move(mixed_precision)) {}
+        parallel_keys(std::move(parallel_keys)) {}
   std::string name;
   std::string parallel;
   std::string algorithms;
   std::string precision;
-  std::string mixed_precision;  // zero3's "parallel.mixed_precision", when set
+  std::string parallel_keys;  // more of the "parallel" section (mixed_precision, activation_checkpointing)
 };
 
 // Bytes sent on the loopback interface since boot, all processes together.
@@ -152,7 +152,7 @@ Result measure(const Mode& mode, const std::string& model, int threads,
                                                       threads, kSteps, mode.algorithms, mode.parallel));
   config["model"] = basin::bench::model_config(model);
   config["precision"] = mode.precision;
-  if (!mode.mixed_precision.empty()) config["parallel"]["mixed_precision"] = basin::Json::parse(mode.mixed_precision);
+  config["parallel"].update(basin::Json::parse(mode.parallel_keys));
   auto& tracker = basin::bench::TrackingAllocator::install();
   auto timer = std::make_shared<StepTimer>();
   basin::Trainer trainer(config, {timer}, {}, job);
@@ -206,7 +206,11 @@ int main() {
     return 2;
   }
   const basin::JobEnvironment job = basin::read_job_environment();
-  const char* const kBf16Gathers = R"({"param_dtype": "bf16", "reduce_dtype": "fp32", "buffers": true})";
+  const char* const kBf16Gathers =
+      R"({"mixed_precision": {"param_dtype": "bf16", "reduce_dtype": "fp32", "buffers": true}})";
+  const char* const kCheckpointed = R"({"activation_checkpointing": true})";
+  const char* const kBoth = R"({"mixed_precision": {"param_dtype": "bf16", "reduce_dtype": "fp32", "buffers": true},
+                                "activation_checkpointing": true})";
   const std::vector<Mode> modes = {
       {"ddp sgd", "ddp", "{}"},
       {"ddp sam, rank-local ascent", "ddp", R"({"sam": {"sync_ascent": false}})"},
@@ -223,6 +227,10 @@ int main() {
       {"zero3 sam, amp_bf16", "zero3", R"({"sam": {"sync_ascent": true}})", "amp_bf16"},
       {"zero3 sgd, bf16 gathers", "zero3", "{}", "amp_bf16", kBf16Gathers},
       {"zero3 sam, bf16 gathers", "zero3", R"({"sam": {"sync_ascent": true}})", "amp_bf16", kBf16Gathers},
+      // Activation checkpointing of every unit: activations recomputed in backward.
+      {"ddp sam, checkpointed", "ddp", R"({"sam": {"sync_ascent": true}})", "fp32", kCheckpointed},
+      {"zero3 sam, checkpointed", "zero3", R"({"sam": {"sync_ascent": true}})", "fp32", kCheckpointed},
+      {"zero3 sam, bf16, checkpointed", "zero3", R"({"sam": {"sync_ascent": true}})", "amp_bf16", kBoth},
   };
   // One rendezvous for all modes: each trainer gets the same communicator.
   const auto communicator = job.world_size > 1 ? basin::connect_job(job, std::chrono::seconds(120)) : nullptr;

@@ -45,9 +45,12 @@ class SmallCNN : public Model {
   at::Tensor forward(const at::Tensor& inputs) override {
     at::Tensor x = inputs;
     // Pooling before the ReLU: the same values and gradients (ReLU is monotone), on a quarter of the elements.
-    for (auto& conv : convs_) x = at::relu(at::max_pool2d(unit(*conv, [&] { return convolve(*conv, x); }), {2, 2}));
-    x = at::relu(unit(*fc_, [&] { return fc_->forward(x.flatten(1)); }));
-    return unit(*out_, [&] { return out_->forward(x); });
+    for (auto& conv : convs_) {
+      const at::Tensor y = unit(*conv, x, [this, conv](const at::Tensor& in) mutable { return convolve(*conv, in); });
+      x = at::relu(at::max_pool2d(y, {2, 2}));
+    }
+    x = at::relu(unit(*fc_, x.flatten(1), [this](const at::Tensor& in) { return fc_->forward(in); }));
+    return unit(*out_, x, [this](const at::Tensor& in) { return out_->forward(in); });
   }
 
  private:

@@ -65,7 +65,7 @@ at::Tensor Gpt::forward(const at::Tensor& ids) {
   }
   const at::Tensor positions = at::arange(t, at::TensorOptions(at::kLong).device(ids.device()));
   at::Tensor x = at::dropout(wte_->forward(ids) + wpe_->forward(positions), shape_.dropout, is_training());
-  for (auto& block : blocks_) x = unit(*block, [&] { return block->forward(x); });
+  for (auto& block : blocks_) x = unit(*block, x, [block](const at::Tensor& in) { return block->forward(in); });
   return at::linear(ln_f_->forward(x), wte_->weight);  // the head is the token embedding
 }
 

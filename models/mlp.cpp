@@ -31,7 +31,7 @@ class MLP : public Model {
 
  private:
   at::Tensor layer(std::size_t i, const at::Tensor& x) {
-    return unit(*layers_[i], [&] { return layers_[i]->forward(x); });
+    return unit(*layers_[i], x, [layer = layers_[i]](const at::Tensor& in) mutable { return layer->forward(in); });
   }
 
   std::vector<torch::nn::Linear> layers_;

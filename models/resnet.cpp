@@ -77,10 +77,11 @@ class SmallResNet : public Model {
   }
 
   at::Tensor forward(const at::Tensor& inputs) override {
-    at::Tensor x = at::relu(stem_bn_->forward(unit(*stem_, [&] { return stem_->forward(inputs); })));
-    for (auto& block : blocks_) x = unit(*block, [&] { return block->forward(x); });
+    at::Tensor x = unit(*stem_, inputs, [this](const at::Tensor& in) { return stem_->forward(in); });
+    x = at::relu(stem_bn_->forward(x));
+    for (auto& block : blocks_) x = unit(*block, x, [block](const at::Tensor& in) { return block->forward(in); });
     x = at::adaptive_avg_pool2d(x, {1, 1}).flatten(1);
-    return unit(*fc_, [&] { return fc_->forward(x); });
+    return unit(*fc_, x, [this](const at::Tensor& in) { return fc_->forward(in); });
   }
 
  private:

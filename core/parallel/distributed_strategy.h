@@ -12,6 +12,7 @@
 #include "basin/core/engine/pass_request.h"
 #include "basin/core/engine/state.h"
 #include "basin/core/parallel/sharded_parameters.h"
+#include "basin/core/parallel/unit_selection.h"
 
 namespace torch::nn { class Module; }
 
@@ -78,6 +79,11 @@ class DistributedStrategy {
   /// Copies of the model's whole parameters, in the model's order (collective under zero3).
   virtual std::vector<at::Tensor> whole_parameters();
 
+  /// The units whose forward runs again in backward instead of keeping its
+  /// activations ("activation_checkpointing"), under any mode.
+  const UnitSelection& activation_checkpointing() const { return activation_checkpointing_; }
+  void set_activation_checkpointing(UnitSelection units) { activation_checkpointing_ = std::move(units); }
+
  protected:
   DistributedStrategy(std::string mode, std::shared_ptr<Communicator> communicator);
   State& state() const;
@@ -85,6 +91,7 @@ class DistributedStrategy {
  private:
   std::string mode_;
   std::shared_ptr<Communicator> communicator_;
+  UnitSelection activation_checkpointing_;
   State* state_ = nullptr;
 };
 
@@ -95,7 +102,8 @@ class DistributedStrategy {
 ///                  "timeout_seconds": 300, a collective that takes longer fails
 ///                  "bucket_mb": 25,        data-parallel gradient buckets
 ///                  "overlap": true,        buckets start from backward's hooks
-///                  "mixed_precision": {}}  zero3's gathers in bf16 or fp16 (zero3/mixed_precision.h)
+///                  "mixed_precision": {},  zero3's gathers in bf16 or fp16 (zero3/mixed_precision.h)
+///                  "activation_checkpointing": false}  units recomputed in backward (unit_selection.h)
 ///
 /// `given` is a communicator the caller made (the hand loop, tests); without
 /// one, a process started by basin-run or torchrun joins its job, and a

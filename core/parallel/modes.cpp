@@ -72,6 +72,7 @@ std::unique_ptr<DistributedStrategy> make_strategy(Params& parallel, std::shared
   settings.data_parallel.bucket_bytes = static_cast<int64_t>(parallel.positive("bucket_mb", 25) * (1 << 20));
   settings.data_parallel.overlap = parallel.boolean("overlap", true);
   settings.mixed_precision = mixed_precision_from_config(parallel, name, precision);
+  UnitSelection checkpointed(parallel, "activation_checkpointing");
   parallel.finish();
   const Mode& mode = *std::find_if(modes().begin(), modes().end(), [&](const Mode& m) { return name == m.name; });
 
@@ -96,8 +97,10 @@ std::unique_ptr<DistributedStrategy> make_strategy(Params& parallel, std::shared
   if (!communicator && mode.group_when_alone) {
     communicator = make_gloo_communicator(c10::make_intrusive<c10d::HashStore>(), 0, 1, timeout);
   }
-  if (!communicator) return std::make_unique<SingleProcess>(name);
-  return mode.make(std::move(communicator), settings);
+  std::unique_ptr<DistributedStrategy> strategy =
+      communicator ? mode.make(std::move(communicator), settings) : std::make_unique<SingleProcess>(name);
+  strategy->set_activation_checkpointing(std::move(checkpointed));
+  return strategy;
 }
 
 }  // namespace basin

@@ -18,6 +18,9 @@ class UnitRunner {
   virtual at::Tensor run_model(const std::function<at::Tensor()>& forward) = 0;
   /// One unit's forward, `unit` its index in declaration order.
   virtual at::Tensor run_unit(std::size_t unit, const std::function<at::Tensor()>& forward) = 0;
+  /// A checkpointed unit's forward, run again in backward (its backward
+  /// follows): the unit is whole for it and stays whole for that backward.
+  virtual at::Tensor recompute_unit(std::size_t unit, const std::function<at::Tensor()>& forward) = 0;
 };
 
 }  // namespace basin

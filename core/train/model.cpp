@@ -37,13 +37,56 @@ void Model::declare_unit(torch::nn::Module& block) {
   units_.push_back(&block);
 }
 
-at::Tensor Model::unit(torch::nn::Module& block, const std::function<at::Tensor()>& forward) {
-  if (runner_ == nullptr) return forward();
+std::size_t Model::unit_index(torch::nn::Module& block) const {
   const auto found = std::find(units_.begin(), units_.end(), &block);
   if (found == units_.end()) {
     throw std::logic_error("Model: '" + block.name() + "' runs as a unit but was never declared (declare_unit)");
   }
-  return runner_->run_unit(static_cast<std::size_t>(found - units_.begin()), forward);
+  return static_cast<std::size_t>(found - units_.begin());
+}
+
+at::Tensor Model::unit(torch::nn::Module& block, const std::function<at::Tensor()>& forward) {
+  if (runner_ == nullptr && recomputed_.empty()) return forward();
+  const std::size_t u = unit_index(block);
+  if (!recomputed_.empty() && recomputed_[u]) {
+    throw ConfigError("config key 'parallel.activation_checkpointing': unit '" + unit_names().at(u) +
+                      "' runs as unit(block, forward), which cannot run again in backward; the model must run it "
+                      "as unit(block, input, forward) to be checkpointed");
+  }
+  return runner_ != nullptr ? runner_->run_unit(u, forward) : forward();
+}
+
+at::Tensor Model::unit(torch::nn::Module& block, const at::Tensor& input, UnitForward forward) {
+  if (runner_ == nullptr && recomputed_.empty()) return forward(input);
+  const std::size_t u = unit_index(block);
+  std::function<at::Tensor()> body = [&] { return forward(input); };
+  if (!recomputed_.empty() && recomputed_[u]) {
+    // Backward runs it again, through the runner (zero3 gathers it for that).
+    RunAgain run_again = [runner = runner_, u](const std::function<at::Tensor()>& again) {
+      return runner != nullptr ? runner->recompute_unit(u, again) : again();
+    };
+    body = [&, run_again] { return forward_without_activations(block, input, forward, run_again); };
+  }
+  return runner_ != nullptr ? runner_->run_unit(u, body) : body();
+}
+
+std::vector<std::string> Model::unit_names() {
+  std::vector<std::string> names(units_.size());
+  for (const auto& item : named_modules(/*name_prefix=*/"", /*include_self=*/false)) {
+    const auto found = std::find(units_.begin(), units_.end(), item.value().get());
+    if (found != units_.end() && names[static_cast<std::size_t>(found - units_.begin())].empty()) {
+      names[static_cast<std::size_t>(found - units_.begin())] = item.key();
+    }
+  }
+  return names;
+}
+
+void Model::set_recomputed_units(std::vector<bool> recomputed) {
+  if (recomputed.size() != units_.size()) {
+    throw std::logic_error("Model: one flag per unit expected for the recomputed units");
+  }
+  const bool any = std::find(recomputed.begin(), recomputed.end(), true) != recomputed.end();
+  recomputed_ = any ? std::move(recomputed) : std::vector<bool>();
 }
 
 void Model::export_trained(const std::string& dir) {

@@ -9,6 +9,7 @@
 #include "basin/core/config/registry.h"
 #include "basin/core/parallel/unit_runner.h"
 #include "basin/core/serialization/safetensors_file.h"
+#include "basin/core/train/activation_checkpoint.h"
 #include "basin/core/train/dataset.h"
 
 namespace basin {
@@ -26,7 +27,11 @@ namespace basin {
 ///     fc1_ = register_module("fc1", torch::nn::Linear(784, 256));
 ///     declare_unit(*fc1_);
 ///     ...
-///     x = unit(*fc1_, [&] { return fc1_->forward(x); });
+///     x = unit(*fc1_, x, [this](const at::Tensor& in) { return fc1_->forward(in); });
+///
+/// A unit given its input (as here) can also be checkpointed
+/// ("parallel.activation_checkpointing"): its forward keeps no activations
+/// and runs again in backward, so it must not capture locals by reference.
 class Model : public torch::nn::Module {
  public:
   virtual at::Tensor forward(const at::Tensor& inputs) = 0;
@@ -47,6 +52,11 @@ class Model : public torch::nn::Module {
 
   /// The declared units, in declaration order (which should be forward's).
   const std::vector<torch::nn::Module*>& units() const { return units_; }
+  /// Their names: each one's path in the model ("h.0"), as named_modules() gives it.
+  std::vector<std::string> unit_names();
+  /// Which units run their forward again in backward instead of keeping its
+  /// activations (one flag per unit; empty: none).
+  void set_recomputed_units(std::vector<bool> recomputed);
   /// Writes the trained model where Python reads it back: `state_dict.pt`
   /// (every parameter and buffer by name, for model.load_state_dict(
   /// torch.load(path))); a TorchScript model also writes `model.pt`. Its
@@ -63,11 +73,16 @@ class Model : public torch::nn::Module {
  protected:
   /// Declares a registered submodule (with every parameter below it) as one unit.
   void declare_unit(torch::nn::Module& block);
-  /// Runs `forward`, the forward of the declared unit `block`.
+  /// Runs `forward(input)`, the forward of the declared unit `block`.
+  at::Tensor unit(torch::nn::Module& block, const at::Tensor& input, UnitForward forward);
+  /// Runs `forward`, the forward of the declared unit `block`, which cannot be checkpointed.
   at::Tensor unit(torch::nn::Module& block, const std::function<at::Tensor()>& forward);
 
  private:
+  std::size_t unit_index(torch::nn::Module& block) const;
+
   std::vector<torch::nn::Module*> units_;
+  std::vector<bool> recomputed_;
   UnitRunner* runner_ = nullptr;
 };
 

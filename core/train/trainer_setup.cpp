@@ -226,6 +226,7 @@ void Trainer::wrap_for_distribution(Params& optimizer_config) {
   };
   strategy_->wrap(state_, model_->units(), make_local);
   model_->set_unit_runner(strategy_->unit_runner());
+  model_->set_recomputed_units(strategy_->activation_checkpointing().resolve(model_->unit_names()));
   state_.parameters_sharded = strategy_->parameters_sharded();
   state_.shards = strategy_->shards();
   for (auto& part : strategy_->checkpoint_parts()) engine_->add_checkpoint_part(std::move(part));

@@ -319,6 +319,16 @@ at::Tensor FullyShardedModel::run_unit(std::size_t u, const std::function<at::Te
   return out;
 }
 
+at::Tensor FullyShardedModel::recompute_unit(std::size_t u, const std::function<at::Tensor()>& forward) {
+  if (u >= declared_) throw std::logic_error("zero3: unit " + std::to_string(u) + " was never declared");
+  {
+    // Its output's hook gathered it as backward reached it; its gradients' hooks free it.
+    std::lock_guard<std::recursive_mutex> lock(mutex_);
+    gather(u);
+  }
+  return forward();
+}
+
 void FullyShardedModel::with_whole_parameters(const std::function<void()>& use) {
   std::lock_guard<std::recursive_mutex> lock(mutex_);
   if (policy_.active()) {

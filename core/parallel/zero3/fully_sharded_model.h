@@ -60,6 +60,7 @@ class FullyShardedModel : public UnitRunner {
 
   at::Tensor run_model(const std::function<at::Tensor()>& forward) override;
   at::Tensor run_unit(std::size_t unit, const std::function<at::Tensor()>& forward) override;
+  at::Tensor recompute_unit(std::size_t unit, const std::function<at::Tensor()>& forward) override;
 
   /// The model's parameters, in its order, and this rank's shard of each
   /// (a leaf the optimizer steps; its .grad the mean over ranks of its rows).

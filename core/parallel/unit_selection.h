@@ -1,0 +1,34 @@
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "basin/core/config/json.h"
+
+namespace basin {
+
+class Params;
+
+/// Which of a model's declared units a setting applies to, as the config
+/// says it ("parallel.activation_checkpointing"): true or false (every unit
+/// or none), a list of unit names (their paths in the model: "h.0",
+/// "fc1"), or one string, a regular expression a whole name must match
+/// ("h\\.[0-9]*[02468]": every other block).
+class UnitSelection {
+ public:
+  UnitSelection() = default;
+  /// Reads `key` of `section` (absent: none); a value of another type is a ConfigError naming it.
+  UnitSelection(Params& section, const std::string& key);
+
+  bool empty() const { return spec_.is_null() || spec_ == Json(false); }
+  /// One flag per unit of `names`. A name in the list that is no unit, or
+  /// a pattern that matches none, is a ConfigError naming the key and
+  /// listing the units.
+  std::vector<bool> resolve(const std::vector<std::string>& names) const;
+
+ private:
+  Json spec_;
+  std::string key_;
+};
+
+}  // namespace basin
