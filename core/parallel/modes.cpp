@@ -14,7 +14,7 @@
 #include "basin/core/parallel/communication/rendezvous.h"
 #include "basin/core/parallel/ddp/data_parallel_strategy.h"
 #include "basin/core/parallel/zero/zero_strategy.h"
-#include "basin/core/parallel/zero3/mixed_precision.h"
+#include "basin/core/parallel/zero3/fully_sharded_options.h"
 #include "basin/core/parallel/zero3/zero3_strategy.h"
 
 namespace basin {
@@ -30,7 +30,7 @@ class SingleProcess : public DistributedStrategy {
 /// What the "parallel" section says beyond the mode, for the modes that read it.
 struct Settings {
   DataParallelStrategy::Options data_parallel;
-  MixedPrecisionPolicy mixed_precision;  // zero3's
+  FullyShardedOptions fully_sharded;  // zero3's
 };
 
 /// A mode: its name, whether it needs a communicator even alone, and how it is made over one.
@@ -53,7 +53,7 @@ const std::vector<Mode>& modes() {
        [](C c, const Settings& s) { return std::make_unique<ZeroStrategy>(std::move(c), s.data_parallel, true); }},
       {"zero3", true,
        [](C c, const Settings& s) {
-         return std::make_unique<Zero3Strategy>(std::move(c), s.data_parallel.overlap, s.mixed_precision);
+         return std::make_unique<Zero3Strategy>(std::move(c), s.fully_sharded);
        }},
   };
   return table;
@@ -71,7 +71,8 @@ std::unique_ptr<DistributedStrategy> make_strategy(Params& parallel, std::shared
   Settings settings;
   settings.data_parallel.bucket_bytes = static_cast<int64_t>(parallel.positive("bucket_mb", 25) * (1 << 20));
   settings.data_parallel.overlap = parallel.boolean("overlap", true);
-  settings.mixed_precision = mixed_precision_from_config(parallel, name, precision);
+  settings.fully_sharded =
+      fully_sharded_options_from_config(parallel, name, settings.data_parallel.overlap, precision);
   UnitSelection checkpointed(parallel, "activation_checkpointing");
   parallel.finish();
   const Mode& mode = *std::find_if(modes().begin(), modes().end(), [&](const Mode& m) { return name == m.name; });

@@ -46,7 +46,7 @@ void FullyShardedModel::mark_ready(std::size_t i) {
   // Its every gradient is in: no backward node of the unit needs its
   // parameters any more (a unit's parameters all train: checked).
   if (++unit.fired == unit.hooked && !unit.mixed) release(unit_of_[i]);
-  if (overlap_) start_ready_reduces();
+  if (options_.overlap) start_ready_reduces();
 }
 
 void FullyShardedModel::start_ready_reduces() {

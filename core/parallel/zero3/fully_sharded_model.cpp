@@ -58,9 +58,8 @@ class FullyShardedModel::ReadyHook : public torch::autograd::FunctionPostHook {
 };
 
 FullyShardedModel::FullyShardedModel(torch::nn::Module& model, const std::vector<torch::nn::Module*>& units,
-                                     std::shared_ptr<Communicator> communicator, bool overlap,
-                                     MixedPrecisionPolicy policy)
-    : communicator_(std::move(communicator)), overlap_(overlap), policy_(std::move(policy)) {
+                                     std::shared_ptr<Communicator> communicator, FullyShardedOptions options)
+    : communicator_(std::move(communicator)), options_(std::move(options)) {
   const int world = communicator_->world_size();
   const int me = communicator_->rank();
   std::unordered_map<const c10::TensorImpl*, std::size_t> unit_of_param;
@@ -89,13 +88,13 @@ FullyShardedModel::FullyShardedModel(torch::nn::Module& model, const std::vector
     const auto found = unit_of_param.find(p.unsafeGetTensorImpl());
     const std::size_t u = found == unit_of_param.end() ? declared_ : found->second;
     Unit& unit = *units_[u];
-    const bool lowered = policy_.active() && p.is_floating_point();
-    const at::ScalarType gathered = lowered ? *policy_.param_dtype : p.scalar_type();
+    const bool lowered = options_.mixed_precision.active() && p.is_floating_point();
+    const at::ScalarType gathered = lowered ? *options_.mixed_precision.param_dtype : p.scalar_type();
     if (!unit.params.empty() && (unit.options.dtype() != gathered || unit.options.device() != p.device())) {
       throw std::invalid_argument("zero3: unit '" + unit.name + "' mixes dtypes or devices; a unit gathers one");
     }
     unit.options = p.options().dtype(gathered).requires_grad(false);
-    unit.reduce_dtype = lowered ? policy_.reduce_dtype : gathered;
+    unit.reduce_dtype = lowered ? options_.mixed_precision.reduce_dtype : gathered;
     const std::size_t index = full_.size();
     unit.params.push_back(index);
     index_[p.unsafeGetTensorImpl()] = index;
@@ -291,31 +290,35 @@ at::Tensor FullyShardedModel::run_model(const std::function<at::Tensor()>& forwa
 
 at::Tensor FullyShardedModel::run_unit(std::size_t u, const std::function<at::Tensor()>& forward) {
   if (u >= declared_) throw std::logic_error("zero3: unit " + std::to_string(u) + " was never declared");
+  const std::size_t last_ahead = std::min(declared_ - 1, u + static_cast<std::size_t>(options_.forward_prefetch));
   at::Tensor out;
   try {
     {
       std::lock_guard<std::recursive_mutex> lock(mutex_);
       gather(u);
-      if (overlap_ && u + 1 < declared_) start_gather(u + 1);  // one unit ahead, while this one computes
+      for (std::size_t next = u + 1; next <= last_ahead; ++next) start_gather(next);  // while this one computes
     }
     out = forward();
-  } catch (...) {  // the unit, and the next one's gather issued ahead, freed: a failed forward holds nothing
+  } catch (...) {  // the unit, and the gathers issued ahead, freed: a failed forward holds nothing
     std::lock_guard<std::recursive_mutex> lock(mutex_);
-    drop(u);
-    if (u + 1 < declared_) drop(u + 1);
+    for (std::size_t held = u; held <= last_ahead; ++held) drop(held);
     throw;
   }
-  if (at::GradMode::is_enabled() && out.requires_grad() && out.grad_fn()) {
+  const bool has_backward = at::GradMode::is_enabled() && out.requires_grad() && out.grad_fn();
+  if (has_backward) {
     // Backward reaches the unit's output before any of the unit's own
-    // operations: the parameters they saved are gathered again then.
+    // operations: the parameters they saved are gathered again then (and
+    // the units before it ahead, as backward runs the units in reverse).
     out.register_hook([this, u](const at::Tensor&) {
       std::lock_guard<std::recursive_mutex> lock(mutex_);
       gather(u);
-      if (overlap_ && u > 0) start_gather(u - 1);  // backward runs the units in reverse
+      const std::size_t ahead = std::min(u, static_cast<std::size_t>(options_.backward_prefetch));
+      for (std::size_t back = 1; back <= ahead; ++back) start_gather(u - back);
     });
   }
   std::lock_guard<std::recursive_mutex> lock(mutex_);
-  release(u);
+  // Kept whole to its backward when asked (no second gather); its gradients' hooks free it.
+  if (options_.reshard_after_forward || !has_backward) release(u);
   return out;
 }
 
@@ -327,72 +330,6 @@ at::Tensor FullyShardedModel::recompute_unit(std::size_t u, const std::function<
     gather(u);
   }
   return forward();
-}
-
-void FullyShardedModel::with_whole_parameters(const std::function<void()>& use) {
-  std::lock_guard<std::recursive_mutex> lock(mutex_);
-  if (policy_.active()) {
-    with_master_parameters(use);
-    return;
-  }
-  std::vector<bool> was(units_.size());
-  for (std::size_t u = 0; u < units_.size(); ++u) was[u] = units_[u]->gathered;
-  std::exception_ptr failed;
-  try {
-    for (std::size_t u = 0; u < units_.size(); ++u) gather(u);
-    use();
-  } catch (...) {
-    failed = std::current_exception();
-  }
-  for (std::size_t u = 0; u < units_.size(); ++u) {
-    if (!was[u]) drop(u);
-  }
-  if (failed) std::rethrow_exception(failed);
-}
-
-void FullyShardedModel::with_master_parameters(const std::function<void()>& use) {
-  // The parameters take the shards' dtype and values for `use` (an export
-  // writes fp32), then get back what they held: their storage object (what
-  // autograd saved reads) and the gradient accumulator their hooks are on,
-  // which set_data forgets on a dtype change.
-  const std::vector<at::Tensor> whole = whole_parameters();
-  std::vector<at::Tensor> held(full_.size());
-  std::vector<std::shared_ptr<torch::autograd::Node>> accumulators(full_.size());
-  for (std::size_t i = 0; i < full_.size(); ++i) {
-    accumulators[i] = torch::autograd::impl::try_get_grad_accumulator(full_[i]);
-    held[i] = full_[i].variable_data();
-    full_[i].set_data(whole[i]);
-  }
-  std::exception_ptr failed;
-  try {
-    use();
-  } catch (...) {
-    failed = std::current_exception();
-  }
-  for (std::size_t i = 0; i < full_.size(); ++i) {
-    full_[i].set_data(held[i]);
-    if (accumulators[i]) torch::autograd::impl::set_grad_accumulator(full_[i], accumulators[i]);
-  }
-  if (failed) std::rethrow_exception(failed);
-}
-
-std::vector<at::Tensor> FullyShardedModel::whole_parameters() {
-  // From the shards, into tensors of their dtype (the model's own may hold
-  // param_dtype, or be whole for a pending backward): one gather per unit,
-  // in the units' order on every rank.
-  std::lock_guard<std::recursive_mutex> lock(mutex_);
-  std::vector<at::Tensor> whole(full_.size());
-  at::NoGradGuard no_grad;
-  for (const auto& unit : units_) {
-    if (unit->params.empty()) continue;
-    std::vector<std::vector<at::Tensor>> pieces(static_cast<std::size_t>(communicator_->world_size()));
-    for (const std::size_t i : unit->params) {
-      whole[i] = at::empty(full_[i].sizes(), shards_[i].options().requires_grad(false));
-      add_pieces(i, whole[i], pieces);
-    }
-    communicator_->start_all_gather(std::move(pieces))->wait();
-  }
-  return whole;
 }
 
 }  // namespace basin

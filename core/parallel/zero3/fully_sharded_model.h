@@ -9,7 +9,7 @@
 #include <ATen/core/Tensor.h>
 
 #include "basin/core/parallel/unit_runner.h"
-#include "basin/core/parallel/zero3/mixed_precision.h"
+#include "basin/core/parallel/zero3/fully_sharded_options.h"
 
 namespace torch::nn { class Module; }
 namespace torch::autograd { struct Node; }
@@ -52,8 +52,7 @@ class FullyShardedModel : public UnitRunner {
   /// `units`: the model's declared blocks, disjoint, in forward order. The
   /// model's parameters must be equal on every rank (broadcast first).
   FullyShardedModel(torch::nn::Module& model, const std::vector<torch::nn::Module*>& units,
-                    std::shared_ptr<Communicator> communicator, bool overlap = true,
-                    MixedPrecisionPolicy policy = {});
+                    std::shared_ptr<Communicator> communicator, FullyShardedOptions options = {});
   ~FullyShardedModel() override;
   FullyShardedModel(const FullyShardedModel&) = delete;
   FullyShardedModel& operator=(const FullyShardedModel&) = delete;
@@ -115,8 +114,7 @@ class FullyShardedModel : public UnitRunner {
   void note_gathered();
 
   std::shared_ptr<Communicator> communicator_;
-  bool overlap_;
-  MixedPrecisionPolicy policy_;
+  FullyShardedOptions options_;
   std::vector<at::Tensor> full_;
   std::vector<at::Tensor> shards_;
   std::vector<std::size_t> unit_of_;        // per parameter

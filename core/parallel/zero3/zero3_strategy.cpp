@@ -17,11 +17,9 @@
 
 namespace basin {
 
-Zero3Strategy::Zero3Strategy(std::shared_ptr<Communicator> communicator, bool overlap,
-                             MixedPrecisionPolicy mixed_precision)
+Zero3Strategy::Zero3Strategy(std::shared_ptr<Communicator> communicator, FullyShardedOptions options)
     : DistributedStrategy("zero3", communicator),
-      overlap_(overlap),
-      mixed_precision_(std::move(mixed_precision)),
+      options_(std::move(options)),
       replicas_(std::make_unique<DataParallel>(std::move(communicator))) {}
 
 Zero3Strategy::~Zero3Strategy() = default;
@@ -33,31 +31,31 @@ void Zero3Strategy::wrap(State& state, const std::vector<torch::nn::Module*>& un
   // Each rank keeps its shard of every parameter; the model's own hold
   // bytes only while their unit runs, and the optimizer steps the shards.
   lower_buffers(*state.model);
-  model_ = std::make_shared<FullyShardedModel>(*state.model, units, communicator(), overlap_, mixed_precision_);
+  model_ = std::make_shared<FullyShardedModel>(*state.model, units, communicator(), options_);
   auto optimizer = std::make_shared<FullyShardedOptimizer>(*state.optimizer, make_local, model_, communicator());
   optimizer_ = optimizer.get();
   state.optimizer = std::move(optimizer);
 }
 
 void Zero3Strategy::lower_buffers(torch::nn::Module& model) const {
-  if (!mixed_precision_.active()) return;
+  if (!options_.mixed_precision.active()) return;
   const auto named = model.named_buffers(/*recurse=*/true);
   std::vector<std::string> floating;
   for (const auto& item : named) {
     if (item.value().is_floating_point()) floating.push_back(item.key());
   }
   if (floating.empty()) return;
-  const std::string low = dtype_name(*mixed_precision_.param_dtype);
-  if (!mixed_precision_.buffers_given) {
-    throw ConfigError("config key '" + mixed_precision_.key + ".buffers': the model has floating-point buffers ('" +
+  const std::string low = dtype_name(*options_.mixed_precision.param_dtype);
+  if (!options_.mixed_precision.buffers_given) {
+    throw ConfigError("config key '" + options_.mixed_precision.key + ".buffers': the model has floating-point buffers ('" +
                       floating.front() + "'" + (floating.size() > 1 ? " and " + std::to_string(floating.size() - 1) +
                       " more" : std::string()) + "); say true to keep them in " + low + " (BatchNorm computes with its "
                       "statistics in its weight's dtype) or false to keep them as they are");
   }
-  if (!mixed_precision_.buffers) return;
+  if (!options_.mixed_precision.buffers) return;
   at::NoGradGuard no_grad;
   for (const auto& item : named) {
-    if (item.value().is_floating_point()) item.value().set_data(item.value().to(*mixed_precision_.param_dtype));
+    if (item.value().is_floating_point()) item.value().set_data(item.value().to(*options_.mixed_precision.param_dtype));
   }
 }
 

@@ -5,7 +5,7 @@
 #include <vector>
 
 #include "basin/core/parallel/distributed_strategy.h"
-#include "basin/core/parallel/zero3/mixed_precision.h"
+#include "basin/core/parallel/zero3/fully_sharded_options.h"
 
 namespace basin {
 
@@ -22,7 +22,7 @@ class FullyShardedOptimizer;
 /// buffers in it).
 class Zero3Strategy : public DistributedStrategy {
  public:
-  Zero3Strategy(std::shared_ptr<Communicator> communicator, bool overlap, MixedPrecisionPolicy mixed_precision = {});
+  Zero3Strategy(std::shared_ptr<Communicator> communicator, FullyShardedOptions options);
   ~Zero3Strategy() override;
 
   void wrap(State& state, const std::vector<torch::nn::Module*>& units,
@@ -51,8 +51,7 @@ class Zero3Strategy : public DistributedStrategy {
   /// they are where it says so; a model with some must say which.
   void lower_buffers(torch::nn::Module& model) const;
 
-  bool overlap_;
-  MixedPrecisionPolicy mixed_precision_;
+  FullyShardedOptions options_;
   std::unique_ptr<DataParallel> replicas_;
   std::shared_ptr<FullyShardedModel> model_;
   FullyShardedOptimizer* optimizer_ = nullptr;  // held by the state's optimizer chain

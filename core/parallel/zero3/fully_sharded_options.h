@@ -1,0 +1,32 @@
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "basin/core/parallel/zero3/mixed_precision.h"
+
+namespace basin {
+
+/// How zero3 schedules its gathers, as FSDP2's controls do:
+///
+///     "parallel": {"mode": "zero3",
+///                  "overlap": true,                 reduce-scatters start from backward's hooks
+///                  "prefetch": {"forward": 1,       units gathered ahead while one computes
+///                               "backward": 1},     (0: each gathered when it runs; with overlap false, 0)
+///                  "reshard_after_forward": true,   false: a unit stays whole from its forward to its
+///                                                   backward (no second gather; every unit whole at once)
+///                  "mixed_precision": {...}}        mixed_precision.h
+struct FullyShardedOptions {
+  bool overlap = true;
+  int64_t forward_prefetch = 1;
+  int64_t backward_prefetch = 1;
+  bool reshard_after_forward = true;
+  MixedPrecisionPolicy mixed_precision;
+};
+
+/// Reads zero3's keys of the "parallel" section; under another `mode` any of
+/// them given is a ConfigError naming it. `overlap` is the section's.
+FullyShardedOptions fully_sharded_options_from_config(Params& parallel, const std::string& mode, bool overlap,
+                                                       Precision precision);
+
+}  // namespace basin

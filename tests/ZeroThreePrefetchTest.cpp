@@ -1,0 +1,142 @@
+// zero3's gather schedule ("parallel.prefetch", "reshard_after_forward"),
+// ranks as threads: any schedule gives the same bits; what is whole at once
+// and the bytes moved follow the schedule; the keys are zero3's alone.
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <string>
+
+#include <ATen/ATen.h>
+
+#include "basin/core/parallel/communication/communicator.h"
+#include "basin/core/parallel/zero3/fully_sharded_model.h"
+#include "basin/core/train/model.h"
+#include "distributed_util.h"
+#include "test_util.h"
+
+namespace basin {
+namespace {
+
+/// What a schedule did on rank 0: the weights, the most bytes held whole at
+/// once, the bytes moved by training, and those of one gather of every unit.
+struct Scheduled {
+  test::Weights weights;
+  int64_t peak = 0;
+  double moved = 0, one_gather = 0;
+  std::vector<int64_t> units;  // each unit's bytes, in order
+};
+
+Scheduled train(const Json& config) {
+  Scheduled out;
+  test::run_ranks(2, [&](int rank, std::shared_ptr<Communicator> communicator) {
+    Trainer trainer(config, {}, {}, communicator);
+    FullyShardedModel& sharded = *trainer.fully_sharded();
+    sharded.reset_peak();
+    const double before = communicator->bytes_moved();
+    trainer.fit();
+    const double moved = communicator->bytes_moved() - before;
+    const int64_t peak = sharded.peak_gathered_bytes();
+    const double gathering = communicator->bytes_moved();
+    test::Weights weights = test::weights_of(trainer);  // one gather of every unit, from the shards
+    if (rank != 0) return;
+    out.weights = std::move(weights);
+    out.one_gather = communicator->bytes_moved() - gathering;
+    out.moved = moved, out.peak = peak;
+    for (auto* unit : trainer.model().units()) {
+      int64_t bytes = 0;
+      for (const auto& p : unit->parameters()) bytes += p.numel() * 4;
+      out.units.push_back(bytes);
+    }
+  });
+  return out;
+}
+
+/// The mlp (four units, no root) under zero3, SAM with a synced ascent, 3 steps.
+Json mlp_job() {
+  Json config = test::sam_config(R"({"rho": 0.05, "sync_ascent": true})", "zero3");
+  config["model"] = Json::parse(R"({"name": "mlp", "hidden": [32, 24, 16]})");
+  config["max_steps"] = 3;
+  config["max_epochs"] = 1;
+  return config;
+}
+
+// Each gather is issued earlier or later, or not again; the arithmetic is the same.
+TEST(ZeroThreePrefetchTest, AnySchedulesWeightsAreTheDefaultsBits) {
+  Json config = mlp_job();
+  const Scheduled usual = train(config);
+  for (const char* schedule : {R"({"prefetch": {"forward": 0, "backward": 0}})",
+                               R"({"prefetch": {"forward": 3, "backward": 2}})",
+                               R"({"reshard_after_forward": false})",
+                               R"({"reshard_after_forward": false, "prefetch": {"forward": 0}})"}) {
+    Json scheduled = config;
+    scheduled["parallel"].update(Json::parse(schedule));
+    EXPECT_EQ(test::max_difference(train(scheduled).weights, usual.weights), 0.0) << schedule;
+  }
+}
+
+// Without prefetch a unit is whole alone; each unit prefetched adds one;
+// kept whole after forward, every unit is whole at forward's end.
+TEST(ZeroThreePrefetchTest, WhatIsWholeAtOnceFollowsTheSchedule) {
+  Json config = mlp_job();
+  auto peak_of = [&](const char* schedule) {
+    Json scheduled = config;
+    scheduled["parallel"].update(Json::parse(schedule));
+    return train(scheduled);
+  };
+  const Scheduled alone = peak_of(R"({"prefetch": {"forward": 0, "backward": 0}})");
+  const std::vector<int64_t>& u = alone.units;
+  ASSERT_EQ(u.size(), 4u);
+  EXPECT_EQ(alone.peak, *std::max_element(u.begin(), u.end())) << "one unit whole at a time";
+  int64_t pairs = 0, triples = 0;
+  for (std::size_t i = 0; i + 1 < u.size(); ++i) pairs = std::max(pairs, u[i] + u[i + 1]);
+  for (std::size_t i = 0; i + 2 < u.size(); ++i) triples = std::max(triples, u[i] + u[i + 1] + u[i + 2]);
+  const Scheduled one_ahead = peak_of(R"({"prefetch": {"forward": 1, "backward": 1}})");
+  EXPECT_GT(one_ahead.peak, alone.peak);
+  EXPECT_LE(one_ahead.peak, pairs) << "a unit and the next";
+  const Scheduled two_ahead = peak_of(R"({"prefetch": {"forward": 2, "backward": 2}})");
+  EXPECT_GT(two_ahead.peak, one_ahead.peak);
+  EXPECT_LE(two_ahead.peak, triples);
+  const Scheduled kept = peak_of(R"({"reshard_after_forward": false})");
+  int64_t all = 0;
+  for (const int64_t bytes : u) all += bytes;
+  EXPECT_EQ(kept.peak, all) << "every unit whole from its forward to its backward";
+}
+
+// Prefetch moves no byte more; a unit kept whole after forward is not
+// gathered again for backward: one gather of every unit less per pass.
+TEST(ZeroThreePrefetchTest, KeepingUnitsWholeSavesBackwardsGathersAndPrefetchMovesNothingMore) {
+  Json config = mlp_job();
+  const Scheduled usual = train(config);
+  Json none = config;
+  none["parallel"]["prefetch"] = Json::parse(R"({"forward": 0, "backward": 0})");
+  EXPECT_EQ(train(none).moved, usual.moved);
+  Json kept = config;
+  kept["parallel"]["reshard_after_forward"] = false;
+  const Scheduled whole = train(kept);
+  ASSERT_GT(usual.one_gather, 0);
+  const int64_t passes = 3 * 2;  // steps, SAM's two passes
+  EXPECT_EQ(usual.moved - whole.moved, passes * usual.one_gather);
+}
+
+TEST(ZeroThreePrefetchTest, TheScheduleKeysAreZeroThreesAlone) {
+  for (const char* key : {"prefetch", "reshard_after_forward"}) {
+    Json config = test::sam_config(R"({"rho": 0.05, "sync_ascent": true})", "ddp");
+    config["parallel"][key] = std::string(key) == "prefetch" ? Json::parse(R"({"forward": 0})") : Json(false);
+    std::string message;
+    try {
+      test::run_ranks(2, [&](int, std::shared_ptr<Communicator> communicator) { Trainer trainer(config, {}, {}, communicator); });
+    } catch (const ConfigError& error) {
+      message = error.what();
+    }
+    EXPECT_NE(message.find(std::string("parallel.") + key), std::string::npos) << message;
+    EXPECT_NE(message.find("\"ddp\""), std::string::npos) << message;
+  }
+  Json config = mlp_job();
+  config["parallel"]["prefetch"] = Json::parse(R"({"forward": -1})");
+  const std::string message = test::trainer_config_error(config);
+  EXPECT_NE(message.find("parallel.prefetch.forward"), std::string::npos) << message;
+}
+
+}  // namespace
+}  // namespace basin
