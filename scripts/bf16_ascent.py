@@ -8,7 +8,7 @@ This prints, for e = rho g / ||g|| at a random batch, the share of e's norm
 that step keeps, its cosine with e, and the share of elements it leaves
 where they were. Run with PyPI's torch (any recent one):
 
-    python scripts/bf16_ascent.py [--rho 0.05] [--steps 0]
+    python scripts/bf16_ascent.py [--rho 0.05] [--batch 4] [--seed 0]
 """
 
 import argparse

@@ -7,15 +7,18 @@
 #include <gtest/gtest.h>
 
 #include <map>
+#include <set>
 #include <string>
 
 #include <ATen/ATen.h>
 #include <ATen/core/Generator.h>
+#include <torch/csrc/autograd/function.h>
 
 #include "../bench/tracking_allocator.h"
 #include "basin/core/config/config.h"
 #include "basin/core/parallel/communication/communicator.h"
 #include "basin/core/parallel/zero3/fully_sharded_model.h"
+#include "basin/core/train/autocast.h"
 #include "basin/core/train/model.h"
 #include "distributed_util.h"
 #include "test_util.h"
@@ -42,22 +45,45 @@ Json gpt_job(const std::string& corpus_file, const std::string& mode, double dro
   return config;
 }
 
+/// Whether a forward of `trainer`'s model (collective under zero3) puts a
+/// unit's recompute into its graph: a checkpointed unit ran as one.
+bool recomputes(Trainer& trainer) {
+  AutocastGuard autocast(trainer.state().precision, trainer.state().device.type());  // as the trainer's forward
+  const at::Tensor out = trainer.model().run(trainer.data().train.gather({0, 1}).inputs);
+  std::vector<torch::autograd::Node*> todo{out.grad_fn().get()};
+  std::set<torch::autograd::Node*> seen;
+  while (!todo.empty()) {
+    torch::autograd::Node* node = todo.back();
+    todo.pop_back();
+    if (node == nullptr || !seen.insert(node).second) continue;
+    if (node->name() == "basin::RecomputeBackward") return true;
+    for (const auto& edge : node->next_edges()) todo.push_back(edge.function.get());
+  }
+  return false;
+}
+
 /// `config` trained on `world` ranks with and without `checkpointed`: every
-/// rank's weights and buffers are the same bits.
+/// rank's weights and buffers are the same bits, and the run with it did
+/// recompute (the run without did not).
 void expect_the_same_bits(Json config, const Json& checkpointed, const std::string& what, int world) {
   auto train = [&](const Json& job) {
     std::vector<test::Weights> held(static_cast<std::size_t>(world));
+    std::vector<int> recomputed(static_cast<std::size_t>(world), -1);
     auto run = [&](int rank, std::shared_ptr<Communicator> communicator) {
+      const auto r = static_cast<std::size_t>(rank);
       Trainer trainer(job, {}, {}, communicator);
       trainer.fit();
-      held[static_cast<std::size_t>(rank)] = test::weights_of(trainer);
-      for (const auto& b : trainer.model().buffers()) held[static_cast<std::size_t>(rank)].push_back(b.detach().clone());
+      held[r] = test::weights_of(trainer);
+      for (const auto& b : trainer.model().buffers()) held[r].push_back(b.detach().clone());
+      recomputed[r] = recomputes(trainer) ? 1 : 0;
     };
     if (world == 1 && job["parallel"]["mode"] == "none") {
       run(0, nullptr);
     } else {
       test::run_ranks(world, run);
     }
+    const int expected = job["parallel"].contains("activation_checkpointing") ? 1 : 0;
+    EXPECT_EQ(recomputed, std::vector<int>(static_cast<std::size_t>(world), expected)) << what;
     return held;
   };
   const auto plain = train(config);
@@ -160,7 +186,9 @@ TEST(ActivationCheckpointingTest, UnderZeroThreeTheRecomputeGathersNothingMore) 
       trainer.fully_sharded()->reset_peak();
       const double before = communicator->bytes_moved();
       trainer.fit();
-      if (rank == 0) moved[recomputed] = communicator->bytes_moved() - before, peak[recomputed] = trainer.fully_sharded()->peak_gathered_bytes();
+      if (rank != 0) return;
+      moved[recomputed] = communicator->bytes_moved() - before;
+      peak[recomputed] = trainer.fully_sharded()->peak_gathered_bytes();
     });
   }
   EXPECT_GT(moved[false], 0);

@@ -10,6 +10,8 @@
 #include <string>
 
 #include <ATen/ATen.h>
+#include <torch/csrc/autograd/function.h>
+#include <torch/csrc/autograd/variable.h>
 
 #include "basin/core/base/torch_compat.h"
 #include "basin/core/engine/algorithm.h"
@@ -27,9 +29,11 @@ using test::sam_config;
 
 const char* const kBf16Gathers = R"({"param_dtype": "bf16", "reduce_dtype": "fp32", "buffers": true})";
 
-/// What one rank ends with: the weights gathered whole and its own fp32 shards.
+/// What one rank ends with: the weights gathered whole, its own fp32 shards,
+/// and the dtype its model's parameters have (the gathers').
 struct Held {
   test::Weights whole, shards;
+  at::ScalarType gathered = at::kFloat;
 };
 
 std::vector<Held> train_and_hold(int world, const Json& config) {
@@ -40,6 +44,7 @@ std::vector<Held> train_and_hold(int world, const Json& config) {
     Held& mine = held[static_cast<std::size_t>(rank)];
     mine.whole = test::weights_of(trainer);
     for (const auto& s : trainer.fully_sharded()->shards()) mine.shards.push_back(s.detach().clone());
+    mine.gathered = trainer.fully_sharded()->parameters().front().scalar_type();
   });
   return held;
 }
@@ -49,7 +54,7 @@ std::vector<Held> train_and_hold(int world, const Json& config) {
 /// rank's shards and the whole weights differ by at most `share` of what
 /// training moved them (0: not at all), and they are fp32 either way.
 void expect_gathers_follow_autocast(Json config, const std::string& what, double share, int world = 2,
-                                         const char* policy = kBf16Gathers) {
+                                    const char* policy = kBf16Gathers) {
   const Json gathers = Json::parse(policy);
   config["precision"] = "amp_" + gathers["param_dtype"].get<std::string>();
   config["parallel"]["mode"] = "zero3";
@@ -65,10 +70,17 @@ void expect_gathers_follow_autocast(Json config, const std::string& what, double
   for (int r = 0; r < world; ++r) {
     const auto& low = bf16_gathers[static_cast<std::size_t>(r)];
     const auto& high = fp32_gathers[static_cast<std::size_t>(r)];
-    for (const auto& s : low.shards) ASSERT_EQ(s.scalar_type(), at::kFloat) << what << ": the shards are the fp32 masters";
-    for (const auto& w : low.whole) ASSERT_EQ(w.scalar_type(), at::kFloat) << what << ": whole weights come from them";
+    ASSERT_EQ(high.gathered, at::kFloat) << what;
+    ASSERT_EQ(dtype_name(low.gathered), gathers["param_dtype"].get<std::string>()) << what << ": the policy took";
+    for (const auto& s : low.shards) ASSERT_EQ(s.scalar_type(), at::kFloat) << what << ": the fp32 masters";
+    for (const auto& w : low.whole) ASSERT_EQ(w.scalar_type(), at::kFloat) << what << ": whole from the masters";
+    const double apart = max_difference(low.whole, high.whole);
     EXPECT_LE(max_difference(low.shards, high.shards), share * moved) << what << ", rank " << r << "'s shards";
-    EXPECT_LE(max_difference(low.whole, high.whole), share * moved) << what << ", rank " << r << " (moved " << moved << ")";
+    EXPECT_LE(apart, share * moved) << what << ", rank " << r << " (moved " << moved << ")";
+    // Where they may differ, they do: the comparison is not of a run with itself.
+    if (share > 0) {
+      EXPECT_GT(apart, 0.0) << what << ", rank " << r;
+    }
   }
 }
 
@@ -113,7 +125,7 @@ TEST(ZeroThreeMixedPrecisionTest, Fp16GathersWithTheScalerGiveAutocastsNumbersOv
   for (const char* reduce : {"fp32", "fp16"}) {
     const std::string policy = std::string(R"({"param_dtype": "fp16", "reduce_dtype": ")") + reduce + "\"}";
     expect_gathers_follow_autocast(config, std::string("fp16 gathers, reduce ") + reduce,
-                                        reduce == std::string("fp32") ? 0.0 : 0.05, 2, policy.c_str());
+                                   reduce == std::string("fp32") ? 0.0 : 0.05, 2, policy.c_str());
   }
 }
 
@@ -213,8 +225,10 @@ class AfterStep : public Algorithm {
 };
 
 // The model a run exports is its fp32 weights, whatever the gathers' dtype,
-// and training goes on after an export as if there had been none (the
-// parameters get back their dtype and the accumulators their hooks are on).
+// and training goes on after an export as if there had been none: the
+// parameters get back their dtype, and the gradient accumulators that
+// zero3's hooks are on (a new one, without them, would still train, but
+// would hold every gradient whole to backward's end).
 TEST(ZeroThreeMixedPrecisionTest, AnExportMidRunWritesTheFp32MastersAndChangesNothingAfter) {
   test::TempDir dir;
   std::filesystem::create_directories(dir.file("run"));
@@ -223,13 +237,24 @@ TEST(ZeroThreeMixedPrecisionTest, AnExportMidRunWritesTheFp32MastersAndChangesNo
   config["parallel"]["mixed_precision"] = Json::parse(kBf16Gathers);
   config["max_steps"] = 4;
   test::Weights at_export;
+  std::vector<int> kept_hooks(2, 0);
   const auto exported = test::train_on_ranks(2, config, [&](int rank, Trainer& trainer) {
-    trainer.engine().add_algorithm(std::make_shared<AfterStep>(2, [&trainer, &at_export, &dir, rank] {
+    trainer.engine().add_algorithm(std::make_shared<AfterStep>(2, [&trainer, &at_export, &dir, &kept_hooks, rank] {
+      const auto& parameters = trainer.fully_sharded()->parameters();
+      std::vector<std::shared_ptr<torch::autograd::Node>> before;
+      for (const auto& p : parameters) before.push_back(torch::autograd::impl::try_get_grad_accumulator(p));
       trainer.export_model(dir.file("run"));  // collective
+      bool same = true;
+      for (std::size_t i = 0; i < parameters.size(); ++i) {
+        same = same && before[i] && torch::autograd::impl::try_get_grad_accumulator(parameters[i]) == before[i] &&
+               parameters[i].scalar_type() == at::kBFloat16;
+      }
+      kept_hooks[static_cast<std::size_t>(rank)] = same ? 1 : 0;
       const test::Weights whole = trainer.whole_parameters();
       if (rank == 0) at_export = whole;
     }));
   });
+  EXPECT_EQ(kept_hooks, (std::vector<int>{1, 1})) << "each parameter's accumulator and dtype, after the export";
   const auto straight = test::train_on_ranks(2, config);
   EXPECT_EQ(max_difference(exported[0], straight[0]), 0.0) << "the export changed the steps after it";
   EXPECT_EQ(max_difference(exported[1], straight[1]), 0.0);

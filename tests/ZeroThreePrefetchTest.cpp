@@ -22,7 +22,7 @@ namespace {
 /// once, the bytes moved by training, and those of one gather of every unit.
 struct Scheduled {
   test::Weights weights;
-  int64_t peak = 0;
+  int64_t peak = 0, at_rest = -1;
   double moved = 0, one_gather = 0;
   std::vector<int64_t> units;  // each unit's bytes, in order
 };
@@ -36,13 +36,13 @@ Scheduled train(const Json& config) {
     const double before = communicator->bytes_moved();
     trainer.fit();
     const double moved = communicator->bytes_moved() - before;
-    const int64_t peak = sharded.peak_gathered_bytes();
+    const int64_t peak = sharded.peak_gathered_bytes(), at_rest = sharded.gathered_bytes();
     const double gathering = communicator->bytes_moved();
     test::Weights weights = test::weights_of(trainer);  // one gather of every unit, from the shards
     if (rank != 0) return;
     out.weights = std::move(weights);
     out.one_gather = communicator->bytes_moved() - gathering;
-    out.moved = moved, out.peak = peak;
+    out.moved = moved, out.peak = peak, out.at_rest = at_rest;
     for (auto* unit : trainer.model().units()) {
       int64_t bytes = 0;
       for (const auto& p : unit->parameters()) bytes += p.numel() * 4;
@@ -61,18 +61,49 @@ Json mlp_job() {
   return config;
 }
 
-// Each gather is issued earlier or later, or not again; the arithmetic is the same.
+// Each gather is issued earlier or later, or not again; the arithmetic is
+// the same. Also with a root unit, checkpointing and bf16 gathers (the gpt).
 TEST(ZeroThreePrefetchTest, AnySchedulesWeightsAreTheDefaultsBits) {
-  Json config = mlp_job();
-  const Scheduled usual = train(config);
-  for (const char* schedule : {R"({"prefetch": {"forward": 0, "backward": 0}})",
-                               R"({"prefetch": {"forward": 3, "backward": 2}})",
-                               R"({"reshard_after_forward": false})",
-                               R"({"reshard_after_forward": false, "prefetch": {"forward": 0}})"}) {
-    Json scheduled = config;
-    scheduled["parallel"].update(Json::parse(schedule));
-    EXPECT_EQ(test::max_difference(train(scheduled).weights, usual.weights), 0.0) << schedule;
+  test::TempDir dir;
+  std::string corpus;
+  for (int i = 0; i < 40; ++i) corpus += "Gathered early, gathered late: " + std::to_string(i * 11) + ".\n";
+  test::write_text(dir.file("corpus.txt"), corpus);
+  Json gpt = mlp_job();
+  gpt["model"] = Json::parse(R"({"name": "gpt", "n_layer": 3, "n_head": 2, "n_embd": 16})");
+  gpt["data"] = {{"name", "text"}, {"train", dir.file("corpus.txt")}, {"block_size", 16}, {"batch_size", 8}};
+  gpt["precision"] = "amp_bf16";
+  gpt["parallel"]["mixed_precision"] = Json::parse(R"({"param_dtype": "bf16"})");
+  gpt["parallel"]["activation_checkpointing"] = true;
+  for (const Json& config : {mlp_job(), gpt}) {
+    const Scheduled usual = train(config);
+    EXPECT_EQ(usual.at_rest, 0);
+    for (const char* schedule : {R"({"prefetch": {"forward": 0, "backward": 0}})",
+                                 R"({"prefetch": {"forward": 3, "backward": 2}})",
+                                 R"({"reshard_after_forward": false})",
+                                 R"({"reshard_after_forward": false, "prefetch": {"forward": 0}})"}) {
+      Json scheduled = config;
+      scheduled["parallel"].update(Json::parse(schedule));
+      const Scheduled run = train(scheduled);
+      EXPECT_EQ(test::max_difference(run.weights, usual.weights), 0.0) << config["model"] << " " << schedule;
+      EXPECT_EQ(run.at_rest, 0) << "nothing whole after training (its evaluation freed every unit): " << schedule;
+    }
   }
+}
+
+// A unit kept whole by a forward that no backward followed (a loop of your
+// own) holds the old values once the optimizer steps the shards: the step frees it.
+TEST(ZeroThreePrefetchTest, AStepFreesUnitsAForwardLeftWhole) {
+  Json config = mlp_job();
+  config["algorithms"] = Json::object();
+  config["parallel"]["reshard_after_forward"] = false;
+  test::run_ranks(2, [&](int, std::shared_ptr<Communicator> communicator) {
+    Trainer trainer(config, {}, {}, communicator);
+    FullyShardedModel& sharded = *trainer.fully_sharded();
+    const at::Tensor out = trainer.model().run(trainer.data().train.gather({0, 1}).inputs);
+    EXPECT_GT(sharded.gathered_bytes(), 0) << "kept whole for a backward";
+    trainer.state().optimizer->step();
+    EXPECT_EQ(sharded.gathered_bytes(), 0);
+  });
 }
 
 // Without prefetch a unit is whole alone; each unit prefetched adds one;

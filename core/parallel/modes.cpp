@@ -42,17 +42,17 @@ struct Mode {
 
 /// Every mode, in the order error messages list them.
 const std::vector<Mode>& modes() {
-  using C = std::shared_ptr<Communicator>;
+  using Group = std::shared_ptr<Communicator>;
   static const std::vector<Mode> table = {
-      {"none", false, [](C, const Settings&) { return std::make_unique<SingleProcess>("none"); }},
+      {"none", false, [](Group, const Settings&) { return std::make_unique<SingleProcess>("none"); }},
       {"ddp", false,
-       [](C c, const Settings& s) { return std::make_unique<DataParallelStrategy>(std::move(c), s.data_parallel); }},
+       [](Group c, const Settings& s) { return std::make_unique<DataParallelStrategy>(std::move(c), s.data_parallel); }},
       {"zero1", true,
-       [](C c, const Settings& s) { return std::make_unique<ZeroStrategy>(std::move(c), s.data_parallel, false); }},
+       [](Group c, const Settings& s) { return std::make_unique<ZeroStrategy>(std::move(c), s.data_parallel, false); }},
       {"zero2", true,
-       [](C c, const Settings& s) { return std::make_unique<ZeroStrategy>(std::move(c), s.data_parallel, true); }},
+       [](Group c, const Settings& s) { return std::make_unique<ZeroStrategy>(std::move(c), s.data_parallel, true); }},
       {"zero3", true,
-       [](C c, const Settings& s) {
+       [](Group c, const Settings& s) {
          return std::make_unique<Zero3Strategy>(std::move(c), s.fully_sharded);
        }},
   };

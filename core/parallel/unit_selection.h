@@ -20,7 +20,6 @@ class UnitSelection {
   /// Reads `key` of `section` (absent: none); a value of another type is a ConfigError naming it.
   UnitSelection(Params& section, const std::string& key);
 
-  bool empty() const { return spec_.is_null() || spec_ == Json(false); }
   /// One flag per unit of `names`. A name in the list that is no unit, or
   /// a pattern that matches none, is a ConfigError naming the key and
   /// listing the units.

@@ -20,14 +20,19 @@ using RunAgain = std::function<at::Tensor(const std::function<at::Tensor()>&)>;
 /// parameters' gradients accumulate as they would have).
 ///
 /// The recompute sees what the forward saw: the generators' state (CPU, and
-/// the input's device's: dropout draws the same masks) and the autocast
-/// state; and it leaves what it found: the generators where backward had
-/// them, and `unit`'s buffers (BatchNorm's statistics are not updated twice).
-/// So a run with it equals the run without, bit for bit.
+/// the input's device's: dropout draws the same masks) when the forward drew
+/// from them, and the autocast state; and it leaves what it found: the
+/// generators where backward had them, and `unit`'s buffers (BatchNorm's
+/// statistics are not updated twice). So a run with it equals the run
+/// without, bit for bit.
 ///
 /// `forward` runs after this call returned: it must not capture locals by
-/// reference. Ranks as threads of one process share a generator: a unit
-/// that draws must not checkpoint there while another rank draws.
+/// reference, and tensors it uses besides `input` must not need gradients
+/// (parameters aside). Its input must not change in place before backward
+/// (refused then), backward runs through it once, and through backward()
+/// only (autograd::grad is refused, as torch.utils.checkpoint's reentrant
+/// form refuses it). Ranks as threads of one process share a generator: a
+/// unit that draws must not checkpoint there while another rank draws.
 at::Tensor forward_without_activations(torch::nn::Module& unit, const at::Tensor& input, UnitForward forward,
                                        RunAgain run_again);
 

@@ -122,6 +122,11 @@ struct BackendTraits {
   }
 };
 
+/// `t` as a broadcast may carry it: a broadcast copies bits, so bf16 travels
+/// as fp16, the same width (Gloo before 2.x has no bf16, nor int16, and does
+/// no arithmetic on a copy).
+at::Tensor as_broadcast_bits(const at::Tensor& t) { return t.scalar_type() == at::kBFloat16 ? t.view(at::kHalf) : t; }
+
 std::mutex& issue_mutex() {
   static std::mutex mutex;
   return mutex;
@@ -151,9 +156,7 @@ class ProcessGroupCommunicator : public Communicator {
     if (world_size() == 1) return;  // nothing to move
     count(tensors, Pattern::kOneToAllOrAllToOne);
     for (auto& t : tensors) {
-      // A broadcast copies bits: bf16 travels as fp16, the same width (Gloo
-      // before 2.x has no bf16, nor int16, and does no arithmetic on a copy).
-      std::vector<at::Tensor> one{t.scalar_type() == at::kBFloat16 ? t.view(at::kHalf) : t};
+      std::vector<at::Tensor> one{as_broadcast_bits(t)};
       c10d::BroadcastOptions options;
       options.rootRank = root;
       issue([&] { return group_->broadcast(one, options); })->wait();
@@ -207,12 +210,13 @@ class ProcessGroupCommunicator : public Communicator {
     for (int root = 0; root < world_size(); ++root) {
       const auto r = static_cast<std::size_t>(root);
       if (numel_of(pieces[r]) == 0) continue;
-      std::vector<at::Tensor> one{root == rank() ? at::flatten_dense_tensors(pieces[r])
-                                                 : at::empty({numel_of(pieces[r])}, pieces[r].front().options())};
+      const at::Tensor flat = root == rank() ? at::flatten_dense_tensors(pieces[r])
+                                             : at::empty({numel_of(pieces[r])}, pieces[r].front().options());
+      std::vector<at::Tensor> one{as_broadcast_bits(flat)};
       c10d::BroadcastOptions options;
       options.rootRank = root;
       works.push_back(issue([&] { return group_->broadcast(one, options); }));
-      if (root != rank()) staged.emplace_back(one.front(), r);
+      if (root != rank()) staged.emplace_back(flat, r);
     }
     return std::make_unique<PendingThen>(std::make_unique<PendingWork>(std::move(works)), [staged, pieces] {
       for (const auto& [flat, r] : staged) copy_from_flat(flat, pieces[r]);

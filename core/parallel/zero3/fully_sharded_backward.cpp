@@ -28,6 +28,11 @@ void FullyShardedModel::abandon_backward() noexcept {
   armed_ = false;
 }
 
+void FullyShardedModel::shards_stepped() {
+  std::lock_guard<std::recursive_mutex> lock(mutex_);
+  for (std::size_t u = 0; u < declared_; ++u) drop(u);  // the root keeps its own rule (whole to its backward)
+}
+
 void FullyShardedModel::prepare_for_backward() {
   std::lock_guard<std::recursive_mutex> lock(mutex_);
   if (armed_) abandon_backward();  // the backward before failed and nobody said so
@@ -119,7 +124,8 @@ void FullyShardedModel::finish_reduce(std::size_t u) {
     const int64_t n = shard.numel();
     if (flags[static_cast<int64_t>(j)].item<double>() > 0) {
       // On the fp32 shard whatever the reduce's dtype: the mean is taken in fp32.
-      at::Tensor mean = mine.narrow(0, at, n).view(shard.sizes()).to(shard.scalar_type()).div(communicator_->world_size());
+      at::Tensor mean =
+          mine.narrow(0, at, n).view(shard.sizes()).to(shard.scalar_type()).div(communicator_->world_size());
       at::Tensor& grad = shard.mutable_grad();
       if (grad.defined()) {
         grad.add_(mean);

@@ -40,7 +40,9 @@ FullyShardedOptimizer::FullyShardedOptimizer(std::shared_ptr<torch::optim::Optim
 }
 
 at::Tensor FullyShardedOptimizer::step(LossClosure closure) {
-  return step_shard(closure, [this] { sync_param_groups(); }, *local_);
+  at::Tensor loss = step_shard(closure, [this] { sync_param_groups(); }, *local_);
+  model_->shards_stepped();
+  return loss;
 }
 
 c10::Device FullyShardedOptimizer::device() const { return model_->device(); }

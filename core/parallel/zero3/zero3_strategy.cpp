@@ -45,17 +45,18 @@ void Zero3Strategy::lower_buffers(torch::nn::Module& model) const {
     if (item.value().is_floating_point()) floating.push_back(item.key());
   }
   if (floating.empty()) return;
-  const std::string low = dtype_name(*options_.mixed_precision.param_dtype);
-  if (!options_.mixed_precision.buffers_given) {
-    throw ConfigError("config key '" + options_.mixed_precision.key + ".buffers': the model has floating-point buffers ('" +
-                      floating.front() + "'" + (floating.size() > 1 ? " and " + std::to_string(floating.size() - 1) +
-                      " more" : std::string()) + "); say true to keep them in " + low + " (BatchNorm computes with its "
-                      "statistics in its weight's dtype) or false to keep them as they are");
+  const MixedPrecisionPolicy& policy = options_.mixed_precision;
+  const std::string low = dtype_name(*policy.param_dtype);
+  if (!policy.buffers_given) {
+    const std::string more = floating.size() > 1 ? " and " + std::to_string(floating.size() - 1) + " more" : "";
+    throw ConfigError("config key '" + policy.key + ".buffers': the model has floating-point buffers ('" +
+                      floating.front() + "'" + more + "); say true to keep them in " + low + " (BatchNorm computes "
+                      "with its statistics in its weight's dtype) or false to keep them as they are");
   }
-  if (!options_.mixed_precision.buffers) return;
+  if (!policy.buffers) return;
   at::NoGradGuard no_grad;
   for (const auto& item : named) {
-    if (item.value().is_floating_point()) item.value().set_data(item.value().to(*options_.mixed_precision.param_dtype));
+    if (item.value().is_floating_point()) item.value().set_data(item.value().to(*policy.param_dtype));
   }
 }
 
