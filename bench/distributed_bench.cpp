@@ -206,11 +206,11 @@ int main() {
     return 2;
   }
   const basin::JobEnvironment job = basin::read_job_environment();
-  const char* const kBf16Gathers =
-      R"({"mixed_precision": {"param_dtype": "bf16", "reduce_dtype": "fp32", "buffers": true}})";
-  const char* const kCheckpointed = R"({"activation_checkpointing": true})";
-  const char* const kBoth = R"({"mixed_precision": {"param_dtype": "bf16", "reduce_dtype": "fp32", "buffers": true},
-                                "activation_checkpointing": true})";
+  const std::string bf16_gathers =
+      R"("mixed_precision": {"param_dtype": "bf16", "reduce_dtype": "fp32", "buffers": true})";
+  const std::string checkpointed = R"("activation_checkpointing": true)";
+  const std::string bf16_keys = "{" + bf16_gathers + "}", checkpoint_keys = "{" + checkpointed + "}",
+                    both_keys = "{" + bf16_gathers + ", " + checkpointed + "}";
   const std::vector<Mode> modes = {
       {"ddp sgd", "ddp", "{}"},
       {"ddp sam, rank-local ascent", "ddp", R"({"sam": {"sync_ascent": false}})"},
@@ -225,12 +225,17 @@ int main() {
       {"zero3 sam, synced ascent", "zero3", R"({"sam": {"sync_ascent": true}})"},
       // amp_bf16 over fp32 gathers (autocast keeps a bf16 copy of each weight), then bf16 gathers.
       {"zero3 sam, amp_bf16", "zero3", R"({"sam": {"sync_ascent": true}})", "amp_bf16"},
-      {"zero3 sgd, bf16 gathers", "zero3", "{}", "amp_bf16", kBf16Gathers},
-      {"zero3 sam, bf16 gathers", "zero3", R"({"sam": {"sync_ascent": true}})", "amp_bf16", kBf16Gathers},
+      {"zero3 sgd, bf16 gathers", "zero3", "{}", "amp_bf16", bf16_keys},
+      {"zero3 sam, bf16 gathers", "zero3", R"({"sam": {"sync_ascent": true}})", "amp_bf16", bf16_keys},
+      // The gather schedule: no prefetch either way; units whole from forward to backward.
+      {"zero3 sam, no prefetch", "zero3", R"({"sam": {"sync_ascent": true}})", "fp32",
+       R"({"prefetch": {"forward": 0, "backward": 0}})"},
+      {"zero3 sam, kept after forward", "zero3", R"({"sam": {"sync_ascent": true}})", "fp32",
+       R"({"reshard_after_forward": false})"},
       // Activation checkpointing of every unit: activations recomputed in backward.
-      {"ddp sam, checkpointed", "ddp", R"({"sam": {"sync_ascent": true}})", "fp32", kCheckpointed},
-      {"zero3 sam, checkpointed", "zero3", R"({"sam": {"sync_ascent": true}})", "fp32", kCheckpointed},
-      {"zero3 sam, bf16, checkpointed", "zero3", R"({"sam": {"sync_ascent": true}})", "amp_bf16", kBoth},
+      {"ddp sam, checkpointed", "ddp", R"({"sam": {"sync_ascent": true}})", "fp32", checkpoint_keys},
+      {"zero3 sam, checkpointed", "zero3", R"({"sam": {"sync_ascent": true}})", "fp32", checkpoint_keys},
+      {"zero3 sam, bf16, checkpointed", "zero3", R"({"sam": {"sync_ascent": true}})", "amp_bf16", both_keys},
   };
   // One rendezvous for all modes: each trainer gets the same communicator.
   const auto communicator = job.world_size > 1 ? basin::connect_job(job, std::chrono::seconds(120)) : nullptr;

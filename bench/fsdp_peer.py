@@ -11,7 +11,10 @@ as basin's mlp declares each layer one), or on each block of the gpt (as
 basin's gpt declares them), then on the root (the gpt's embeddings and
 final norm, as basin's root unit); defaults
 otherwise (parameters resharded after forward and gathered again for
-backward, fp32). SAM as a user writes it over sharded parameters, its ascent
+backward, fp32). --mixed-precision gives every fully_shard
+MixedPrecisionPolicy(param_dtype=bfloat16, reduce_dtype=float32), the loss
+taken in fp32; --checkpointing wraps every unit in checkpoint_wrapper first
+(apply_activation_checkpointing's way, as torchtitan does for each block). SAM as a user writes it over sharded parameters, its ascent
 synced (the reduce-scatter of FSDP's backward; a rank-local ascent would
 need whole gradients): the squared norm of each rank's gradient shards
 all-reduced into the global one, e = rho g / ||g|| on the shards, w + e,
@@ -30,7 +33,8 @@ warnings.filterwarnings("ignore", message=".*Failed to initialize NumPy.*")
 import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
 import torch.nn as nn  # noqa: E402
-from torch.distributed.fsdp import fully_shard  # noqa: E402
+from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import checkpoint_wrapper  # noqa: E402
+from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard  # noqa: E402
 
 from ddp_peer import RHO, loss_of, make_batches, make_model, make_optimizer, time_and_report  # noqa: E402
 from gpt_peer_model import Block  # noqa: E402
@@ -45,6 +49,8 @@ def main():
     parser.add_argument("--steps", type=int, default=10)
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--mixed-precision", action="store_true", help="bf16 parameters gathered, fp32 reduce")
+    parser.add_argument("--checkpointing", action="store_true", help="every unit's activations recomputed")
     args = parser.parse_args()
 
     torch.set_num_threads(args.threads)
@@ -54,22 +60,29 @@ def main():
     model = make_model(args.model)
     # A unit per gpt block (FSDP2's documented use for transformers), else per Linear, as basin's models declare.
     unit = Block if args.model == "gpt" else nn.Linear
-    for module in model.modules():
-        if isinstance(module, unit):
-            fully_shard(module)
-    fully_shard(model)
+    policy = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32) if args.mixed_precision \
+        else MixedPrecisionPolicy()
+    units = [(parent, name, child) for parent in model.modules() for name, child in parent.named_children()
+             if isinstance(child, unit)]
+    for parent, name, child in units:
+        if args.checkpointing:
+            child = checkpoint_wrapper(child)
+            setattr(parent, name, child)
+        fully_shard(child, mp_policy=policy)
+    fully_shard(model, mp_policy=policy)
+    loss_of_logits = loss_of if not args.mixed_precision else (lambda logits, y: loss_of(logits.float(), y))
     params = [p for p in model.parameters() if p.requires_grad]
     optimizer = make_optimizer(params, args.optimizer)
     batches = make_batches(rank, args.batch, args.model)
 
     def sgd_step(x, y):
         optimizer.zero_grad()
-        loss_of(model(x), y).backward()
+        loss_of_logits(model(x), y).backward()
         optimizer.step()
 
     def sam_step(x, y):
         optimizer.zero_grad()
-        loss_of(model(x), y).backward()
+        loss_of_logits(model(x), y).backward()
         with torch.no_grad():
             shards = [p.grad.to_local() for p in params]
             squared = torch.stack([g.pow(2).sum() for g in shards]).sum()
@@ -79,7 +92,7 @@ def main():
             for p, e in zip(params, perturbation):
                 p.to_local().add_(e)
         optimizer.zero_grad()
-        loss_of(model(x), y).backward()
+        loss_of_logits(model(x), y).backward()
         with torch.no_grad():
             for p, e in zip(params, perturbation):
                 p.to_local().sub_(e)

@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
 """basin's ddp and zero3 SAM steps against PyTorch DDP's and FSDP2's, side by
 side, round after round, on the same LibTorch (bench/sharded_peers.sh sets it
-up on PyPI's torch). For each world size, four contenders run in turn, in an
-order that rotates each round, every one as a job of N processes under
-basin-run:
+up on PyPI's torch). For each world size, four contenders (two with --pairs
+zero3) run in turn, in an order that rotates each round, every one as a job of
+N processes under basin-run:
 
   basin_ddp     basin's trainer, parallel.mode ddp (gradient sync overlapping backward)
   pytorch_ddp   bench/ddp_peer.py: DistributedDataParallel
@@ -57,10 +57,16 @@ def contenders(args, ranks):
     basin = launch + [args.step_timer, "--impl", "trainer_sam" if sam else "trainer_sgd", "--sync-ascent", "1",
                       "--optimizer", args.optimizer] + common
     peer = ["--algorithm", "sam_synced" if sam else "sgd", "--optimizer", args.python_optimizer or args.optimizer] + common
-    return [("basin_ddp", basin + ["--parallel", "ddp"]),
-            ("pytorch_ddp", launch + [args.python, os.path.join(HERE, "ddp_peer.py")] + peer),
-            ("basin_zero3", basin + ["--parallel", "zero3"]),
-            ("fsdp2", launch + [args.python, os.path.join(HERE, "fsdp_peer.py")] + peer)]
+    features = [f for f, on in (("--mixed-precision", args.mixed_precision), ("--checkpointing", args.checkpointing)) if on]
+    pairs = args.pairs.split(",")
+    entries = []
+    if "ddp" in pairs:
+        entries += [("basin_ddp", basin + ["--parallel", "ddp"]),
+                    ("pytorch_ddp", launch + [args.python, os.path.join(HERE, "ddp_peer.py")] + peer)]
+    if "zero3" in pairs:
+        entries += [("basin_zero3", basin + ["--parallel", "zero3"] + [x for f in features for x in (f, "1")]),
+                    ("fsdp2", launch + [args.python, os.path.join(HERE, "fsdp_peer.py")] + peer + features)]
+    return entries
 
 
 def main():
@@ -79,7 +85,16 @@ def main():
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--steps", type=int, default=8)
     parser.add_argument("--warmup", type=int, default=3, help="steps before the timed ones")
+    parser.add_argument("--pairs", default="ddp,zero3", help="which pairs run: ddp (basin_ddp, pytorch_ddp), zero3")
+    parser.add_argument("--mixed-precision", action="store_true",
+                        help="zero3 pair only: basin's amp_bf16 with bf16 gathers; FSDP2's MixedPrecisionPolicy(bf16, fp32)")
+    parser.add_argument("--checkpointing", action="store_true",
+                        help="zero3 pair only: every unit's activations recomputed in backward, on both sides")
     args = parser.parse_args()
+    if not set(args.pairs.split(",")) <= {"ddp", "zero3"} or not args.pairs:
+        parser.error(f"--pairs {args.pairs!r}: expected ddp, zero3 or both, comma-separated")
+    if (args.mixed_precision or args.checkpointing) and "ddp" in args.pairs.split(","):
+        parser.error("--mixed-precision and --checkpointing are for the zero3 pair: add --pairs zero3")
 
     versions = set()
     for ranks in (int(r) for r in args.ranks.split(",")):
@@ -99,6 +114,8 @@ def main():
             print(f"[{ranks} ranks, round {r + 1}/{args.rounds}] " +
                   " ".join(f"{k}={v:.0f}ms" for k, v in sorted(times.items())), file=sys.stderr, flush=True)
         what = "SAM with a synced ascent" if args.algorithm == "sam_synced" else "the base optimizer alone"
+        what += "".join(f", {f[2:]}" for f, on in (("--mixed-precision", args.mixed_precision),
+                                                     ("--checkpointing", args.checkpointing)) if on)
         print(f"\n{ranks} ranks, {args.model}, basin {args.optimizer}, Python {args.python_optimizer or args.optimizer}, "
               f"{what}, batch {args.batch} per rank, 1 thread per rank; median over {args.rounds} rounds")
         tokens = args.batch * ranks * BLOCK if args.model == "gpt" else 0
@@ -107,7 +124,7 @@ def main():
             ms = statistics.median(t[name] for t in rounds)
             print(f"  {name:<12} {ms:9.1f} {f'{tokens / ms * 1e3:9.0f}' if tokens else '':>9}   "
                   + " / ".join(f"{m:.0f}" for m in peak[name]))
-        for num, den in PAIRS:
+        for num, den in (p for p in PAIRS if any(name == p[0] for name, _ in entries)):
             ratios = [t[num] / t[den] for t in rounds]
             memory = max(peak[num]) / max(peak[den])
             print(f"  {num} / {den}: time {statistics.median(ratios):.3f} ({min(ratios):.3f}-{max(ratios):.3f}), "

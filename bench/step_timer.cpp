@@ -24,7 +24,9 @@
 // run under basin-run with --parallel ddp, zero1, zero2 or zero3, the
 // trainer impls only; --batch is per rank, --sync-ascent picks SAM's synced
 // ascent (rank-local by default), --overlap 0 the gradient sync after
-// backward. Every rank prints its line.
+// backward. Every rank prints its line. --mixed-precision 1 runs amp_bf16,
+// and under zero3 gathers in bf16 from fp32 shards (reduce in fp32);
+// --checkpointing 1 recomputes every unit's activations in backward.
 
 #include <sys/resource.h>
 #include <unistd.h>
@@ -72,6 +74,8 @@ struct Parallel {
   std::string mode = "none";
   bool sync_ascent = false;
   bool overlap = true;
+  bool mixed_precision = false;  // amp_bf16; zero3: bf16 gathers
+  bool checkpointing = false;    // every unit
 };
 
 // Times every step from BATCH_START to BATCH_END.
@@ -135,6 +139,11 @@ std::vector<double> time_trainer(bool sam, const std::string& model, const std::
                         {"optimizer", optimizer_config(optimizer)}};
   if (sam) config["algorithms"] = {{"sam", {{"rho", 0.05}, {"sync_ascent", parallel.sync_ascent}}}};
   if (parallel.mode != "none") config["parallel"] = {{"mode", parallel.mode}, {"overlap", parallel.overlap}};
+  if (parallel.mixed_precision) config["precision"] = "amp_bf16";
+  if (parallel.mixed_precision && parallel.mode == "zero3") {
+    config["parallel"]["mixed_precision"] = {{"param_dtype", "bf16"}, {"reduce_dtype", "fp32"}, {"buffers", true}};
+  }
+  if (parallel.checkpointing) config["parallel"]["activation_checkpointing"] = true;
   auto timer = std::make_shared<StepTimer>();
   auto remove_tokens = [&] {  // read whole when the trainer is built
     if (model != "gpt") return;
@@ -208,6 +217,8 @@ int main(int argc, char** argv) {
   app.add_option("--parallel", parallel.mode)->check(CLI::IsMember({"none", "ddp", "zero1", "zero2", "zero3"}));
   app.add_option("--sync-ascent", parallel.sync_ascent);
   app.add_option("--overlap", parallel.overlap);
+  app.add_option("--mixed-precision", parallel.mixed_precision);
+  app.add_option("--checkpointing", parallel.checkpointing);
   CLI11_PARSE(app, argc, argv);
   if ((parallel.mode != "none" || model == "gpt") && impl.rfind("trainer", 0) != 0) {
     std::cerr << "--parallel and --model gpt need a trainer impl (trainer_sgd, trainer_sam), not " << impl << std::endl;
