@@ -431,10 +431,11 @@ TEST(CheckpointTest, ConfigThatWouldMakeADifferentRunIsRefusedNamingTheKey) {
   const std::string message = test::config_error_of([&] { second.resume(checkpoint); });
   EXPECT_NE(message.find("'optimizer.lr'"), std::string::npos) << message;
   EXPECT_NE(message.find("--allow-config-change"), std::string::npos) << message;
-  // Length and logging may change; an explicit override accepts the rest.
+  // Length, logging and activation checkpointing may change; an explicit override accepts the rest.
   Json longer = config;
   longer["max_steps"] = 6;
   longer["log_every"] = 2;
+  longer["parallel"]["activation_checkpointing"] = true;
   Trainer third(longer);
   EXPECT_NO_THROW(third.resume(checkpoint));
   Trainer fourth(changed);

@@ -7,9 +7,13 @@ namespace basin {
 
 namespace {
 
+// What may change on resume: the run's length, what it shows and saves, and
+// when zero3 gathers and which units recompute, which change no number (their
+// tests pin the same bits either way).
 const std::vector<std::string> kSafeToChange = {
     "max_epochs", "max_steps", "log_every", "threads", "init_from",
-    "callbacks.progress", "callbacks.checkpoint", "parallel.timeout_seconds"};
+    "callbacks.progress", "callbacks.checkpoint", "parallel.timeout_seconds",
+    "parallel.prefetch", "parallel.reshard_after_forward", "parallel.activation_checkpointing"};
 
 bool safe(const std::string& path) {
   for (const auto& key : kSafeToChange) {
@@ -38,6 +42,17 @@ bool first_difference(const Json* saved, const Json* current, const std::string&
       if (saved->contains(key)) continue;
       const std::string child = path.empty() ? key : path + "." + key;
       if (first_difference(nullptr, &value, child, where, was, now)) return true;
+    }
+    return false;
+  }
+  // A section on one side only differs where one of its keys would.
+  const Json* only = saved == nullptr ? current : current == nullptr ? saved : nullptr;
+  if (only != nullptr && only->is_object() && !only->empty()) {
+    for (const auto& [key, value] : only->items()) {
+      const std::string child = path.empty() ? key : path + "." + key;
+      const Json* was_there = saved == nullptr ? nullptr : &value;
+      const Json* is_there = current == nullptr ? nullptr : &value;
+      if (first_difference(was_there, is_there, child, where, was, now)) return true;
     }
     return false;
   }
