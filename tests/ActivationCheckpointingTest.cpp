@@ -140,10 +140,28 @@ TEST(ActivationCheckpointingTest, EveryModeEqualsTheRunWithoutItBitForBit) {
   expect_the_same_bits(bf16, true, "resnet under zero3 with bf16 gathers", 2);
 }
 
+/// The CPU allocator counts bytes while this lives; LibTorch's is back after
+/// it (left in place, the counting would slow every later test of a process
+/// that runs them all).
+class CountedAllocations {
+ public:
+  CountedAllocations() : previous_(c10::GetCPUAllocator()), tracker_(bench::TrackingAllocator::install()) {
+    c10::SetCPUAllocator(&tracker_, /*priority=*/100);
+  }
+  ~CountedAllocations() { c10::SetCPUAllocator(previous_, /*priority=*/100); }
+  CountedAllocations(const CountedAllocations&) = delete;
+  CountedAllocations& operator=(const CountedAllocations&) = delete;
+  std::size_t current() const { return tracker_.current(); }
+
+ private:
+  c10::Allocator* previous_;
+  bench::TrackingAllocator& tracker_;
+};
+
 /// Bytes the CPU allocator holds after the gpt's forward (its graph alive),
 /// above what it held before.
 int64_t held_after_forward(int64_t layers, bool recomputed) {
-  auto& tracker = bench::TrackingAllocator::install();
+  const CountedAllocations tracker;
   at::manual_seed(0);
   Params params(Json{{"n_layer", layers}, {"n_head", 4}, {"n_embd", 64}, {"dropout", 0.1}}, "model");
   auto model = model_registry().create("gpt", params, DatasetInfo{{32}, 50});
