@@ -13,13 +13,14 @@ class CosineWarmup : public Schedule {
  public:
   explicit CosineWarmup(Params& p)
       : warmup_(p.integer("warmup", 0, 0)),
-        total_(p.integer("total", 0, 0)),
+        given_total_(p.integer("total", 0, 0)),
+        total_(given_total_),
         start_(p.number("start_factor", 0.0, 0, 1)),
         final_(p.number("final_factor", 0.0, 0, 1)) {
-    if (total_ != 0 && total_ <= warmup_) p.fail("total", "an integer > warmup (" + std::to_string(warmup_) + ")", p.raw("total"));
+    if (given_total_ != 0 && given_total_ <= warmup_) p.fail("total", "an integer > warmup (" + std::to_string(warmup_) + ")", p.raw("total"));
   }
   void set_horizon(int64_t units) override {
-    if (total_ == 0) total_ = std::max(units, warmup_ + 1);
+    total_ = given_total_ != 0 ? given_total_ : std::max(units, warmup_ + 1);
   }
   double factor(int64_t t) const override {
     if (t < warmup_) return linear_ramp(t, warmup_, start_);
@@ -30,6 +31,7 @@ class CosineWarmup : public Schedule {
 
  private:
   int64_t warmup_;
+  int64_t given_total_;  // 0: the run's horizon
   int64_t total_;
   double start_;
   double final_;

@@ -65,6 +65,26 @@ TEST(SchedulerTest, LengthlessSchedulesSpanTheRun) {
   EXPECT_NEAR(s[6], 0.0, 1e-12);
 }
 
+// A resumed run whose length changed (another world size) sets the horizon
+// again: a lengthless schedule takes the new one, a configured total stays.
+TEST(SchedulerTest, ANewHorizonMovesALengthlessScheduleAndNotAConfiguredTotal) {
+  for (const char* text : {R"({"name": "cosine_warmup", "warmup": 0})", R"({"name": "polynomial"})",
+                           R"({"name": "sequential", "milestones": [2], "schedules": [{"name": "constant"}, {"name": "cosine_warmup"}]})"}) {
+    SCOPED_TRACE(text);
+    Params params(Json::parse(text), "schedulers[0]");
+    auto schedule = schedule_registry().create(params.string("name"), params);
+    schedule->set_horizon(100);
+    EXPECT_GT(schedule->factor(10), 0.5);
+    schedule->set_horizon(10);
+    EXPECT_NEAR(schedule->factor(10), 0.0, 1e-12);
+  }
+  Params params(Json::parse(R"({"name": "cosine_warmup", "total": 20})"), "schedulers[0]");
+  auto fixed = schedule_registry().create(params.string("name"), params);
+  fixed->set_horizon(100);
+  fixed->set_horizon(10);
+  EXPECT_NEAR(fixed->factor(10), 0.5, 1e-12);
+}
+
 TEST(SchedulerTest, DrivesEveryGroupFromItsOwnBaseValue) {
   auto a = at::zeros({1}), b = at::zeros({1});
   torch::optim::SGD sgd({torch::optim::OptimizerParamGroup({a}), torch::optim::OptimizerParamGroup({b})},

@@ -17,7 +17,8 @@ class Schedule {
   virtual ~Schedule() = default;
   virtual double factor(int64_t t) const = 0;
   /// Units the run will last, for schedules whose length the config left
-  /// out (cosine over the whole run). Called before the first factor().
+  /// out (cosine over the whole run). Called before the first factor(), and
+  /// again when a resumed run's length changed (another world size).
   virtual void set_horizon(int64_t /*units*/) {}
 };
 
