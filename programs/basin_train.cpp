@@ -178,6 +178,13 @@ void say_what_computes(const basin::JobEnvironment& job) {
   }
 }
 
+// The ranks that wrote a checkpoint (1 for one without the entry).
+int64_t saved_world_size(const basin::StateDict& checkpoint) {
+  if (!checkpoint.contains("basin") || !checkpoint.at("basin").isGenericDict()) return 1;
+  const auto meta = checkpoint.at("basin").toGenericDict();
+  return meta.contains("world_size") && meta.at("world_size").isInt() ? meta.at("world_size").toInt() : 1;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -189,6 +196,7 @@ int main(int argc, char** argv) {
   bool overwrite = false;
   std::string resume;
   bool allow_config_change = false;
+  bool reshard = false;
   std::string log_level = "info";
   bool list_algorithms = false;
   app.add_option("--config", config_path,
@@ -204,6 +212,10 @@ int main(int argc, char** argv) {
   app.add_flag("--allow-config-change", allow_config_change,
                "Resume even where the config or the number of ranks differs from the checkpoint's in a way "
                "that makes it a different run (model, optimizer, algorithms, data, seed)");
+  app.add_flag("--reshard", reshard,
+               "Resume at another number of ranks or under another parallel.mode: the checkpoint's weights, "
+               "optimizer and algorithm state are cut anew for this job's ranks, and training continues at the "
+               "sample it stopped at, each step taking world size x batch_size samples");
   app.add_option("--log-level", log_level, "trace, debug, info, warn or error (debug shows the engine trace)")
       ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error"}));
   app.add_flag("--list-algorithms", list_algorithms,
@@ -244,6 +256,9 @@ int main(int argc, char** argv) {
     std::string checkpoint_path;
     if (!config_path.empty()) config = basin::load_config_file(config_path);
     const int restarts = restart_count();
+    // An elastic job (basin-run --nnodes MIN:MAX) may come back on fewer nodes: its restarts reshard.
+    const char* elastic = std::getenv("BASIN_ELASTIC");
+    if (restarts > 0 && elastic != nullptr && *elastic != '\0') reshard = true;
     if (restarts > 0 && resume.empty()) {
       // A restarted job continues from its newest intact checkpoint, or starts again if it wrote none.
       if (run_dir.empty()) throw basin::ConfigError("a restarted job (TORCHELASTIC_RESTART_COUNT " +
@@ -293,14 +308,19 @@ int main(int argc, char** argv) {
       basin::console::info("run directory: " + run_dir);
     }
     if (!resume.empty()) {
-      // A zero3 checkpoint is a manifest: each rank resumes from its own file beside it.
-      checkpoint = basin::checkpoint_for_rank(checkpoint_path, checkpoint, job.rank, job.world_size);
-      trainer.resume(checkpoint, allow_config_change);
+      // A zero3 checkpoint is a manifest: each rank of a zero3 job of its size
+      // resumes from its own file beside it; any other job joins the files.
+      checkpoint = basin::checkpoint_for_rank(checkpoint_path, checkpoint, job.rank, job.world_size,
+                                              trainer.state().parameters_sharded, reshard || allow_config_change);
+      const int64_t saved_world = saved_world_size(checkpoint);
+      trainer.resume(checkpoint, basin::ResumeOptions{allow_config_change, reshard});
       checkpoint = basin::new_state_dict();  // its tensors are in the run now
       if (writer) {
+        const std::string resharded = saved_world == job.world_size ? "" : ", resharded from " +
+                                      std::to_string(saved_world) + " ranks to " + std::to_string(job.world_size);
         basin::console::info("resumed from " + checkpoint_path + " at step " +
                              std::to_string(trainer.state().timestamp.step) + " (epoch " +
-                             std::to_string(trainer.state().timestamp.epoch) + ")");
+                             std::to_string(trainer.state().timestamp.epoch) + ")" + resharded);
       }
     }
     const basin::FitSummary summary = trainer.fit();

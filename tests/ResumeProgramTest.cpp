@@ -18,6 +18,7 @@
 
 #include "basin/core/base/interrupt.h"
 #include "basin/core/checkpoint/checkpoint_file.h"
+#include "basin/core/checkpoint/sharded_checkpoint.h"
 #include "test_paths.h"
 #include "test_util.h"
 
@@ -143,9 +144,10 @@ TEST(ResumeProgramTest, SigkillMidEpochThenResumeLatestEqualsTheUninterruptedRun
 
 /// A two-process basin-run job of `config` run whole into `whole`, and run
 /// into `stopped` with rank 1 SIGKILLed once the first checkpoint (step 50)
-/// exists, then resumed there with `--resume latest`.
+/// exists, then resumed there with `--resume latest` by `ranks` processes
+/// (basin-train given `resume_options` too).
 void kill_a_rank_and_resume(const Json& config, const std::string& config_file, const std::string& whole,
-                            const std::string& stopped) {
+                            const std::string& stopped, int ranks = 2, const std::string& resume_options = "") {
   test::write_text(config_file, config.dump());
   const std::string run = BASIN_RUN_EXE;
   const auto plain = test::run_command(run + " --nproc 2 -- " + kTrain + " --config " + config_file + " --run-dir " + whole, 300);
@@ -161,9 +163,14 @@ void kill_a_rank_and_resume(const Json& config, const std::string& config_file, 
   ASSERT_FALSE(fs::exists(stopped + "/summary.json")) << "the job finished before the kill; nothing was tested";
 
   const auto resumed =
-      test::run_command(run + " --nproc 2 -- " + kTrain + " --run-dir " + stopped + " --resume latest", 300);
+      test::run_command(run + " --nproc " + std::to_string(ranks) + " -- " + kTrain + " --run-dir " + stopped +
+                        " --resume latest " + resume_options, 300);
   ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
   EXPECT_NE(resumed.output.find("resumed from"), std::string::npos) << resumed.output;
+  if (ranks != 2) {
+    EXPECT_NE(resumed.output.find("resharded from 2 ranks to " + std::to_string(ranks)), std::string::npos)
+        << resumed.output;
+  }
 }
 
 // Two ranks under zero2 (basin-run): rank 1 is SIGKILLed mid-epoch once the
@@ -229,6 +236,32 @@ TEST(ResumeProgramTest, ZeroThreeJobWithARankSigkilledMidEpochResumesToTheUninte
       "d = max((a[k].double() - b[k].double()).abs().max().item() for k in a); "
       "print('max difference', d); assert d <= 1e-5, d\" " + joined + " " + final_checkpoint(ddp));
   EXPECT_EQ(python.exit_code, 0) << python.output;
+}
+
+// A two-rank zero3 job loses rank 1 to SIGKILL mid-epoch and resumes on one
+// rank with twice the batch (--reshard, and --allow-config-change for the
+// batch size): every later step takes the same 32 samples, so it ends where
+// the two-rank job ends, up to the order of the sums.
+TEST(ResumeProgramTest, ZeroThreeJobWithARankSigkilledResumesOnOneRankToTheTwoRankEnd) {
+  test::TempDir dir;
+  Json config = long_config();
+  config["data"]["train_size"] = 8000;
+  config["algorithms"] = Json::parse(R"({"sam": {"rho": 0.05}})");
+  config["parallel"] = Json::parse(R"({"mode": "zero3", "timeout_seconds": 60})");
+  const std::string whole = dir.file("whole"), stopped = dir.file("stopped");
+  kill_a_rank_and_resume(config, dir.file("config.json"), whole, stopped, 1,
+                         "--reshard --allow-config-change --set data.batch_size=32");
+  if (HasFatalFailure()) return;
+  const StateDict resumed = consolidate_checkpoint(final_checkpoint(stopped));
+  const StateDict went_on = consolidate_checkpoint(final_checkpoint(whole));
+  EXPECT_EQ(resumed.at("timestamp").toGenericDict().at("step").toInt(), 500);
+  EXPECT_EQ(resumed.at("basin").toGenericDict().at("world_size").toInt(), 1);
+  const StateDict a = resumed.at("model").toGenericDict(), b = went_on.at("model").toGenericDict();
+  ASSERT_EQ(a.size(), b.size());
+  for (const auto& entry : b) {
+    const at::Tensor gap = (a.at(entry.key()).toTensor() - entry.value().toTensor()).abs().max();
+    EXPECT_LE(gap.item<double>(), 1e-5) << entry.key().toStringRef();
+  }
 }
 
 // Chaos: a two-rank SAM job under `basin-run --max-restarts 3`, a rank

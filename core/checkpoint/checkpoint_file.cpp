@@ -18,6 +18,7 @@
 #include <nlohmann/json.hpp>
 
 #include "basin/core/checkpoint/checkpoint.h"
+#include "basin/core/checkpoint/sharded_checkpoint.h"
 #include "basin/core/serialization/archive_writer.h"
 #include "basin/core/serialization/safe_unpickle.h"
 
@@ -323,16 +324,19 @@ std::vector<std::string> rank_files(const std::string& manifest_path, const Stat
   return paths;
 }
 
-StateDict checkpoint_for_rank(const std::string& path, const StateDict& checkpoint, int rank, int world_size) {
+StateDict checkpoint_for_rank(const std::string& path, const StateDict& checkpoint, int rank, int world_size,
+                              bool sharded_run, bool reshard) {
   if (!is_sharded_checkpoint(checkpoint)) return checkpoint;
   const auto files = rank_files(path, checkpoint);
-  if (static_cast<int>(files.size()) != world_size) {
+  const bool same_world = static_cast<int>(files.size()) == world_size;
+  if (sharded_run && same_world) return read_checkpoint_file(files[static_cast<std::size_t>(rank)]);
+  if (!same_world && !reshard) {
     throw CheckpointError("checkpoint '" + path + "' holds the zero3 shards of " + std::to_string(files.size()) +
                           " ranks and this job has " + std::to_string(world_size) + ": resume with " +
-                          std::to_string(files.size()) + " ranks, or join the shards with basin-consolidate and "
-                          "start a new run from that file (\"init_from\")");
+                          std::to_string(files.size()) + " ranks, or reshard (basin-train --reshard), which joins "
+                          "the shards and cuts them for this job (basin-consolidate joins them into one file)");
   }
-  return read_checkpoint_file(files[static_cast<std::size_t>(rank)]);
+  return consolidate_checkpoint(path);
 }
 
 }  // namespace basin

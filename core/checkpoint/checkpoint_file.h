@@ -67,9 +67,14 @@ StateDict sharded_manifest(const StateDict& rank_zero, int64_t step, int world_s
 bool is_sharded_checkpoint(const StateDict& checkpoint);
 /// Paths of a manifest's rank files, beside it, in rank order.
 std::vector<std::string> rank_files(const std::string& manifest_path, const StateDict& manifest);
-/// What `rank` of a `world_size`-rank job resumes from: `checkpoint` (read
-/// from `path`) itself, or for a manifest that rank's file, read and verified.
-/// A manifest of another world size is refused, naming both sizes.
-StateDict checkpoint_for_rank(const std::string& path, const StateDict& checkpoint, int rank, int world_size);
+/// What `rank` of a `world_size`-rank job resumes from, given `checkpoint`
+/// read from `path`. A whole checkpoint is itself. A manifest is that
+/// rank's file when this run is sharded (`sharded_run`: zero3) at the world
+/// size that saved it; otherwise its rank files joined into one whole
+/// checkpoint (consolidate_checkpoint; Trainer::resume cuts it anew), which
+/// takes `reshard` when the world size differs: without, the manifest is
+/// refused, naming both sizes.
+StateDict checkpoint_for_rank(const std::string& path, const StateDict& checkpoint, int rank, int world_size,
+                              bool sharded_run = true, bool reshard = false);
 
 }  // namespace basin

@@ -2,6 +2,7 @@
 
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -11,6 +12,7 @@
 #include "basin/core/engine/engine.h"
 #include "basin/core/engine/pass_request.h"
 #include "basin/core/engine/state.h"
+#include "basin/core/parallel/rows_layout.h"
 #include "basin/core/parallel/sharded_parameters.h"
 #include "basin/core/parallel/unit_selection.h"
 
@@ -71,9 +73,12 @@ class DistributedStrategy {
 
   /// The mode's own parts of a checkpoint (zero3: this rank's shards).
   virtual std::vector<Engine::CheckpointPart> checkpoint_parts() { return {}; }
-  /// Refuses, before loading, a checkpoint whose layout needs this run's
-  /// world size (`saved_world_size`: the ranks that wrote it).
+  /// Refuses, before loading, a checkpoint of this rank's own whose layout
+  /// needs this run's world size (`saved_world_size`: the ranks that wrote it).
   virtual void check_resume(int64_t /*saved_world_size*/) const {}
+  /// How this rank's checkpoint holds the parameters when it holds rows of
+  /// them (zero3), so a whole checkpoint can be cut to it; none when whole.
+  virtual std::optional<RowsLayout> rows_layout() const { return std::nullopt; }
   /// Runs `body` while the model holds whole parameters (collective under zero3).
   virtual void with_whole_parameters(const std::function<void()>& body) { body(); }
   /// Copies of the model's whole parameters, in the model's order (collective under zero3).

@@ -15,8 +15,8 @@ const std::vector<std::string> kSafeToChange = {
     "callbacks.progress", "callbacks.checkpoint", "parallel.timeout_seconds",
     "parallel.prefetch", "parallel.reshard_after_forward", "parallel.activation_checkpointing"};
 
-bool safe(const std::string& path) {
-  for (const auto& key : kSafeToChange) {
+bool listed(const std::vector<std::string>& keys, const std::string& path) {
+  for (const auto& key : keys) {
     if (path == key || path.rfind(key + ".", 0) == 0) return true;
   }
   return false;
@@ -29,19 +29,19 @@ std::string shown(const Json* value) {
 }
 
 // The first differing key outside the safe ones, depth first in file order.
-bool first_difference(const Json* saved, const Json* current, const std::string& path, std::string& where,
-                      std::string& was, std::string& now) {
-  if (!path.empty() && safe(path)) return false;
+bool first_difference(const Json* saved, const Json* current, const std::string& path,
+                      const std::vector<std::string>& also_safe, std::string& where, std::string& was, std::string& now) {
+  if (!path.empty() && (listed(kSafeToChange, path) || listed(also_safe, path))) return false;
   if (saved != nullptr && current != nullptr && saved->is_object() && current->is_object()) {
     for (const auto& [key, value] : saved->items()) {
       const auto other = current->find(key);
       const std::string child = path.empty() ? key : path + "." + key;
-      if (first_difference(&value, other == current->end() ? nullptr : &*other, child, where, was, now)) return true;
+      if (first_difference(&value, other == current->end() ? nullptr : &*other, child, also_safe, where, was, now)) return true;
     }
     for (const auto& [key, value] : current->items()) {
       if (saved->contains(key)) continue;
       const std::string child = path.empty() ? key : path + "." + key;
-      if (first_difference(nullptr, &value, child, where, was, now)) return true;
+      if (first_difference(nullptr, &value, child, also_safe, where, was, now)) return true;
     }
     return false;
   }
@@ -52,7 +52,7 @@ bool first_difference(const Json* saved, const Json* current, const std::string&
       const std::string child = path.empty() ? key : path + "." + key;
       const Json* was_there = saved == nullptr ? nullptr : &value;
       const Json* is_there = current == nullptr ? nullptr : &value;
-      if (first_difference(was_there, is_there, child, where, was, now)) return true;
+      if (first_difference(was_there, is_there, child, also_safe, where, was, now)) return true;
     }
     return false;
   }
@@ -65,9 +65,11 @@ bool first_difference(const Json* saved, const Json* current, const std::string&
 
 }  // namespace
 
-void check_same_run(const Json& saved, const Json& current) {
+const std::vector<std::string> kResharding = {"parallel.mode", "parallel.bucket_mb", "parallel.overlap"};
+
+void check_same_run(const Json& saved, const Json& current, const std::vector<std::string>& also_safe) {
   std::string where, was, now;
-  if (first_difference(&saved, &current, "", where, was, now)) {
+  if (first_difference(&saved, &current, "", also_safe, where, was, now)) {
     throw ConfigError("config key '" + where + "' is " + was + " in the checkpoint and " + now +
                       " now: resuming would make a different run. Resume with the checkpoint's config, or pass "
                       "--allow-config-change to resume anyway");

@@ -60,8 +60,12 @@ void Trainer::agree_on_stop() {
   interrupted_ = agreed[1].item<float>() > 0;
 }
 
-bool Trainer::logged(int64_t step, int64_t batch_in_epoch) const {
-  return step % state_.log_every == 0 || step == state_.max_steps || batch_in_epoch == state_.steps_per_epoch;
+bool Trainer::logged(int64_t step, bool last_in_epoch) const {
+  return step % state_.log_every == 0 || step == state_.max_steps || last_in_epoch;
+}
+
+bool Trainer::batch_remains(int64_t consumed) const {
+  return consumed + batch_size_ * state_.world_size <= data_.train.size();
 }
 
 bool Trainer::token_cross_entropy() const {
@@ -109,7 +113,8 @@ void Trainer::train_batch(const Batch& batch) {
   engine_->run(Event::BEFORE_STEP);
   const double lr = current_lr();
   step_accuracy_ = std::nan("");
-  accuracy_wanted_ = token_cross_entropy() && logged(state_.timestamp.step + 1, state_.timestamp.batch_in_epoch + 1);
+  const int64_t consumed = epoch_samples_ + batch_size_ * state_.world_size;  // once this step is done
+  accuracy_wanted_ = token_cross_entropy() && logged(state_.timestamp.step + 1, !batch_remains(consumed));
   checks_->start_step();
   at::Tensor loss = optimizer_step();
   // Under data parallelism buffers (BatchNorm statistics) follow rank 0's
@@ -138,13 +143,14 @@ void Trainer::train_batch(const Batch& batch) {
   ++ts.step;
   ++ts.batch_in_epoch;
   ts.samples += batch.size();
+  epoch_samples_ = consumed;
   if (!skipped) {  // the epoch's mean loss is over the steps that trained
     epoch_loss_sum_ += state_.step_loss;
     ++epoch_steps_;
   }
   const double step_seconds = seconds_since(start);
   epoch_train_seconds_ += step_seconds;
-  if (logged(ts.step, ts.batch_in_epoch)) {
+  if (logged(ts.step, !batch_remains(epoch_samples_))) {
     Json record{{"step", ts.step},
                 {"epoch", ts.epoch},
                 {"loss", state_.step_loss.item<double>()},
@@ -216,24 +222,25 @@ FitSummary Trainer::fit() {
   while (ts.epoch < state_.max_epochs && !done) {
     if (!epoch_open_) {  // a resumed run may start inside an epoch
       ts.batch_in_epoch = 0;
+      epoch_samples_ = 0;
       epoch_loss_sum_ = at::zeros({}, at::TensorOptions(at::kFloat).device(state_.device));
       epoch_train_seconds_ = 0;
       epoch_steps_ = 0;
       epoch_open_ = true;
       engine_->run(Event::EPOCH_START);
     }
-    // Every rank draws the same epoch order; step b's global batch is split
-    // into one contiguous slice per rank (a disjoint, deterministic shard).
-    // The order depends on (seed, epoch) alone, so a resumed epoch continues
-    // with the batches it would have had.
+    // Every rank draws the same epoch order; each step takes the next
+    // world size x batch size samples of it, one contiguous slice per rank
+    // (a disjoint, deterministic shard). The order depends on (seed, epoch)
+    // alone, so a resumed epoch continues at the sample it stopped at, at
+    // any world size.
     const auto order = epoch_order(data_.train.size(), static_cast<uint64_t>(state_.seed), ts.epoch, shuffle_);
-    while (ts.batch_in_epoch < state_.steps_per_epoch) {
+    while (batch_remains(epoch_samples_)) {
       if (state_.max_steps > 0 && ts.step >= state_.max_steps) {
         done = true;
         break;
       }
-      const int64_t b = ts.batch_in_epoch;
-      const auto first = order.begin() + (b * state_.world_size + state_.rank) * batch_size_;
+      const auto first = order.begin() + epoch_samples_ + state_.rank * batch_size_;
       train_batch(data_.train.gather(std::vector<int64_t>(first, first + batch_size_)));
       agree_on_stop();
       if (interrupted_) break;
@@ -244,7 +251,7 @@ FitSummary Trainer::fit() {
     }
     summary.epochs = ts.epoch + 1;
     if (interrupted_) break;  // the epoch stays open: the resumed run finishes it
-    if (ts.batch_in_epoch < state_.steps_per_epoch) {
+    if (batch_remains(epoch_samples_)) {
       // Stopped inside the epoch (max_steps, a callback): evaluate, but keep
       // the epoch open, so a run extended from here continues it.
       evaluate_and_log(summary);

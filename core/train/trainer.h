@@ -40,6 +40,16 @@ struct FitSummary {
   Json to_json() const;
 };
 
+/// What a resume may change besides the keys that change no number of the run.
+struct ResumeOptions {
+  /// Any config key and the world size (a different run from there on).
+  bool allow_config_change = false;
+  /// The world size and the parallel mode's layout ("parallel.mode",
+  /// "bucket_mb", "overlap"): the checkpoint's weights, optimizer and rule
+  /// state and data position are cut anew for this run's ranks.
+  bool reshard = false;
+};
+
 /// Builds a whole training run from a config and runs the loop of `Event`.
 ///
 /// Construction does everything that can fail on bad input — parses and
@@ -60,9 +70,19 @@ class Trainer {
   /// Continues the run a checkpoint recorded (core/checkpoint/checkpoint.h lists what
   /// it holds), so that fit() goes on as if never stopped. The config must be
   /// the checkpoint's except where a difference cannot change the run
-  /// (check_same_run), and the world size the same, unless
-  /// `allow_config_change`. Every rank calls it with the same checkpoint.
-  void resume(const StateDict& checkpoint, bool allow_config_change = false);
+  /// (check_same_run), and the world size the same, unless `options` allow.
+  /// Every rank calls it with the same checkpoint, or under zero3 with its
+  /// own file of one (checkpoint_for_rank). A whole checkpoint resumes under
+  /// zero3 too: each rank takes its rows of it.
+  ///
+  /// At another world size the run continues at the same sample of the
+  /// epoch's order, each step taking world size x batch size samples from
+  /// there; the step schedulers' horizon becomes the steps the run has
+  /// taken plus those it will take now.
+  void resume(const StateDict& checkpoint, ResumeOptions options);
+  void resume(const StateDict& checkpoint, bool allow_config_change = false) {
+    resume(checkpoint, ResumeOptions{allow_config_change, false});
+  }
 
   /// Trains from where the run stands (the start, or a resumed checkpoint)
   /// to max_epochs/max_steps, a callback's stop or an interrupt.
@@ -108,8 +128,14 @@ class Trainer {
   /// itself (SAM), else one pass, the checks and the base step here.
   at::Tensor optimizer_step();
   double current_lr() const;
-  /// Whether the step that ends at `step` (its `batch_in_epoch`-th batch) writes a metrics record.
-  bool logged(int64_t step, int64_t batch_in_epoch) const;
+  /// Whether the step that ends at `step` writes a metrics record (`last_in_epoch`: the epoch's last step).
+  bool logged(int64_t step, bool last_in_epoch) const;
+  /// Whether a step's world size x batch size samples remain in the epoch after `consumed` of them.
+  bool batch_remains(int64_t consumed) const;
+  /// The run's length in steps, as fit() will stop, from where it stands.
+  int64_t run_steps() const;
+  /// Gives the step schedulers the run's length (a resumed run's world size may have changed it).
+  void attach_schedulers();
   /// Whether the loss is a cross-entropy without smoothing over token targets (perplexity and accuracy are logged).
   bool token_cross_entropy() const;
   /// Ranks agree on stopping: a callback's request or a signal on any rank.
@@ -138,6 +164,7 @@ class Trainer {
   Json config_;                  // as given: checkpoints keep it, resume compares it
   int64_t epochs_completed_ = 0;
   bool epoch_open_ = false;      // EPOCH_START ran, the epoch's end has not
+  int64_t epoch_samples_ = 0;    // of this epoch's order, taken by all ranks (the data position)
   bool resumed_ = false;
   bool interrupted_ = false;
 };

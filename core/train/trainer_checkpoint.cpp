@@ -7,6 +7,7 @@
 #include <ATen/ATen.h>
 
 #include "basin/core/checkpoint/checkpoint.h"
+#include "basin/core/checkpoint/sharded_checkpoint.h"
 #include "basin/core/parallel/distributed_strategy.h"
 #include "basin/core/train/model.h"
 #include "basin/core/train/run_identity.h"
@@ -14,8 +15,12 @@
 
 namespace basin {
 
-void Trainer::resume(const StateDict& checkpoint, bool allow_config_change) {
-  if (!allow_config_change) {
+void Trainer::resume(const StateDict& checkpoint, ResumeOptions options) {
+  const StateDict meta = checkpoint.contains("basin") && checkpoint.at("basin").isGenericDict()
+                             ? checkpoint.at("basin").toGenericDict()
+                             : new_state_dict();
+  const int64_t saved_world = meta.contains("world_size") && meta.at("world_size").isInt() ? meta.at("world_size").toInt() : 1;
+  if (!options.allow_config_change) {
     if (!checkpoint.contains("config") || !checkpoint.at("config").isString()) {
       throw CheckpointError("checkpoint has no 'config' entry to compare with this run's");
     }
@@ -25,24 +30,29 @@ void Trainer::resume(const StateDict& checkpoint, bool allow_config_change) {
     } catch (const std::exception&) {
       throw CheckpointError("checkpoint's 'config' entry is not JSON");
     }
-    check_same_run(saved, config_);
-    if (checkpoint.contains("basin") && checkpoint.at("basin").isGenericDict()) {
-      const auto meta = checkpoint.at("basin").toGenericDict();
-      const int64_t saved_world = meta.contains("world_size") ? meta.at("world_size").toInt() : 1;
-      if (saved_world != state_.world_size) {
-        throw ConfigError("the checkpoint was made by " + std::to_string(saved_world) + " ranks and this run has " +
-                          std::to_string(state_.world_size) + ": each rank's batches would differ, so it would be "
-                          "a different run. Pass --allow-config-change to resume anyway (weights and optimizer "
-                          "state load at any world size)");
-      }
+    check_same_run(saved, config_, options.reshard ? kResharding : std::vector<std::string>{});
+    if (saved_world != state_.world_size && !options.reshard) {
+      throw ConfigError("the checkpoint was made by " + std::to_string(saved_world) + " ranks and this run has " +
+                        std::to_string(state_.world_size) + ": each step would take " + std::to_string(saved_world) +
+                        " x batch_size samples before and " + std::to_string(state_.world_size) + " x batch_size now, "
+                        "so it would be a different run. Reshard (--reshard) to continue it at this size");
     }
   }
-  if (checkpoint.contains("basin") && checkpoint.at("basin").isGenericDict()) {
-    const auto meta = checkpoint.at("basin").toGenericDict();
-    strategy_->check_resume(meta.contains("world_size") && meta.at("world_size").isInt() ? meta.at("world_size").toInt()
-                                                                                          : 1);
+  const bool own_rows = checkpoint.contains("shards");  // one rank's file of a zero3 checkpoint
+  StateDict own = checkpoint;
+  if (const auto layout = strategy_->rows_layout()) {
+    if (own_rows) {
+      strategy_->check_resume(saved_world);
+    } else {
+      own = cut_checkpoint(checkpoint, *layout);  // this rank's rows of a whole one
+    }
+  } else if (own_rows) {
+    throw CheckpointError("checkpoint is one rank's file of a zero3 checkpoint; this " + strategy_->mode() +
+                          " run resumes from the checkpoint's manifest, whose rank files it joins");
   }
-  restore_checkpoint(*engine_, checkpoint);
+  restore_checkpoint(*engine_, own);
+  // Steps now take another number of samples: the schedules end where the run now does.
+  if (saved_world != state_.world_size) attach_schedulers();
   resumed_ = true;
 }
 
@@ -50,6 +60,7 @@ c10::IValue Trainer::loop_state() const {
   StateDict loop = new_state_dict();
   loop.insert("epochs_completed", epochs_completed_);
   loop.insert("epoch_open", epoch_open_);
+  loop.insert("epoch_samples", epoch_samples_);
   loop.insert("epoch_loss_sum", epoch_loss_sum_.defined() ? epoch_loss_sum_.detach().cpu() : at::zeros({}));
   loop.insert("epoch_steps", epoch_steps_);
   loop.insert("skipped_steps", state_.skipped_steps);
@@ -63,6 +74,10 @@ void Trainer::load_loop_state(const c10::IValue& saved) {
   const StateDict loop = saved.toGenericDict();
   epochs_completed_ = loop.at("epochs_completed").toInt();
   epoch_open_ = loop.at("epoch_open").toBool();
+  // Checkpoints before the data position was kept were all of this world size.
+  epoch_samples_ = loop.contains("epoch_samples")
+                       ? loop.at("epoch_samples").toInt()
+                       : state_.timestamp.batch_in_epoch * batch_size_ * state_.world_size;
   epoch_loss_sum_ = loop.at("epoch_loss_sum").toTensor().to(state_.device, at::kFloat, false, /*copy=*/true);
   epoch_steps_ = loop.at("epoch_steps").toInt();
   state_.skipped_steps = loop.at("skipped_steps").toInt();
@@ -71,7 +86,7 @@ void Trainer::load_loop_state(const c10::IValue& saved) {
   state_.test_loss = loop.at("test_loss").toDouble();
   // The next batch: inside the open epoch, or the first of the next one.
   state_.timestamp.epoch = epochs_completed_;
-  if (!epoch_open_) state_.timestamp.batch_in_epoch = 0;
+  if (!epoch_open_) state_.timestamp.batch_in_epoch = epoch_samples_ = 0;
 }
 
 }  // namespace basin

@@ -201,8 +201,24 @@ void Trainer::build(const Json& config, std::vector<std::shared_ptr<Callback>> c
   }
 
   // Schedulers attach to the optimizer as the algorithms left it (SAM's wrapper).
-  const int64_t total_steps = state_.max_steps > 0 ? std::min(state_.max_steps, state_.max_epochs * state_.steps_per_epoch)
-                                                   : state_.max_epochs * state_.steps_per_epoch;
+  attach_schedulers();
+}
+
+int64_t Trainer::run_steps() const {
+  const auto& ts = state_.timestamp;
+  int64_t epochs_left = state_.max_epochs - ts.epoch;
+  int64_t steps_left = 0;
+  if (epoch_open_) {  // the rest of this epoch, at this run's world size
+    steps_left += (data_.train.size() - epoch_samples_) / (batch_size_ * state_.world_size);
+    --epochs_left;
+  }
+  steps_left += std::max<int64_t>(epochs_left, 0) * state_.steps_per_epoch;
+  const int64_t total = ts.step + steps_left;
+  return state_.max_steps > 0 ? std::min(state_.max_steps, total) : total;
+}
+
+void Trainer::attach_schedulers() {
+  const int64_t total_steps = run_steps();
   for (std::size_t i = 0; i < state_.schedulers.size(); ++i) {
     auto& scheduler = *state_.schedulers[i];
     const int64_t epochs = (total_steps + state_.steps_per_epoch - 1) / state_.steps_per_epoch;

@@ -81,11 +81,28 @@ std::vector<Engine::CheckpointPart> Zero3Strategy::checkpoint_parts() {
 void Zero3Strategy::check_resume(int64_t saved_world_size) const {
   const int64_t world = communicator()->world_size();
   if (saved_world_size != world) {
-    throw ConfigError("the zero3 checkpoint holds the shards of " + std::to_string(saved_world_size) +
-                      " ranks and this run has " + std::to_string(world) + ": resume with " +
-                      std::to_string(saved_world_size) + " ranks, or join the shards with basin-consolidate and "
-                      "start a new run from that file (\"init_from\")");
+    throw CheckpointError("this rank's file of a zero3 checkpoint holds the shards of " +
+                          std::to_string(saved_world_size) + " ranks and this run has " + std::to_string(world) +
+                          ": resume from the checkpoint's manifest with resharding (basin-train --reshard), "
+                          "which joins the ranks' files and cuts them anew");
   }
+}
+
+std::optional<RowsLayout> Zero3Strategy::rows_layout() const {
+  RowsLayout layout;
+  layout.rank = communicator()->rank();
+  layout.world_size = communicator()->world_size();
+  const auto named = state().model->named_parameters(/*recurse=*/true);
+  std::unordered_map<const c10::TensorImpl*, std::string> names;  // of each shard, which the optimizer steps
+  for (const auto& item : named) {
+    layout.shapes[item.key()] = item.value().sizes().vec();
+    names[model_->shard_of(item.value()).unsafeGetTensorImpl()] = item.key();
+  }
+  const ParameterNumbering order(*state().optimizer);
+  for (const auto& shard : order.parameters()) {
+    layout.numbering.push_back(names.at(shard.unsafeGetTensorImpl()));
+  }
+  return layout;
 }
 
 void Zero3Strategy::with_whole_parameters(const std::function<void()>& body) {
@@ -107,13 +124,7 @@ c10::IValue Zero3Strategy::shards_state() const {
     shapes.insert(item.key(), shape);
   }
   // The optimizer numbers the shards (optimizer_state.h): their names in that order.
-  std::unordered_map<const c10::TensorImpl*, std::string> names;
-  for (const auto& item : named) names[model_->shard_of(item.value()).unsafeGetTensorImpl()] = item.key();
-  c10::List<std::string> numbering;
-  const ParameterNumbering order(*state().optimizer);
-  for (const auto& shard : order.parameters()) {
-    numbering.push_back(names.at(shard.unsafeGetTensorImpl()));
-  }
+  const c10::List<std::string> numbering(rows_layout()->numbering);
   StateDict shards = new_state_dict();
   shards.insert("layout", std::string("rows"));
   shards.insert("numbering", numbering);

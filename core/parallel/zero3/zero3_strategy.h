@@ -39,6 +39,7 @@ class Zero3Strategy : public DistributedStrategy {
 
   std::vector<Engine::CheckpointPart> checkpoint_parts() override;
   void check_resume(int64_t saved_world_size) const override;
+  std::optional<RowsLayout> rows_layout() const override;
   void with_whole_parameters(const std::function<void()>& body) override;
   std::vector<at::Tensor> whole_parameters() override;
 
