@@ -11,7 +11,7 @@ foreach(dir core algorithms callbacks schedulers datasets launch)
           FILES_MATCHING PATTERN "*.h" PATTERN "precompiled.h" EXCLUDE
           # Headers that only split one part's sources, no API of it:
           PATTERN "fully_sharded_unit.h" EXCLUDE PATTERN "pickle_opcodes.h" EXCLUDE
-          PATTERN "image_decode.h" EXCLUDE PATTERN "node_beat.h" EXCLUDE)
+          PATTERN "image_decode.h" EXCLUDE PATTERN "node_beat.h" EXCLUDE PATTERN "store_messages.h" EXCLUDE)
 endforeach()
 install(FILES ${PROJECT_SOURCE_DIR}/basin.h DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/basin)  # the umbrella
 

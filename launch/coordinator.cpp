@@ -5,6 +5,8 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <stdexcept>
+
 #include "basin/core/base/interrupt.h"
 
 namespace basin::launch {
@@ -67,6 +69,28 @@ Verdict decide(int attempt, int max_restarts, const std::vector<NodeResult>& res
     return {false, 0, "the job finished after " + std::to_string(attempt) + (attempt == 1 ? " restart" : " restarts")};
   }
   return {false, 0, ""};
+}
+
+std::string nodes_spec(const JobShape& shape) {
+  const std::string most = std::to_string(shape.nnodes);
+  return shape.min_nodes == shape.nnodes ? most : std::to_string(shape.min_nodes) + ":" + most;
+}
+
+void parse_nodes_spec(const std::string& text, JobShape& shape) {
+  const auto number = [&](const std::string& part) {
+    if (part.empty() || part.size() > 4 || part.find_first_not_of("0123456789") != std::string::npos) {
+      throw std::invalid_argument("--nnodes " + text + ": expected N or MIN:MAX, whole numbers from 1 to 1024");
+    }
+    return std::stoi(part);
+  };
+  const auto colon = text.find(':');
+  const int fewest = number(text.substr(0, colon));
+  const int most = colon == std::string::npos ? fewest : number(text.substr(colon + 1));
+  if (fewest < 1 || most > 1024 || fewest > most) {
+    throw std::invalid_argument("--nnodes " + text + ": expected N or MIN:MAX with 1 <= MIN <= MAX <= 1024");
+  }
+  shape.min_nodes = fewest;
+  shape.nnodes = most;
 }
 
 std::unique_ptr<Coordinator> make_coordinator(const JobShape& shape) {

@@ -29,7 +29,10 @@ struct Start {
   bool run = false;
   int port = 0;         // MASTER_PORT for the ranks
   int code = 0;         // when not run: the launcher's exit code
-  std::string message;  // when not run: why
+  std::string message;  // when not run: why; when run: what this launcher says first ("" for nothing)
+  /// The nodes (node ranks, ascending) that run the attempt; empty: all of
+  /// them. An elastic job (--nnodes MIN:MAX) may run without some.
+  std::vector<int> nodes;
 };
 
 /// What follows an attempt: another one, or the job's end with this exit code.
@@ -73,15 +76,23 @@ class Coordinator {
 };
 
 struct JobShape {
-  int nnodes = 1;
+  int nnodes = 1;     // the most nodes (--nnodes N or MIN:MAX)
+  int min_nodes = 1;  // the fewest an attempt runs with (N unless MIN:MAX)
   int node_rank = 0;
   int nproc = 1;
   std::string master_addr = "127.0.0.1";
   int master_port = 0;  // one node: rank 0's port (0: a free one per attempt); several: the launchers' store
   int max_restarts = 0;
   std::chrono::milliseconds join_timeout{300000};  // how long nodes wait for each other to start an attempt
+  std::chrono::milliseconds last_call{30000};      // elastic: how long min_nodes wait for the rest
   std::chrono::milliseconds lost_after{15000};     // a launcher silent this long is a lost node
 };
+
+/// --nnodes as given: "N", or "MIN:MAX" for an elastic job.
+std::string nodes_spec(const JobShape& shape);
+/// Reads --nnodes ("N" or "MIN:MAX", 1 <= MIN <= MAX <= 1024) into `shape`;
+/// throws std::invalid_argument saying what is expected.
+void parse_nodes_spec(const std::string& text, JobShape& shape);
 
 /// The launchers' coordinator through node 0's TCPStore (store_coordinator.cpp).
 std::unique_ptr<Coordinator> make_store_coordinator(const JobShape& shape);

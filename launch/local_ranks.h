@@ -15,7 +15,9 @@ struct LocalRanks {
   int nproc = 1;           // ranks on this node
   int first_rank = 0;      // the global rank of local rank 0 (node rank x nproc)
   int world_size = 1;      // ranks in the whole job
-  int node_rank = 0;       // GROUP_RANK
+  int node_rank = 0;       // this launcher's --node-rank, which names it
+  int group_rank = 0;      // GROUP_RANK: this node's place among the attempt's nodes
+  std::string elastic;     // BASIN_ELASTIC: "MIN:MAX" when the job may shrink ("" when not)
   std::string master_addr;
   int master_port = 0;     // where rank 0 hosts the ranks' store, this attempt
   int restart = 0;         // TORCHELASTIC_RESTART_COUNT

@@ -2,21 +2,26 @@
 // launcher hosts at --master-addr:--master-port, as torchrun's agents do.
 //
 // Keys (under basin-run/):
-//   shape              node 0's "NNODES NPROC": a node started otherwise refuses itself
+//   shape              node 0's "MIN:MAX NPROC": a node started otherwise refuses itself
 //   incarnation/R      launchers node R has had; each counts its own beats in
 //   beat/R/I           (a thread, once a second: counts, not clocks, so machines' clocks may differ)
 //   refused/R          why node R refused itself (started otherwise than node 0)
 //   next               the attempt node 0 is gathering the nodes for
-//   attempt/N          "run PORT" or "end CODE MESSAGE", from node 0
+//   attempt/N          "run PORT NODE..." (the nodes that run it) or "end CODE MESSAGE", from node 0
 //   failed/N           "R WHAT": the attempt's first failure, and its node
 //   end/N/R            node R's result of attempt N
 //   verdict/N          "restart CODE MESSAGE" or "end CODE MESSAGE", from node 0
 //   bye                launchers that read the job's end (node 0 waits for them before its store goes)
 // A node is lost when its launcher's beats stop for lost_after, or when a new
-// launcher replaced the one that started the attempt. The beats themselves,
+// launcher replaced the one that started the attempt. An elastic job
+// (--nnodes MIN:MAX) starts an attempt once every node is there, or once at
+// least MIN are and the others did not come within the last call; a node
+// that missed an attempt's start ends. The beats themselves,
 // and the connection to the store, are node_beat.h's.
 
+#include <algorithm>
 #include <map>
+#include <optional>
 #include <set>
 #include <sstream>
 #include <thread>
@@ -26,6 +31,7 @@
 #include "basin/launch/coordinator.h"
 #include "basin/launch/local_ranks.h"
 #include "basin/launch/node_beat.h"
+#include "basin/launch/store_messages.h"
 
 namespace basin::launch {
 
@@ -56,7 +62,7 @@ class StoreCoordinator : public Coordinator {
                                           : "node 0's launcher (at " + address() + ") did not answer within " +
                                                 seconds(shape.join_timeout) + " (--join-timeout): " + first_line(what));
     }
-    if (coordinating()) set("shape", std::to_string(shape_.nnodes) + " " + std::to_string(shape_.nproc));
+    if (coordinating()) set("shape", nodes_spec(shape_) + " " + std::to_string(shape_.nproc));
     join();
   }
 
@@ -78,15 +84,21 @@ class StoreCoordinator : public Coordinator {
   Start start(int attempt) override {
     const std::string n = std::to_string(attempt);
     if (!coordinating()) {
-      const Start start = ended_before_join_.empty()
-                              ? parse_start(wait_for(key("attempt/" + n), shape_.join_timeout + shape_.lost_after))
-                              : parse_start(ended_before_join_);
+      Start start = ended_before_join_.empty()
+                        ? parse_start(wait_for(key("attempt/" + n), shape_.join_timeout + shape_.last_call + shape_.lost_after))
+                        : parse_start(ended_before_join_);
+      if (start.run && !start.nodes.empty() &&
+          std::find(start.nodes.begin(), start.nodes.end(), shape_.node_rank) == start.nodes.end()) {
+        start = {false, 0, 1, "attempt " + n + " started without node " + std::to_string(shape_.node_rank) +
+                                  ", which was not there in time; start its launcher again to join the next restart", {}};
+      }
       if (!start.run) say_bye();
       return start;
     }
     try {
       set("next", n);
       const auto deadline = Clock::now() + shape_.join_timeout;
+      std::optional<Clock::time_point> last_call;  // once min_nodes are there
       std::vector<int> missing;
       while (true) {
         missing.clear();
@@ -96,6 +108,10 @@ class StoreCoordinator : public Coordinator {
         bool refused = false;
         for (int node : missing) refused = refused || store_->check({key("refused/" + std::to_string(node))});
         if (missing.empty() || refused || Clock::now() > deadline || launcher_interrupted()) break;
+        if (enough(missing)) {
+          if (!last_call) last_call = Clock::now() + shape_.last_call;
+          if (Clock::now() > *last_call) break;
+        }
         std::this_thread::sleep_for(std::chrono::milliseconds(100));
       }
       Start start;
@@ -107,7 +123,7 @@ class StoreCoordinator : public Coordinator {
         start = {false, 0, 2, refusal};
       } else if (launcher_interrupted()) {
         start = {false, 0, 130, "node 0's launcher was interrupted before attempt " + n + " started"};
-      } else if (!missing.empty()) {
+      } else if (!missing.empty() && !enough(missing)) {
         std::string names;
         for (int node : missing) names += (names.empty() ? "" : ", ") + std::to_string(node);
         start = {false, 0, 1,
@@ -116,14 +132,21 @@ class StoreCoordinator : public Coordinator {
       }
       if (start.code != 0) {
         present_at_end_ = shape_.nnodes - static_cast<int>(missing.size());
-        set("attempt/" + n, "end " + std::to_string(start.code) + " " + start.message);
+        set("attempt/" + n, start_text(start));
         return start;
       }
       replaced_.clear();
-      for (int node = 1; node < shape_.nnodes; ++node) started_incarnation_[node] = incarnation_of(node);
+      attempt_nodes_.clear();
+      for (int node = 0; node < shape_.nnodes; ++node) {
+        if (std::find(missing.begin(), missing.end(), node) != missing.end()) continue;
+        attempt_nodes_.push_back(node);
+        if (node > 0) started_incarnation_[node] = incarnation_of(node);
+      }
       start.run = true;
       start.port = free_port();
-      set("attempt/" + n, "run " + std::to_string(start.port));
+      start.nodes = attempt_nodes_;
+      if (!missing.empty()) start.message = without_message(attempt, missing);
+      set("attempt/" + n, start_text(start));
       return start;
     } catch (const std::exception& error) {
       return {false, 0, 1, "node 0 lost its own store: " + first_line(error.what())};
@@ -140,8 +163,8 @@ class StoreCoordinator : public Coordinator {
         if (!alive(0)) return lost_message(0);  // the others watch node 0 only
         return "";
       }
-      for (int node = 1; node < shape_.nnodes; ++node) {
-        if (lost(node)) {
+      for (int node : attempt_nodes_) {
+        if (node != 0 && lost(node)) {
           const std::string what = lost_message(node);
           publish_failure(attempt, node, what);
           return what;
@@ -160,7 +183,7 @@ class StoreCoordinator : public Coordinator {
   Verdict finish(int attempt, const NodeResult& mine) override {
     const std::string n = std::to_string(attempt);
     try {
-      set("end/" + n + "/" + std::to_string(shape_.node_rank), encode(mine));
+      set("end/" + n + "/" + std::to_string(shape_.node_rank), result_text(mine));
       if (!coordinating()) {
         Verdict decided = parse_verdict(wait_for(key("verdict/" + n), std::chrono::hours(24 * 365)));
         if (!decided.restart) say_bye();
@@ -170,13 +193,18 @@ class StoreCoordinator : public Coordinator {
       std::vector<bool> known(results.size(), false);
       results[0] = mine;
       known[0] = true;
+      for (int node = 1; node < shape_.nnodes; ++node) {  // nodes the attempt ran without have nothing to say
+        if (std::find(attempt_nodes_.begin(), attempt_nodes_.end(), node) == attempt_nodes_.end()) {
+          known[static_cast<std::size_t>(node)] = true;
+        }
+      }
       for (bool all = false; !all;) {
         all = true;
         for (int node = 1; node < shape_.nnodes; ++node) {
           if (known[static_cast<std::size_t>(node)]) continue;
           const std::string end = key("end/" + n + "/" + std::to_string(node));
           if (store_->check({end})) {
-            results[static_cast<std::size_t>(node)] = decode(text(store_->get(end)));
+            results[static_cast<std::size_t>(node)] = parse_result(text(store_->get(end)));
           } else if (lost(node)) {
             results[static_cast<std::size_t>(node)] = {1, false, false, true, lost_message(node)};
             publish_failure(attempt, node, lost_message(node));
@@ -195,9 +223,9 @@ class StoreCoordinator : public Coordinator {
       Verdict verdict = decide(attempt, shape_.max_restarts, results, first);
       if (!verdict.restart) {
         present_at_end_ = 0;
-        for (const auto& result : results) present_at_end_ += result.lost ? 0 : 1;
+        for (int node : attempt_nodes_) present_at_end_ += results[static_cast<std::size_t>(node)].lost ? 0 : 1;
       }
-      set("verdict/" + n, (verdict.restart ? "restart " : "end ") + std::to_string(verdict.code) + " " + verdict.message);
+      set("verdict/" + n, verdict_text(verdict));
       return verdict;
     } catch (const std::exception& error) {
       return {false, 1, "failed: lost the launchers' store at " + address() + " (node 0): " + first_line(error.what())};
@@ -206,6 +234,17 @@ class StoreCoordinator : public Coordinator {
 
  private:
   bool coordinating() const { return shape_.node_rank == 0; }
+  // Whether the nodes there (all but `missing`) are enough to start an attempt.
+  bool enough(const std::vector<int>& missing) const {
+    return shape_.nnodes - static_cast<int>(missing.size()) >= shape_.min_nodes;
+  }
+  std::string without_message(int attempt, const std::vector<int>& missing) const {
+    std::string names;
+    for (int node : missing) names += (names.empty() ? "" : ", ") + std::to_string(node);
+    return "attempt " + std::to_string(attempt) + " runs on " + std::to_string(shape_.nnodes - missing.size()) +
+           " of " + std::to_string(shape_.nnodes) + " nodes, without " + (missing.size() > 1 ? "nodes " : "node ") +
+           names + " (not there within the last call, " + seconds(shape_.last_call) + ")";
+  }
   std::string address() const { return shape_.master_addr + ":" + std::to_string(shape_.master_port); }
   void set(const std::string& name, const std::string& value) { store_->set(key(name), bytes(value)); }
   std::string get_if_set(const std::string& name) {
@@ -228,12 +267,13 @@ class StoreCoordinator : public Coordinator {
       std::this_thread::sleep_for(std::chrono::milliseconds(50));
     }
     std::istringstream fields(shape);
-    int nnodes = 0, nproc = 0;
-    fields >> nnodes >> nproc;
-    if (nnodes != shape_.nnodes || nproc != shape_.nproc) {
+    std::string nodes;
+    int nproc = 0;
+    fields >> nodes >> nproc;
+    if (nodes != nodes_spec(shape_) || nproc != shape_.nproc) {
       const std::string refusal = "node " + std::to_string(shape_.node_rank) + " was started with --nnodes " +
-                                  std::to_string(shape_.nnodes) + " --nproc-per-node " + std::to_string(shape_.nproc) +
-                                  ", node 0 with --nnodes " + std::to_string(nnodes) + " --nproc-per-node " +
+                                  nodes_spec(shape_) + " --nproc-per-node " + std::to_string(shape_.nproc) +
+                                  ", node 0 with --nnodes " + nodes + " --nproc-per-node " +
                                   std::to_string(nproc) + ": every node must be started with the same";
       set("refused/" + std::to_string(shape_.node_rank), refusal);  // node 0 ends the job with it
       throw LaunchError(2, refusal);
@@ -292,19 +332,11 @@ class StoreCoordinator : public Coordinator {
   void publish_failure(int attempt, int node, const std::string& what) {
     try {
       if (store_->add(key("failures/" + std::to_string(attempt)), 1) == 1) {
-        set("failed/" + std::to_string(attempt), std::to_string(node) + " " + what);
+        set("failed/" + std::to_string(attempt), failure_text(node, what));
       }
     } catch (const std::exception&) {
       // node 0 is gone: this node stops by itself; the failure has nowhere to go
     }
-  }
-
-  static FirstFailure parse_failure(const std::string& stored) {
-    FirstFailure first;
-    std::istringstream fields(stored);
-    fields >> first.node;
-    std::getline(fields >> std::ws, first.what);
-    return first;
   }
 
   void say_bye() {
@@ -330,45 +362,6 @@ class StoreCoordinator : public Coordinator {
     }
   }
 
-  static Start parse_start(const std::string& decided) {
-    std::istringstream fields(decided);
-    std::string kind;
-    Start start;
-    fields >> kind;
-    if (kind == "run") {
-      start.run = true;
-      fields >> start.port;
-      return start;
-    }
-    fields >> start.code;
-    std::getline(fields >> std::ws, start.message);
-    return start;
-  }
-
-  static Verdict parse_verdict(const std::string& decided) {
-    std::istringstream fields(decided);
-    std::string kind;
-    Verdict verdict;
-    fields >> kind >> verdict.code;
-    verdict.restart = kind == "restart";
-    std::getline(fields >> std::ws, verdict.message);
-    return verdict;
-  }
-
-  static std::string encode(const NodeResult& r) {
-    return std::to_string(r.code) + " " + (r.bad_input ? "1" : "0") + " " + (r.interrupted ? "1" : "0") + " " + r.what;
-  }
-  static NodeResult decode(const std::string& encoded) {
-    std::istringstream fields(encoded);
-    NodeResult r;
-    int bad_input = 0, interrupted = 0;
-    fields >> r.code >> bad_input >> interrupted;
-    r.bad_input = bad_input != 0;
-    r.interrupted = interrupted != 0;
-    std::getline(fields >> std::ws, r.what);
-    return r;
-  }
-
   struct Seen {
     int64_t incarnation = 0;
     int64_t count = 0;
@@ -384,6 +377,7 @@ class StoreCoordinator : public Coordinator {
   std::map<int, Seen> seen_;                       // node: its launcher's beats, and when they last moved
   std::map<int, int64_t> started_incarnation_;     // node: the launcher that started the attempt
   std::set<int> replaced_;                         // nodes whose launcher was replaced mid-attempt
+  std::vector<int> attempt_nodes_;                 // node 0: the nodes that run this attempt
   int present_at_end_ = 0;
 };
 

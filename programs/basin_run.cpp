@@ -7,13 +7,16 @@
 // --max-restarts K the job then starts again, at most K times (basin-train
 // continues from its newest checkpoint), unless the rank exited with code 2
 // (bad input, which a restart cannot mend). Otherwise basin-run exits
-// non-zero, naming the rank.
+// non-zero, naming the rank. With --nnodes MIN:MAX an attempt may run on
+// fewer nodes, down to MIN, when the others are lost (basin-train then
+// resumes its checkpoint resharded for the smaller job).
 //
 //   basin-run --nproc 2 --max-restarts 3 -- basin-train --config examples/configs/synthetic_ddp.json --run-dir runs/job
 //   basin-run --nnodes 2 --node-rank 0 --nproc-per-node 1 --master-addr 10.0.0.1 --master-port 29500 -- basin-train ...
 
 #include <sys/wait.h>
 
+#include <algorithm>
 #include <iostream>
 #include <string>
 #include <vector>
@@ -68,8 +71,14 @@ int main(int argc, char** argv) {
   app.add_option("--nproc,--nproc-per-node,--nproc_per_node", shape.nproc, "Processes (ranks) on this machine")
       ->required()
       ->check(CLI::Range(1, 1024));
-  app.add_option("--nnodes", shape.nnodes, "Machines in the job, each running its own basin-run (default 1)")
-      ->check(CLI::Range(1, 1024));
+  std::string nnodes = "1";
+  app.add_option("--nnodes", nnodes,
+                 "Machines in the job, each running its own basin-run (default 1); MIN:MAX for an elastic job, "
+                 "whose restarts may run on as few as MIN when nodes are lost");
+  double last_call_seconds = 30;
+  app.add_option("--last-call-timeout", last_call_seconds,
+                 "Elastic job: seconds an attempt waits for the missing nodes once MIN are there (default 30)")
+      ->check(CLI::NonNegativeNumber);
   app.add_option("--node-rank,--node_rank", shape.node_rank, "This machine's index in [0, nnodes); node 0 coordinates")
       ->check(CLI::Range(0, 1023));
   app.add_option("--master-port,--master_port", shape.master_port,
@@ -89,6 +98,11 @@ int main(int argc, char** argv) {
   app.add_option("command", plan.command, "The command each rank runs, after --")->required();
   try {
     app.parse(argc, argv);
+    try {
+      basin::launch::parse_nodes_spec(nnodes, shape);
+    } catch (const std::invalid_argument& error) {
+      throw CLI::ValidationError("--nnodes", error.what());
+    }
     if (shape.node_rank >= shape.nnodes) {
       throw CLI::ValidationError("--node-rank", "--node-rank " + std::to_string(shape.node_rank) +
                                                     " is not below --nnodes " + std::to_string(shape.nnodes));
@@ -100,11 +114,11 @@ int main(int argc, char** argv) {
   if (shape.nnodes > 1 && shape.master_port == 0) shape.master_port = 29500;
   shape.join_timeout = std::chrono::milliseconds(static_cast<int64_t>(join_timeout_seconds * 1000));
   shape.lost_after = std::chrono::milliseconds(static_cast<int64_t>(node_timeout_seconds * 1000));
+  shape.last_call = std::chrono::milliseconds(static_cast<int64_t>(last_call_seconds * 1000));
   plan.nproc = shape.nproc;
   plan.node_rank = shape.node_rank;
-  plan.first_rank = shape.node_rank * shape.nproc;
-  plan.world_size = shape.nnodes * shape.nproc;
   plan.master_addr = shape.master_addr;
+  if (shape.min_nodes < shape.nnodes) plan.elastic = basin::launch::nodes_spec(shape);
   plan.max_restarts = shape.max_restarts;
   basin::launch::install_launcher_signals();
 
@@ -124,6 +138,15 @@ int main(int argc, char** argv) {
       std::cerr << "basin-run: " << start.message << std::endl;
       return start.code;
     }
+    if (!start.message.empty()) std::cerr << "basin-run: " << start.message << std::endl;
+    // The attempt's nodes, in node order, number its ranks: node k of them runs ranks k*nproc.. .
+    std::vector<int> nodes = start.nodes;
+    if (nodes.empty()) {
+      for (int node = 0; node < shape.nnodes; ++node) nodes.push_back(node);
+    }
+    plan.group_rank = static_cast<int>(std::find(nodes.begin(), nodes.end(), shape.node_rank) - nodes.begin());
+    plan.first_rank = plan.group_rank * shape.nproc;
+    plan.world_size = static_cast<int>(nodes.size()) * shape.nproc;
     plan.master_port = start.port;
     plan.restart = attempt;
     const LocalOutcome outcome = basin::launch::run_local_ranks(

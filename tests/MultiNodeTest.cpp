@@ -10,6 +10,9 @@
 
 #include <chrono>
 
+#include <torch/csrc/jit/serialization/pickle.h>
+
+#include "basin/core/checkpoint/checkpoint_file.h"
 #include "test_paths.h"
 #include "test_util.h"
 
@@ -269,6 +272,56 @@ TEST(MultiNodeTest, ALostNodeStopsTheJobAndItsLauncherRejoinsTheRestart) {
   EXPECT_EQ(nodes[1].exit_code, 0) << nodes[1].output;
   EXPECT_NE(nodes[1].output.find("[rank 1] attempt 1 of rank 1"), std::string::npos) << nodes[1].output;
   EXPECT_LT(seconds, 40);  // not the minute node 0's first rank would sleep
+}
+
+// An elastic job (--nnodes 1:2) of two nodes in their own network
+// namespaces loses node 1 for good once a checkpoint exists: node 0 restarts
+// it without node 1 after the last call, its rank resumes the newest
+// checkpoint resharded from 2 ranks to 1, and the job finishes. Its final
+// state is that of a one-rank run resumed (--reshard) from that checkpoint.
+TEST(MultiNodeTest, AnElasticJobThatLosesANodeForGoodFinishesOnTheOtherResharded) {
+  TwoNamespaces namespaces;
+  if (!namespaces.reason().empty()) GTEST_SKIP() << namespaces.reason();
+  test::TempDir dir;
+  // 500 steps a rank: node 1 is killed long before the end.
+  const std::string train = kTrain + " --config " + kConfig + " --set max_epochs=2 --set data.train_size=8000" +
+                            " --set 'callbacks.checkpoint={\"every_steps\": 20, \"keep_last\": 0}' --run-dir " +
+                            dir.file("job");
+  const std::string options = "--max-restarts 1 --grace 1 --node-timeout 3 --join-timeout 60 --last-call-timeout 2";
+  const std::string master = "10.213.0.1";
+  const std::string first = dir.file("job/checkpoints/" + checkpoint_file_name(20) + ".sum");
+  auto elastic = [&](int node_rank) {  // --nnodes 1:2
+    std::string command = launcher(2, node_rank, 29500, options, train, master);
+    return command.replace(command.find("--nnodes 2"), 10, "--nnodes 1:2");
+  };
+  test::write_text(dir.file("node1.sh"), elastic(1) + " & pid=$!; while [ ! -e " +
+                                             first + " ]; do sleep 0.01; done; kill -9 $pid; wait $pid\n");
+  const auto nodes = run_nodes({namespaces.in_a(elastic(0)), namespaces.in_b("sh " + dir.file("node1.sh"))});
+  const std::string& out = nodes[0].output;
+  ASSERT_EQ(nodes[0].exit_code, 0) << out << nodes[1].output;
+  EXPECT_NE(out.find("node 1 was lost"), std::string::npos) << out;
+  EXPECT_NE(out.find("attempt 1 runs on 1 of 2 nodes, without node 1"), std::string::npos) << out;
+  const std::size_t at = out.find("resumed from ");
+  ASSERT_NE(at, std::string::npos) << out;
+  const std::string resumed_from = out.substr(at + 13, out.find(" at step", at) - at - 13);
+  EXPECT_NE(out.find("resharded from 2 ranks to 1", at), std::string::npos) << out;
+  ASSERT_TRUE(fs::exists(dir.file("job/summary.json"))) << out;
+  // From step S of epoch 0 (S x 32 samples taken), 16 samples a step on one rank, then epoch 1's 500.
+  const int64_t step = std::stoll(out.substr(out.find(" at step", at) + 9));
+  ASSERT_LT(step, 250) << out;
+  EXPECT_EQ(Json::parse(test::read_text(dir.file("job/summary.json")))["steps"], step + (8000 - 32 * step) / 16 + 500);
+
+  // The same resume by hand, on one rank.
+  const auto by_hand = test::run_command(kRun + " --nproc 1 -- " + kTrain + " --run-dir " + dir.file("by_hand") +
+                                         " --resume " + resumed_from + " --reshard");
+  ASSERT_EQ(by_hand.exit_code, 0) << by_hand.output;
+  const auto newest = [&](const std::string& run) {
+    return read_checkpoint_file(list_checkpoint_files(dir.file(run + "/checkpoints")).front());
+  };
+  const StateDict job = newest("job"), hand = newest("by_hand");
+  for (const char* part : {"model", "optimizer", "algorithms", "schedulers", "loop", "timestamp"}) {
+    EXPECT_TRUE(torch::jit::pickle_save(job.at(part)) == torch::jit::pickle_save(hand.at(part))) << part;
+  }
 }
 
 TEST(MultiNodeTest, ARankThatCannotSeeTheNewestCheckpointIsRefusedNamingIt) {
