@@ -89,17 +89,20 @@ struct Layout {
 
 /// Saves `from`'s run at step 3, resumes it as `to` with resharding, saves
 /// again at once, and compares the two whole forms part by part.
-void expect_resharded_resume_keeps_everything(const Layout& from, const Layout& to, const Json& model) {
+void expect_resharded_resume_keeps_everything(const Layout& from, const Layout& to, const Json& model,
+                                               const Json& both = Json::object()) {
   SCOPED_TRACE(from.mode + " at " + std::to_string(from.world) + " -> " + to.mode + " at " + std::to_string(to.world));
   test::TempDir dir;
   Json saving = run_config(from.mode, dir.file("saved"));
   saving["model"] = model;
+  saving.merge_patch(both);
   on_ranks(from.mode, from.world, [&](int, std::shared_ptr<Communicator> communicator) {
     Trainer(saving, {}, {}, communicator).fit();
   });
   const std::string path = dir.file("saved/" + checkpoint_file_name(3));
   Json resuming = run_config(to.mode, "");
   resuming["model"] = model;
+  resuming.merge_patch(both);
   const fs::path again = dir.file("again");
   fs::create_directories(again);
   StateDict whole_again = new_state_dict();
@@ -155,6 +158,13 @@ TEST(ReshardingTest, AResNetsCheckpointReshardsWithItsBuffers) {
   const Json resnet = Json::parse(R"({"name": "resnet", "width": 4, "blocks": [1]})");
   expect_resharded_resume_keeps_everything({"zero3", 3}, {"ddp", 2}, resnet);
   expect_resharded_resume_keeps_everything({"ddp", 2}, {"zero3", 3}, resnet);
+}
+
+// zero3 with bf16 gathers keeps fp32 master shards: they reshard as any.
+TEST(ReshardingTest, ZeroThreeWithBf16GathersReshardsItsFp32Masters) {
+  const Json policy = Json::parse(R"({"precision": "amp_bf16", "parallel": {"mixed_precision": {"param_dtype": "bf16"}}})");
+  expect_resharded_resume_keeps_everything({"zero3", 2}, {"zero3", 3}, test::smoke_config()["model"], policy);
+  expect_resharded_resume_keeps_everything({"zero3", 3}, {"zero3", 1}, test::smoke_config()["model"], policy);
 }
 
 /// The run's parameters at the end, whole, and its step count.
