@@ -16,7 +16,7 @@ namespace {
 class SoloCoordinator : public Coordinator {
  public:
   explicit SoloCoordinator(const JobShape& shape) : shape_(shape) {}
-  Start start(int) override { return {true, shape_.master_port != 0 ? shape_.master_port : free_port(), 0, ""}; }
+  Start start(int) override { return {true, shape_.master_port != 0 ? shape_.master_port : free_port(), 0, "", {}}; }
   std::string stop_reason(int) override { return ""; }
   void report_failure(int, const std::string&) override {}  // this node's result says it all
   Verdict finish(int attempt, const NodeResult& mine) override { return decide(attempt, shape_.max_restarts, {mine}, {}); }

@@ -11,13 +11,11 @@
 //   failed/N           "R WHAT": the attempt's first failure, and its node
 //   end/N/R            node R's result of attempt N
 //   verdict/N          "restart CODE MESSAGE" or "end CODE MESSAGE", from node 0
-//   bye                launchers that read the job's end (node 0 waits for them before its store goes)
+//   bye/R              node R's launcher read the job's end (node 0 waits for the job's nodes before its store goes)
 // A node is lost when its launcher's beats stop for lost_after, or when a new
-// launcher replaced the one that started the attempt. An elastic job
-// (--nnodes MIN:MAX) starts an attempt once every node is there, or once at
-// least MIN are and the others did not come within the last call; a node
-// that missed an attempt's start ends. The beats themselves,
-// and the connection to the store, are node_beat.h's.
+// launcher replaced the one that started the attempt (node_beat.h has the
+// beats). An elastic job (--nnodes MIN:MAX) restarts without nodes that miss
+// the last call, if MIN are there; a node that missed an attempt's start ends.
 
 #include <algorithm>
 #include <map>
@@ -46,6 +44,12 @@ std::string seconds(std::chrono::milliseconds duration) {
 }
 
 std::string key(const std::string& name) { return "basin-run/" + name; }
+// "node 2", "nodes 1, 3"
+std::string node_list(const std::vector<int>& nodes) {
+  std::string names;
+  for (int node : nodes) names += (names.empty() ? "" : ", ") + std::to_string(node);
+  return (nodes.size() > 1 ? "nodes " : "node ") + names;
+}
 std::string first_line(const std::string& text) { return text.substr(0, text.find('\n')); }
 std::string text(const std::vector<uint8_t>& bytes) { return std::string(bytes.begin(), bytes.end()); }
 std::vector<uint8_t> bytes(const std::string& text) { return std::vector<uint8_t>(text.begin(), text.end()); }
@@ -68,12 +72,14 @@ class StoreCoordinator : public Coordinator {
 
   ~StoreCoordinator() override {
     beat_.reset();
-    // Node 0 hosts the store: it stays until the others have read the job's end.
-    if (!coordinating() || present_at_end_ <= 1) return;
+    // Node 0 hosts the store: it stays until the nodes that saw the job's end have read it.
+    if (!coordinating() || present_at_end_.empty()) return;
     const auto deadline = Clock::now() + shape_.lost_after;
     try {
-      while (store_->add(key("bye"), 0) < present_at_end_ - 1 && Clock::now() < deadline) {
-        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      for (int node : present_at_end_) {
+        while (!store_->check({key("bye/" + std::to_string(node))}) && Clock::now() < deadline) {
+          std::this_thread::sleep_for(std::chrono::milliseconds(50));
+        }
       }
     } catch (const std::exception&) {
     }
@@ -90,7 +96,8 @@ class StoreCoordinator : public Coordinator {
       if (start.run && !start.nodes.empty() &&
           std::find(start.nodes.begin(), start.nodes.end(), shape_.node_rank) == start.nodes.end()) {
         start = {false, 0, 1, "attempt " + n + " started without node " + std::to_string(shape_.node_rank) +
-                                  ", which was not there in time; start its launcher again to join the next restart", {}};
+                                  ", which was not there in time; a launcher started again joins the job's next "
+                                  "restart, if one comes within its --join-timeout", {}};
       }
       if (!start.run) say_bye();
       return start;
@@ -108,7 +115,8 @@ class StoreCoordinator : public Coordinator {
         bool refused = false;
         for (int node : missing) refused = refused || store_->check({key("refused/" + std::to_string(node))});
         if (missing.empty() || refused || Clock::now() > deadline || launcher_interrupted()) break;
-        if (enough(missing)) {
+        // A restart waits the last call for nodes that may be gone for good; the first attempt, its whole --join-timeout.
+        if (enough(missing) && attempt > first_attempt_) {
           if (!last_call) last_call = Clock::now() + shape_.last_call;
           if (Clock::now() > *last_call) break;
         }
@@ -120,18 +128,19 @@ class StoreCoordinator : public Coordinator {
         if (refusal.empty()) refusal = get_if_set("refused/" + std::to_string(node));
       }
       if (!refusal.empty()) {
-        start = {false, 0, 2, refusal};
+        start = {false, 0, 2, refusal, {}};
       } else if (launcher_interrupted()) {
-        start = {false, 0, 130, "node 0's launcher was interrupted before attempt " + n + " started"};
+        start = {false, 0, 130, "node 0's launcher was interrupted before attempt " + n + " started", {}};
       } else if (!missing.empty() && !enough(missing)) {
-        std::string names;
-        for (int node : missing) names += (names.empty() ? "" : ", ") + std::to_string(node);
         start = {false, 0, 1,
-                 std::string(missing.size() > 1 ? "nodes " : "node ") + names + " did not join the job within " +
-                     seconds(shape_.join_timeout) + " (--join-timeout), waiting at " + address()};
+                 node_list(missing) + " did not join the job within " +
+                     seconds(shape_.join_timeout) + " (--join-timeout), waiting at " + address(), {}};
       }
       if (start.code != 0) {
-        present_at_end_ = shape_.nnodes - static_cast<int>(missing.size());
+        present_at_end_.clear();
+        for (int node = 1; node < shape_.nnodes; ++node) {
+          if (std::find(missing.begin(), missing.end(), node) == missing.end()) present_at_end_.push_back(node);
+        }
         set("attempt/" + n, start_text(start));
         return start;
       }
@@ -145,11 +154,11 @@ class StoreCoordinator : public Coordinator {
       start.run = true;
       start.port = free_port();
       start.nodes = attempt_nodes_;
-      if (!missing.empty()) start.message = without_message(attempt, missing);
+      if (!missing.empty()) start.message = without_message(attempt, missing, last_call.has_value());
       set("attempt/" + n, start_text(start));
       return start;
     } catch (const std::exception& error) {
-      return {false, 0, 1, "node 0 lost its own store: " + first_line(error.what())};
+      return {false, 0, 1, "node 0 lost its own store: " + first_line(error.what()), {}};
     }
   }
 
@@ -222,8 +231,10 @@ class StoreCoordinator : public Coordinator {
       const FirstFailure first = store_->check({failed}) ? parse_failure(text(store_->get(failed))) : FirstFailure{};
       Verdict verdict = decide(attempt, shape_.max_restarts, results, first);
       if (!verdict.restart) {
-        present_at_end_ = 0;
-        for (int node : attempt_nodes_) present_at_end_ += results[static_cast<std::size_t>(node)].lost ? 0 : 1;
+        present_at_end_.clear();
+        for (int node : attempt_nodes_) {
+          if (node != 0 && !results[static_cast<std::size_t>(node)].lost) present_at_end_.push_back(node);
+        }
       }
       set("verdict/" + n, verdict_text(verdict));
       return verdict;
@@ -235,15 +246,13 @@ class StoreCoordinator : public Coordinator {
  private:
   bool coordinating() const { return shape_.node_rank == 0; }
   // Whether the nodes there (all but `missing`) are enough to start an attempt.
-  bool enough(const std::vector<int>& missing) const {
-    return shape_.nnodes - static_cast<int>(missing.size()) >= shape_.min_nodes;
-  }
-  std::string without_message(int attempt, const std::vector<int>& missing) const {
-    std::string names;
-    for (int node : missing) names += (names.empty() ? "" : ", ") + std::to_string(node);
+  bool enough(const std::vector<int>& missing) const { return shape_.nnodes - int(missing.size()) >= shape_.min_nodes; }
+  std::string without_message(int attempt, const std::vector<int>& missing, bool last_call) const {
+    const std::string waited = last_call ? "the last call, " + seconds(shape_.last_call) + " (--last-call-timeout)"
+                                         : seconds(shape_.join_timeout) + " (--join-timeout)";
     return "attempt " + std::to_string(attempt) + " runs on " + std::to_string(shape_.nnodes - missing.size()) +
-           " of " + std::to_string(shape_.nnodes) + " nodes, without " + (missing.size() > 1 ? "nodes " : "node ") +
-           names + " (not there within the last call, " + seconds(shape_.last_call) + ")";
+           " of " + std::to_string(shape_.nnodes) + " nodes, without " + node_list(missing) +
+           " (not there within " + waited + ")";
   }
   std::string address() const { return shape_.master_addr + ":" + std::to_string(shape_.master_port); }
   void set(const std::string& name, const std::string& value) { store_->set(key(name), bytes(value)); }
@@ -341,7 +350,7 @@ class StoreCoordinator : public Coordinator {
 
   void say_bye() {
     try {
-      store_->add(key("bye"), 1);
+      set("bye/" + std::to_string(shape_.node_rank), "1");
     } catch (const std::exception&) {
     }
   }
@@ -378,7 +387,7 @@ class StoreCoordinator : public Coordinator {
   std::map<int, int64_t> started_incarnation_;     // node: the launcher that started the attempt
   std::set<int> replaced_;                         // nodes whose launcher was replaced mid-attempt
   std::vector<int> attempt_nodes_;                 // node 0: the nodes that run this attempt
-  int present_at_end_ = 0;
+  std::vector<int> present_at_end_;               // node 0: the other nodes that read the job's end
 };
 
 }  // namespace

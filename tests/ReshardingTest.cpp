@@ -8,11 +8,13 @@
 #include <mutex>
 
 #include <ATen/ATen.h>
+#include <torch/optim/optimizer.h>
 
 #include "basin/core/checkpoint/checkpoint.h"
 #include "basin/core/checkpoint/checkpoint_file.h"
 #include "basin/core/checkpoint/sharded_checkpoint.h"
 #include "basin/core/engine/callback.h"
+#include "basin/core/optim/hyperparameters.h"
 #include "basin/core/optim/scheduler.h"
 #include "basin/core/parallel/communication/communicator.h"
 #include "basin/core/train/data_pipeline.h"
@@ -255,21 +257,53 @@ TEST(ReshardingTest, AResumeOnFewerRanksContinuesAtTheSameSampleAndTheScheduleEn
   Json alone = config;
   alone["parallel"]["mode"] = "none";
   alone["callbacks"].erase("checkpoint");
-  auto ids = std::make_shared<BatchIds>();
-  Trainer trainer(alone, {ids});
   const std::string path = dir.file("c/" + checkpoint_file_name(3));
-  trainer.resume(checkpoint_for_rank(path, read_checkpoint_file(path), 0, 1, false, true), ResumeOptions{false, true});
-  const FitSummary summary = trainer.fit();
-  EXPECT_EQ(summary.steps, 3 + 2 + 8);
-  ASSERT_EQ(ids->steps.size(), 10u);
-  const auto order = epoch_order(128, 3, 0, true);
-  EXPECT_EQ(ids->steps[0], std::vector<int64_t>(order.begin() + 96, order.begin() + 112));
-  EXPECT_EQ(ids->steps[1], std::vector<int64_t>(order.begin() + 112, order.end()));
-  const auto next = epoch_order(128, 3, 1, true);
-  EXPECT_EQ(ids->steps[2], std::vector<int64_t>(next.begin(), next.begin() + 16));
-  // cosine_warmup decays to 0 at its horizon: the run's last step.
-  EXPECT_EQ(trainer.state().optimizer->param_groups().front().options().get_lr(), 0.0);
-  EXPECT_EQ(trainer.state().schedulers.front()->count(), 13);
+  // A checkpoint from before the loop kept its data position: 3 steps of 2 x 16 taken.
+  StateDict old = read_checkpoint_file(path).copy();
+  StateDict loop = old.at("loop").toGenericDict().copy();
+  ASSERT_TRUE(loop.erase("epoch_samples"));
+  old.insert_or_assign("loop", loop);
+  for (const StateDict& checkpoint : {read_checkpoint_file(path), old}) {
+    auto ids = std::make_shared<BatchIds>();
+    Trainer trainer(alone, {ids});
+    trainer.resume(checkpoint_for_rank(path, checkpoint, 0, 1, false, true), ResumeOptions{false, true});
+    const FitSummary summary = trainer.fit();
+    EXPECT_EQ(summary.steps, 3 + 2 + 8);
+    ASSERT_EQ(ids->steps.size(), 10u);
+    const auto order = epoch_order(128, 3, 0, true);
+    EXPECT_EQ(ids->steps[0], std::vector<int64_t>(order.begin() + 96, order.begin() + 112));
+    EXPECT_EQ(ids->steps[1], std::vector<int64_t>(order.begin() + 112, order.end()));
+    const auto next = epoch_order(128, 3, 1, true);
+    EXPECT_EQ(ids->steps[2], std::vector<int64_t>(next.begin(), next.begin() + 16));
+    // cosine_warmup decays to 0 at its horizon: the run's last step.
+    EXPECT_EQ(trainer.state().optimizer->param_groups().front().options().get_lr(), 0.0);
+    EXPECT_EQ(trainer.state().schedulers.front()->count(), 13);
+  }
+}
+
+// An epoch schedule's horizon is the epochs the resized run takes: 2, though
+// its 9 steps (3 at 1 rank, 2 + 4 at 2) would make 3 epochs of 2 ranks' 4.
+TEST(ReshardingTest, AnEpochScheduleStillEndsWithTheRunAfterAResumeOnMoreRanks) {
+  test::TempDir dir;
+  Json config = run_config("none", dir.file("c"));
+  config["max_steps"] = 0;
+  config["optimizer"]["weight_decay"] = 0.01;
+  config["schedulers"].push_back(Json::parse(R"({"name": "polynomial", "interval": "epoch", "hyperparameter": "weight_decay"})"));
+  Json three = config;
+  three["max_steps"] = 3;
+  Trainer(three).fit();
+  Json two = config;
+  two["parallel"]["mode"] = "ddp";
+  two["callbacks"].erase("checkpoint");
+  const std::string path = dir.file("c/" + checkpoint_file_name(3));
+  test::run_ranks(2, [&](int rank, std::shared_ptr<Communicator> communicator) {
+    Trainer trainer(two, {}, {}, communicator);
+    trainer.resume(checkpoint_for_rank(path, read_checkpoint_file(path), rank, 2, false, true), ResumeOptions{false, true});
+    EXPECT_EQ(trainer.fit().steps, 3 + 2 + 4);
+    EXPECT_EQ(trainer.state().schedulers.back()->count(), 2);
+    EXPECT_EQ(get_hyperparameter(trainer.state().optimizer->param_groups().front().options(), "weight_decay"), 0.0)
+        << "the epoch schedule did not reach its end with the run";
+  });
 }
 
 // Without resharding, another world size or mode is refused, naming what to pass.

@@ -189,15 +189,21 @@ TEST(ResumeProgramTest, ZeroTwoJobWithARankSigkilledMidEpochResumesToTheUninterr
   EXPECT_EQ(records_of(stopped), records_of(whole));
 }
 
+// long_config under zero3 with SAM, 250 steps an epoch on two ranks.
+Json zero3_sam_config() {
+  Json config = long_config();
+  config["data"]["train_size"] = 8000;
+  config["algorithms"] = Json::parse(R"({"sam": {"rho": 0.05}})");
+  config["parallel"] = Json::parse(R"({"mode": "zero3", "timeout_seconds": 60})");
+  return config;
+}
+
 // The same under zero3, where every rank writes its own file: the resumed
 // job's final manifest and rank files equal the uninterrupted job's; the
 // consolidated checkpoint opens in Python and its weights equal a ddp job's.
 TEST(ResumeProgramTest, ZeroThreeJobWithARankSigkilledMidEpochResumesToTheUninterruptedEnd) {
   test::TempDir dir;
-  Json config = long_config();
-  config["data"]["train_size"] = 8000;
-  config["algorithms"] = Json::parse(R"({"sam": {"rho": 0.05}})");
-  config["parallel"] = Json::parse(R"({"mode": "zero3", "timeout_seconds": 60})");
+  Json config = zero3_sam_config();
   const std::string config_file = dir.file("config.json");
   const std::string whole = dir.file("whole"), stopped = dir.file("stopped"), ddp = dir.file("ddp");
   kill_a_rank_and_resume(config, config_file, whole, stopped);
@@ -244,10 +250,7 @@ TEST(ResumeProgramTest, ZeroThreeJobWithARankSigkilledMidEpochResumesToTheUninte
 // the two-rank job ends, up to the order of the sums.
 TEST(ResumeProgramTest, ZeroThreeJobWithARankSigkilledResumesOnOneRankToTheTwoRankEnd) {
   test::TempDir dir;
-  Json config = long_config();
-  config["data"]["train_size"] = 8000;
-  config["algorithms"] = Json::parse(R"({"sam": {"rho": 0.05}})");
-  config["parallel"] = Json::parse(R"({"mode": "zero3", "timeout_seconds": 60})");
+  Json config = zero3_sam_config();
   const std::string whole = dir.file("whole"), stopped = dir.file("stopped");
   kill_a_rank_and_resume(config, dir.file("config.json"), whole, stopped, 1,
                          "--reshard --allow-config-change --set data.batch_size=32");

@@ -47,7 +47,7 @@ TEST(CheckpointTest, ResumedZeroThreeRunFromEachRanksFileEqualsTheUninterruptedR
       uninterrupted[r] = pickled(capture_checkpoint(whole.engine()));  // collective
       communicator->barrier();
       Trainer resumed(config, {}, {}, communicator);
-      resumed.resume(checkpoint_for_rank(manifest, read_checkpoint_file(manifest), rank, 2));
+      resumed.resume(checkpoint_for_rank(manifest, read_checkpoint_file(manifest), rank, 2, true, false));
       resumed.fit();
       continued[r] = pickled(capture_checkpoint(resumed.engine()));
     });
@@ -93,7 +93,7 @@ TEST(CheckpointTest, AZeroThreeCheckpointIsRefusedAtAnotherWorldSizeNamingBoth) 
   test::run_ranks(2, [&](int, std::shared_ptr<Communicator> communicator) { Trainer(config, {}, {}, communicator).fit(); });
   const std::string manifest = dir.file("c/" + checkpoint_file_name(2));
   try {
-    checkpoint_for_rank(manifest, read_checkpoint_file(manifest), 0, 3);
+    checkpoint_for_rank(manifest, read_checkpoint_file(manifest), 0, 3, true, false);
     FAIL() << "a 2-rank zero3 checkpoint was handed to a 3-rank job";
   } catch (const CheckpointError& error) {
     EXPECT_NE(std::string(error.what()).find("2 ranks and this job has 3"), std::string::npos) << error.what();

@@ -75,6 +75,6 @@ std::vector<std::string> rank_files(const std::string& manifest_path, const Stat
 /// takes `reshard` when the world size differs: without, the manifest is
 /// refused, naming both sizes.
 StateDict checkpoint_for_rank(const std::string& path, const StateDict& checkpoint, int rank, int world_size,
-                              bool sharded_run = true, bool reshard = false);
+                              bool sharded_run, bool reshard);
 
 }  // namespace basin

@@ -68,12 +68,19 @@ ParameterStates join_states(const std::vector<ParameterStates>& ranks, const std
     for (const auto& states : ranks) {
       if (states.contains(index)) held.push_back(states.at(index).toGenericDict());
     }
+    std::vector<std::string> keys;  // every rank's, in the order first seen
+    for (const auto& state : held) {
+      for (const auto& item : state) {
+        if (std::find(keys.begin(), keys.end(), item.key().toStringRef()) == keys.end()) keys.push_back(item.key().toStringRef());
+      }
+    }
     StateDict joined = new_state_dict();
-    for (const auto& item : held.front()) {
-      const std::string& key = item.key().toStringRef();
+    for (const std::string& key : keys) {
+      const auto first = std::find_if(held.begin(), held.end(), [&](const StateDict& state) { return state.contains(key); });
+      const c10::IValue& value = first->at(key);
       // Per-element state (moments, momentum, a rule's buffers) has the shard's rows; a count is every rank's.
-      if (!item.value().isTensor() || item.value().toTensor().dim() == 0) {
-        joined.insert(key, item.value());
+      if (!value.isTensor() || value.toTensor().dim() == 0) {
+        joined.insert(key, value);
         continue;
       }
       std::vector<at::Tensor> rows;

@@ -35,7 +35,7 @@ enum class Precision { kFp32, kAmpBf16, kAmpFp16 };
 struct Timestamp {
   int64_t epoch = 0;           // current epoch, from 0
   int64_t step = 0;            // optimizer steps completed
-  int64_t batch_in_epoch = 0;  // batches completed in this epoch
+  int64_t batch_in_epoch = 0;  // steps completed in this epoch (of another size before a resharded resume)
   int64_t samples = 0;         // training samples consumed
 };
 

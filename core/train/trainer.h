@@ -134,6 +134,8 @@ class Trainer {
   bool batch_remains(int64_t consumed) const;
   /// The run's length in steps, as fit() will stop, from where it stands.
   int64_t run_steps() const;
+  /// The epochs it will have begun by then.
+  int64_t run_epochs() const;
   /// Gives the step schedulers the run's length (a resumed run's world size may have changed it).
   void attach_schedulers();
   /// Whether the loss is a cross-entropy without smoothing over token targets (perplexity and accuracy are logged).
@@ -165,6 +167,7 @@ class Trainer {
   int64_t epochs_completed_ = 0;
   bool epoch_open_ = false;      // EPOCH_START ran, the epoch's end has not
   int64_t epoch_samples_ = 0;    // of this epoch's order, taken by all ranks (the data position)
+  int64_t saved_samples_per_step_ = 0;  // of the checkpoint being resumed: its world size x batch size
   bool resumed_ = false;
   bool interrupted_ = false;
 };

@@ -20,16 +20,22 @@ void Trainer::resume(const StateDict& checkpoint, ResumeOptions options) {
                              ? checkpoint.at("basin").toGenericDict()
                              : new_state_dict();
   const int64_t saved_world = meta.contains("world_size") && meta.at("world_size").isInt() ? meta.at("world_size").toInt() : 1;
+  Json saved;  // the checkpoint's config, when it has one that parses
+  if (checkpoint.contains("config") && checkpoint.at("config").isString()) {
+    saved = Json::parse(checkpoint.at("config").toStringRef(), nullptr, /*allow_exceptions=*/false);
+  }
+  // A checkpoint from before the data position was kept resumes where its own steps left off.
+  int64_t saved_batch = batch_size_;
+  if (saved.is_object()) {
+    const Json batch = saved.value("/data/batch_size"_json_pointer, Json());
+    if (batch.is_number_integer()) saved_batch = batch.get<int64_t>();
+  }
+  saved_samples_per_step_ = saved_world * saved_batch;
   if (!options.allow_config_change) {
     if (!checkpoint.contains("config") || !checkpoint.at("config").isString()) {
       throw CheckpointError("checkpoint has no 'config' entry to compare with this run's");
     }
-    Json saved;
-    try {
-      saved = Json::parse(checkpoint.at("config").toStringRef());
-    } catch (const std::exception&) {
-      throw CheckpointError("checkpoint's 'config' entry is not JSON");
-    }
+    if (saved.is_discarded()) throw CheckpointError("checkpoint's 'config' entry is not JSON");
     check_same_run(saved, config_, options.reshard ? kResharding : std::vector<std::string>{});
     if (saved_world != state_.world_size && !options.reshard) {
       throw ConfigError("the checkpoint was made by " + std::to_string(saved_world) + " ranks and this run has " +
@@ -51,8 +57,8 @@ void Trainer::resume(const StateDict& checkpoint, ResumeOptions options) {
                           " run resumes from the checkpoint's manifest, whose rank files it joins");
   }
   restore_checkpoint(*engine_, own);
-  // Steps now take another number of samples: the schedules end where the run now does.
-  if (saved_world != state_.world_size) attach_schedulers();
+  // The schedules end where the run now does (another world size or batch size moves that).
+  attach_schedulers();
   resumed_ = true;
 }
 
@@ -74,10 +80,8 @@ void Trainer::load_loop_state(const c10::IValue& saved) {
   const StateDict loop = saved.toGenericDict();
   epochs_completed_ = loop.at("epochs_completed").toInt();
   epoch_open_ = loop.at("epoch_open").toBool();
-  // Checkpoints before the data position was kept were all of this world size.
-  epoch_samples_ = loop.contains("epoch_samples")
-                       ? loop.at("epoch_samples").toInt()
-                       : state_.timestamp.batch_in_epoch * batch_size_ * state_.world_size;
+  epoch_samples_ = loop.contains("epoch_samples") ? loop.at("epoch_samples").toInt()
+                                                 : state_.timestamp.batch_in_epoch * saved_samples_per_step_;
   epoch_loss_sum_ = loop.at("epoch_loss_sum").toTensor().to(state_.device, at::kFloat, false, /*copy=*/true);
   epoch_steps_ = loop.at("epoch_steps").toInt();
   state_.skipped_steps = loop.at("skipped_steps").toInt();

@@ -217,12 +217,23 @@ int64_t Trainer::run_steps() const {
   return state_.max_steps > 0 ? std::min(state_.max_steps, total) : total;
 }
 
+int64_t Trainer::run_epochs() const {
+  const auto& ts = state_.timestamp;
+  int64_t steps_left = run_steps() - ts.step;
+  int64_t epochs = ts.epoch;  // those begun before this one
+  if (epoch_open_) {
+    ++epochs;
+    steps_left -= (data_.train.size() - epoch_samples_) / (batch_size_ * state_.world_size);
+  }
+  if (steps_left > 0) epochs += (steps_left + state_.steps_per_epoch - 1) / state_.steps_per_epoch;
+  return epochs;
+}
+
 void Trainer::attach_schedulers() {
-  const int64_t total_steps = run_steps();
+  const int64_t total_steps = run_steps(), total_epochs = run_epochs();
   for (std::size_t i = 0; i < state_.schedulers.size(); ++i) {
     auto& scheduler = *state_.schedulers[i];
-    const int64_t epochs = (total_steps + state_.steps_per_epoch - 1) / state_.steps_per_epoch;
-    const int64_t horizon = scheduler.interval() == Scheduler::Interval::kStep ? total_steps : epochs;
+    const int64_t horizon = scheduler.interval() == Scheduler::Interval::kStep ? total_steps : total_epochs;
     try {
       scheduler.attach(*state_.optimizer, horizon);
     } catch (const std::invalid_argument& error) {
