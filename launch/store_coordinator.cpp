@@ -6,7 +6,7 @@
 //   incarnation/R      launchers node R has had; each counts its own beats in
 //   beat/R/I           (a thread, once a second: counts, not clocks, so machines' clocks may differ)
 //   refused/R          why node R refused itself (started otherwise than node 0)
-//   next               the attempt node 0 is gathering the nodes for
+//   next               the attempt node 0 is gathering the nodes for; ready/N/R: node R waits for it
 //   attempt/N          "run PORT NODE..." (the nodes that run it) or "end CODE MESSAGE", from node 0
 //   failed/N           "R WHAT": the attempt's first failure, and its node
 //   end/N/R            node R's result of attempt N
@@ -90,6 +90,7 @@ class StoreCoordinator : public Coordinator {
   Start start(int attempt) override {
     const std::string n = std::to_string(attempt);
     if (!coordinating()) {
+      if (ended_before_join_.empty()) say("ready/" + n);
       Start start = ended_before_join_.empty()
                         ? parse_start(wait_for(key("attempt/" + n), shape_.join_timeout + shape_.last_call + shape_.lost_after))
                         : parse_start(ended_before_join_);
@@ -99,7 +100,7 @@ class StoreCoordinator : public Coordinator {
                                   ", which was not there in time; a launcher started again joins the job's next "
                                   "restart, if one comes within its --join-timeout", {}};
       }
-      if (!start.run) say_bye();
+      if (!start.run) say("bye");
       return start;
     }
     try {
@@ -109,8 +110,8 @@ class StoreCoordinator : public Coordinator {
       std::vector<int> missing;
       while (true) {
         missing.clear();
-        for (int node = 1; node < shape_.nnodes; ++node) {
-          if (!alive(node)) missing.push_back(node);
+        for (int node = 1; node < shape_.nnodes; ++node) {  // a launcher alive and waiting for this attempt
+          if (!alive(node) || !store_->check({key("ready/" + n + "/" + std::to_string(node))})) missing.push_back(node);
         }
         bool refused = false;
         for (int node : missing) refused = refused || store_->check({key("refused/" + std::to_string(node))});
@@ -195,7 +196,7 @@ class StoreCoordinator : public Coordinator {
       set("end/" + n + "/" + std::to_string(shape_.node_rank), result_text(mine));
       if (!coordinating()) {
         Verdict decided = parse_verdict(wait_for(key("verdict/" + n), std::chrono::hours(24 * 365)));
-        if (!decided.restart) say_bye();
+        if (!decided.restart) say("bye");
         return decided;
       }
       std::vector<NodeResult> results(static_cast<std::size_t>(shape_.nnodes));
@@ -245,7 +246,6 @@ class StoreCoordinator : public Coordinator {
 
  private:
   bool coordinating() const { return shape_.node_rank == 0; }
-  // Whether the nodes there (all but `missing`) are enough to start an attempt.
   bool enough(const std::vector<int>& missing) const { return shape_.nnodes - int(missing.size()) >= shape_.min_nodes; }
   std::string without_message(int attempt, const std::vector<int>& missing, bool last_call) const {
     const std::string waited = last_call ? "the last call, " + seconds(shape_.last_call) + " (--last-call-timeout)"
@@ -348,9 +348,10 @@ class StoreCoordinator : public Coordinator {
     }
   }
 
-  void say_bye() {
+  // Says `what` of this node ("bye", "ready/N") if node 0's store is still there (else this node stops by itself).
+  void say(const std::string& what) {
     try {
-      set("bye/" + std::to_string(shape_.node_rank), "1");
+      set(what + "/" + std::to_string(shape_.node_rank), "1");
     } catch (const std::exception&) {
     }
   }
