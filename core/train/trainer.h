@@ -132,11 +132,13 @@ class Trainer {
   bool logged(int64_t step, bool last_in_epoch) const;
   /// Whether a step's world size x batch size samples remain in the epoch after `consumed` of them.
   bool batch_remains(int64_t consumed) const;
+  /// Steps the open epoch still has at this world size (0 between epochs).
+  int64_t steps_left_in_epoch() const;
   /// The run's length in steps, as fit() will stop, from where it stands.
   int64_t run_steps() const;
   /// The epochs it will have begun by then.
   int64_t run_epochs() const;
-  /// Gives the step schedulers the run's length (a resumed run's world size may have changed it).
+  /// Gives the schedulers the run's length in their units (a resumed run's world size may have changed it).
   void attach_schedulers();
   /// Whether the loss is a cross-entropy without smoothing over token targets (perplexity and accuracy are logged).
   bool token_cross_entropy() const;
@@ -167,7 +169,6 @@ class Trainer {
   int64_t epochs_completed_ = 0;
   bool epoch_open_ = false;      // EPOCH_START ran, the epoch's end has not
   int64_t epoch_samples_ = 0;    // of this epoch's order, taken by all ranks (the data position)
-  int64_t saved_samples_per_step_ = 0;  // of the checkpoint being resumed: its world size x batch size
   bool resumed_ = false;
   bool interrupted_ = false;
 };

@@ -24,13 +24,6 @@ void Trainer::resume(const StateDict& checkpoint, ResumeOptions options) {
   if (checkpoint.contains("config") && checkpoint.at("config").isString()) {
     saved = Json::parse(checkpoint.at("config").toStringRef(), nullptr, /*allow_exceptions=*/false);
   }
-  // A checkpoint from before the data position was kept resumes where its own steps left off.
-  int64_t saved_batch = batch_size_;
-  if (saved.is_object()) {
-    const Json batch = saved.value("/data/batch_size"_json_pointer, Json());
-    if (batch.is_number_integer()) saved_batch = batch.get<int64_t>();
-  }
-  saved_samples_per_step_ = saved_world * saved_batch;
   if (!options.allow_config_change) {
     if (!checkpoint.contains("config") || !checkpoint.at("config").isString()) {
       throw CheckpointError("checkpoint has no 'config' entry to compare with this run's");
@@ -57,6 +50,12 @@ void Trainer::resume(const StateDict& checkpoint, ResumeOptions options) {
                           " run resumes from the checkpoint's manifest, whose rank files it joins");
   }
   restore_checkpoint(*engine_, own);
+  if (epoch_samples_ < 0) {
+    // A checkpoint from before the data position was kept: its own steps' samples.
+    const Json batch = saved.is_object() ? saved.value("/data/batch_size"_json_pointer, Json()) : Json();
+    const int64_t saved_batch = batch.is_number_integer() ? batch.get<int64_t>() : batch_size_;
+    epoch_samples_ = state_.timestamp.batch_in_epoch * saved_world * saved_batch;
+  }
   // The schedules end where the run now does (another world size or batch size moves that).
   attach_schedulers();
   resumed_ = true;
@@ -80,8 +79,7 @@ void Trainer::load_loop_state(const c10::IValue& saved) {
   const StateDict loop = saved.toGenericDict();
   epochs_completed_ = loop.at("epochs_completed").toInt();
   epoch_open_ = loop.at("epoch_open").toBool();
-  epoch_samples_ = loop.contains("epoch_samples") ? loop.at("epoch_samples").toInt()
-                                                 : state_.timestamp.batch_in_epoch * saved_samples_per_step_;
+  epoch_samples_ = loop.contains("epoch_samples") ? loop.at("epoch_samples").toInt() : -1;  // -1: resume() derives it
   epoch_loss_sum_ = loop.at("epoch_loss_sum").toTensor().to(state_.device, at::kFloat, false, /*copy=*/true);
   epoch_steps_ = loop.at("epoch_steps").toInt();
   state_.skipped_steps = loop.at("skipped_steps").toInt();

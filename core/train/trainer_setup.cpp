@@ -204,14 +204,14 @@ void Trainer::build(const Json& config, std::vector<std::shared_ptr<Callback>> c
   attach_schedulers();
 }
 
+int64_t Trainer::steps_left_in_epoch() const {
+  return epoch_open_ ? (data_.train.size() - epoch_samples_) / (batch_size_ * state_.world_size) : 0;
+}
+
 int64_t Trainer::run_steps() const {
   const auto& ts = state_.timestamp;
-  int64_t epochs_left = state_.max_epochs - ts.epoch;
-  int64_t steps_left = 0;
-  if (epoch_open_) {  // the rest of this epoch, at this run's world size
-    steps_left += (data_.train.size() - epoch_samples_) / (batch_size_ * state_.world_size);
-    --epochs_left;
-  }
+  const int64_t epochs_left = state_.max_epochs - ts.epoch - (epoch_open_ ? 1 : 0);
+  int64_t steps_left = steps_left_in_epoch();
   steps_left += std::max<int64_t>(epochs_left, 0) * state_.steps_per_epoch;
   const int64_t total = ts.step + steps_left;
   return state_.max_steps > 0 ? std::min(state_.max_steps, total) : total;
@@ -219,12 +219,8 @@ int64_t Trainer::run_steps() const {
 
 int64_t Trainer::run_epochs() const {
   const auto& ts = state_.timestamp;
-  int64_t steps_left = run_steps() - ts.step;
-  int64_t epochs = ts.epoch;  // those begun before this one
-  if (epoch_open_) {
-    ++epochs;
-    steps_left -= (data_.train.size() - epoch_samples_) / (batch_size_ * state_.world_size);
-  }
+  const int64_t steps_left = run_steps() - ts.step - steps_left_in_epoch();
+  int64_t epochs = ts.epoch + (epoch_open_ ? 1 : 0);  // those begun
   if (steps_left > 0) epochs += (steps_left + state_.steps_per_epoch - 1) / state_.steps_per_epoch;
   return epochs;
 }
