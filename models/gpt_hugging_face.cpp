@@ -191,6 +191,10 @@ void write_hugging_face(Gpt& model, const std::string& dir) {
                     {"layer_norm_epsilon", kLayerNormEps},
                     {"initializer_range", kInitStd},
                     {"tie_word_embeddings", true},
+                    // A basin run has no special tokens: without these keys transformers takes GPT2Config's
+                    // 50256, outside a byte-level model's 256 ids, and warns on every load.
+                    {"bos_token_id", nullptr},
+                    {"eos_token_id", nullptr},
                     {"torch_dtype", "float32"}};
   const std::string path = dir + "/config.json";
   std::ofstream(path + ".tmp") << config.dump(2) << "\n";
