@@ -85,7 +85,12 @@ struct JobShape {
   int max_restarts = 0;
   std::chrono::milliseconds join_timeout{300000};  // how long nodes wait for each other to start an attempt
   std::chrono::milliseconds last_call{30000};      // elastic: how long min_nodes wait for the rest
-  std::chrono::milliseconds lost_after{15000};     // a launcher silent this long is a lost node
+  /// A launcher silent this long is a lost node (--node-timeout). Long enough
+  /// that a launcher a busy machine leaves unscheduled for seconds is not
+  /// taken for dead (CI once saw 15 s pass on two loaded cores); far shorter
+  /// than the collectives' timeout (parallel.timeout_seconds, 300 s), so a
+  /// dead machine's peers are stopped by their launchers, saying why.
+  std::chrono::milliseconds lost_after{30000};
 };
 
 /// --nnodes as given: "N", or "MIN:MAX" for an elastic job.

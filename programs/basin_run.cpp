@@ -17,6 +17,7 @@
 #include <sys/wait.h>
 
 #include <algorithm>
+#include <chrono>
 #include <iostream>
 #include <string>
 #include <vector>
@@ -87,9 +88,9 @@ int main(int argc, char** argv) {
   app.add_option("--master-addr,--master_addr", shape.master_addr, "Address of node 0, which every node reaches (default 127.0.0.1)");
   app.add_option("--join-timeout", join_timeout_seconds, "Seconds the nodes wait for each other before each attempt (default 300)")
       ->check(CLI::PositiveNumber);
-  double node_timeout_seconds = 15;
+  double node_timeout_seconds = std::chrono::duration<double>(shape.lost_after).count();
   app.add_option("--node-timeout", node_timeout_seconds,
-                 "Seconds without a sign of life from a node's launcher before it counts as lost (default 15, at least 3)")
+                 "Seconds without a sign of life from a node's launcher before it counts as lost (default 30, at least 3)")
       ->check(CLI::Range(3.0, 86400.0));
   app.add_option("--grace", plan.grace_seconds, "Seconds the other ranks get to stop after one fails, before SIGKILL");
   app.add_option("--max-restarts,--max_restarts", shape.max_restarts,

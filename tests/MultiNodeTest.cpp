@@ -274,6 +274,59 @@ TEST(MultiNodeTest, ALostNodeStopsTheJobAndItsLauncherRejoinsTheRestart) {
   EXPECT_LT(seconds, 40);  // not the minute node 0's first rank would sleep
 }
 
+/// Two launchers on loopback whose ranks run until the pauses are over:
+/// node 1's launcher is stopped (SIGSTOP) for `pause` seconds, then, when
+/// `pause_node_zero`, node 0's (the store's host) as well; then the ranks
+/// finish. The third result is the pauser's: "node N state T" for each pause
+/// it saw take hold.
+std::vector<test::RunResult> run_with_paused_launchers(int node_timeout, int pause, bool pause_node_zero) {
+  test::TempDir dir;
+  test::write_text(dir.file("rank.sh"), "touch " + dir.file("started$RANK") + "; while [ ! -e " + dir.file("resumed") +
+                                            " ]; do sleep 0.1; done; echo rank $RANK done\n");
+  const int port = free_port();
+  const std::string options = "--node-timeout " + std::to_string(node_timeout) + " --join-timeout 30";
+  for (int node : {0, 1}) {
+    const std::string n = std::to_string(node);
+    test::write_text(dir.file("node" + n + ".sh"), launcher(2, node, port, options, "sh " + dir.file("rank.sh")) +
+                                                       " & echo $! > " + dir.file("pid" + n) + "; wait $!\n");
+  }
+  std::string pauser = "while [ ! -e " + dir.file("started0") + " ] || [ ! -e " + dir.file("started1") +
+                       " ]; do sleep 0.05; done\n";
+  for (int node : pause_node_zero ? std::vector<int>{1, 0} : std::vector<int>{1}) {
+    const std::string pid = "$(cat " + dir.file("pid" + std::to_string(node)) + ")";
+    pauser += "kill -STOP " + pid + "; sleep 0.5; echo node " + std::to_string(node) + " state $(cut -d' ' -f3 /proc/" +
+              pid + "/stat); sleep " + std::to_string(pause) + "; kill -CONT " + pid + "; sleep 1\n";
+  }
+  pauser += "touch " + dir.file("resumed") + "\n";
+  test::write_text(dir.file("pauser.sh"), pauser);
+  return run_nodes({"sh " + dir.file("node0.sh"), "sh " + dir.file("node1.sh"), "sh " + dir.file("pauser.sh")});
+}
+
+// A launcher that is not scheduled for a while (a busy machine; SIGSTOP
+// here) is no lost node while its silence is shorter than --node-timeout:
+// node 1's launcher, then node 0's, is paused for 4 s of a 12 s window, and
+// the job finishes on its first attempt. Paused for longer than the window
+// (6 s of 3), node 1 is lost: the pause is what the window measures.
+TEST(MultiNodeTest, ALauncherPausedForLessThanTheNodeTimeoutDoesNotEndTheJob) {
+  const auto paused = run_with_paused_launchers(12, 4, true);
+  EXPECT_NE(paused[2].output.find("node 1 state T"), std::string::npos) << paused[2].output;
+  EXPECT_NE(paused[2].output.find("node 0 state T"), std::string::npos) << paused[2].output;
+  for (int node : {0, 1}) {
+    const auto& result = paused[static_cast<std::size_t>(node)];
+    EXPECT_EQ(result.exit_code, 0) << result.output;
+    EXPECT_EQ(result.output.find("was lost"), std::string::npos) << result.output;
+    EXPECT_EQ(result.output.find("restarting"), std::string::npos) << result.output;
+    EXPECT_NE(result.output.find("[rank " + std::to_string(node) + "] rank " + std::to_string(node) + " done"),
+              std::string::npos)
+        << result.output;
+  }
+  const auto too_long = run_with_paused_launchers(3, 6, false);
+  EXPECT_NE(too_long[2].output.find("node 1 state T"), std::string::npos) << too_long[2].output;
+  EXPECT_NE(too_long[0].exit_code, 0) << too_long[0].output;
+  EXPECT_NE(too_long[0].output.find("node 1 was lost: its launcher gave no sign of life for 3 s"), std::string::npos)
+      << too_long[0].output;
+}
+
 // An elastic job (--nnodes 1:2) of two nodes in their own network
 // namespaces loses node 1 for good once a checkpoint exists: node 0 restarts
 // it without node 1 after the last call, its rank resumes the newest
