@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <filesystem>
 #include <map>
 #include <string>
@@ -12,7 +13,9 @@
 #include <ATen/ATen.h>
 #include <torch/csrc/autograd/function.h>
 #include <torch/csrc/autograd/variable.h>
+#include <torch/nn/modules/linear.h>
 
+#include "fully_sharded_of.h"
 #include "basin/core/base/torch_compat.h"
 #include "basin/core/engine/algorithm.h"
 #include "basin/core/parallel/zero3/fully_sharded_model.h"
@@ -26,6 +29,33 @@ namespace {
 
 using test::max_difference;
 using test::sam_config;
+
+/// An mlp whose inputs are scaled by a buffer of a module without
+/// parameters: a floating buffer that meets no gathered weight.
+struct InputScale : torch::nn::Module {
+  explicit InputScale(int64_t width) : factor(register_buffer("factor", at::full({width}, 0.5))) {}
+  at::Tensor factor;
+};
+
+class ScaledMlp : public Model {
+ public:
+  ScaledMlp(Params& /*params*/, const DatasetInfo& info) {
+    int64_t width = 1;
+    for (int64_t d : info.input_shape) width *= d;
+    scale_ = register_module("scale", std::make_shared<InputScale>(width));
+    fc_ = register_module("fc", torch::nn::Linear(width, info.num_classes));
+    declare_unit(*fc_);
+  }
+  at::Tensor forward(const at::Tensor& inputs) override {
+    return unit(*fc_, inputs.flatten(1) * scale_->factor, [fc = fc_](const at::Tensor& in) mutable { return fc->forward(in); });
+  }
+
+ private:
+  std::shared_ptr<InputScale> scale_;
+  torch::nn::Linear fc_{nullptr};
+};
+
+BASIN_REGISTER(model_registry(), "scaled_mlp_test", ScaledMlp);
 
 const char* const kBf16Gathers = R"({"param_dtype": "bf16", "reduce_dtype": "fp32", "buffers": true})";
 
@@ -43,8 +73,8 @@ std::vector<Held> train_and_hold(int world, const Json& config) {
     trainer.fit();
     Held& mine = held[static_cast<std::size_t>(rank)];
     mine.whole = test::weights_of(trainer);
-    for (const auto& s : trainer.fully_sharded()->shards()) mine.shards.push_back(s.detach().clone());
-    mine.gathered = trainer.fully_sharded()->parameters().front().scalar_type();
+    for (const auto& s : test::fully_sharded_of(trainer)->shards()) mine.shards.push_back(s.detach().clone());
+    mine.gathered = test::fully_sharded_of(trainer)->parameters().front().scalar_type();
   });
   return held;
 }
@@ -184,7 +214,7 @@ TEST(ZeroThreeMixedPrecisionTest, ARankHoldsHalfTheBytesWholeAndFp32Shards) {
     peak[lowered].assign(2, 0), shard[lowered].assign(2, 0);
     test::run_ranks(2, [&](int rank, std::shared_ptr<Communicator> communicator) {
       Trainer trainer(config, {}, {}, communicator);
-      FullyShardedModel& sharded = *trainer.fully_sharded();
+      FullyShardedModel& sharded = *test::fully_sharded_of(trainer);
       sharded.reset_peak();
       trainer.fit();
       const auto r = static_cast<std::size_t>(rank);
@@ -240,7 +270,7 @@ TEST(ZeroThreeMixedPrecisionTest, AnExportMidRunWritesTheFp32MastersAndChangesNo
   std::vector<int> kept_hooks(2, 0);
   const auto exported = test::train_on_ranks(2, config, [&](int rank, Trainer& trainer) {
     trainer.engine().add_algorithm(std::make_shared<AfterStep>(2, [&trainer, &at_export, &dir, &kept_hooks, rank] {
-      const auto& parameters = trainer.fully_sharded()->parameters();
+      const auto& parameters = test::fully_sharded_of(trainer)->parameters();
       std::vector<std::shared_ptr<torch::autograd::Node>> before;
       for (const auto& p : parameters) before.push_back(torch::autograd::impl::try_get_grad_accumulator(p));
       trainer.export_model(dir.file("run"));  // collective
@@ -302,8 +332,58 @@ TEST(ZeroThreeMixedPrecisionTest, ItsKeysAreCheckedAgainstTheModeThePrecisionAnd
   message = refusal(config);
   EXPECT_NE(message.find("parallel.mixed_precision.buffers"), std::string::npos) << message;
   EXPECT_NE(message.find("running_mean"), std::string::npos) << message;
+  EXPECT_NE(message.find("say true"), std::string::npos) << message;
+  EXPECT_EQ(message.find("false to keep"), std::string::npos) << "false is no choice beside BatchNorm: " << message;
+  // Given anyway, false is refused at once: BatchNorm would fail at the first step (bf16 weight, fp32 statistics).
+  config["parallel"]["mixed_precision"]["buffers"] = false;
+  message = refusal(config);
+  EXPECT_NE(message.find("parallel.mixed_precision.buffers': false keeps"), std::string::npos) << message;
+  EXPECT_NE(message.find("running_mean"), std::string::npos) << message;
+  EXPECT_NE(message.find("say true"), std::string::npos) << message;
   config["parallel"]["mixed_precision"]["buffers"] = true;
   EXPECT_EQ(refusal(config), "accepted");
+  // A buffer no gathered weight meets may stay as it is: then false is offered.
+  config["model"] = Json{{"name", "scaled_mlp_test"}};
+  config["parallel"]["mixed_precision"].erase("buffers");
+  message = refusal(config);
+  EXPECT_NE(message.find("'scale.factor'"), std::string::npos) << message;
+  EXPECT_NE(message.find("false to keep them as they are"), std::string::npos) << message;
+}
+
+// "buffers": false keeps a floating buffer in fp32 where no gathered weight
+// meets it (the option the message offers works), and true lowers it; both
+// train. With BatchNorm, true trains the resnet (false is refused above).
+TEST(ZeroThreeMixedPrecisionTest, BuffersStayFp32UnderFalseAndFollowTheGathersUnderTrue) {
+  Json config = sam_config(R"({"rho": 0.05, "sync_ascent": true})", "zero3");
+  config["precision"] = "amp_bf16";
+  config["model"] = Json{{"name", "scaled_mlp_test"}};
+  for (const bool follow : {false, true}) {
+    config["parallel"]["mixed_precision"] = {{"param_dtype", "bf16"}, {"buffers", follow}};
+    std::vector<at::ScalarType> kept(2);
+    std::vector<double> moved(2);
+    test::run_ranks(2, [&](int rank, std::shared_ptr<Communicator> communicator) {
+      Trainer trainer(config, {}, {}, communicator);
+      const test::Weights before = test::weights_of(trainer);
+      trainer.fit();
+      kept[static_cast<std::size_t>(rank)] = trainer.model().named_buffers(true)["scale.factor"].scalar_type();
+      moved[static_cast<std::size_t>(rank)] = max_difference(test::weights_of(trainer), before);
+      EXPECT_EQ(test::fully_sharded_of(trainer)->parameters().front().scalar_type(), at::kBFloat16);
+    });
+    for (int r = 0; r < 2; ++r) {
+      EXPECT_EQ(kept[static_cast<std::size_t>(r)], follow ? at::kBFloat16 : at::kFloat) << "buffers " << follow;
+      EXPECT_TRUE(std::isfinite(moved[static_cast<std::size_t>(r)]) && moved[static_cast<std::size_t>(r)] > 0)
+          << "buffers " << follow << ": trained, " << moved[static_cast<std::size_t>(r)];
+    }
+  }
+  config["model"] = Json::parse(R"({"name": "resnet", "width": 4, "blocks": [1]})");
+  config["parallel"]["mixed_precision"]["buffers"] = true;
+  test::run_ranks(2, [&](int, std::shared_ptr<Communicator> communicator) {
+    Trainer trainer(config, {}, {}, communicator);
+    const test::Weights before = test::weights_of(trainer);
+    trainer.fit();
+    const double moved = max_difference(test::weights_of(trainer), before);
+    EXPECT_TRUE(std::isfinite(moved) && moved > 0) << moved;
+  });
 }
 
 }  // namespace

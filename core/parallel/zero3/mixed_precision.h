@@ -19,8 +19,10 @@ enum class Precision;  // basin/core/engine/state.h
 ///
 ///     "mixed_precision": {"param_dtype": "bf16",  bf16 (with amp_bf16), or fp16 (amp_fp16 and its scaler)
 ///                         "reduce_dtype": "fp32", fp32, or param_dtype
-///                         "buffers": false}       floating buffers kept in param_dtype too
-///                                                 (BatchNorm needs its statistics in its weight's dtype)
+///                         "buffers": true}        floating buffers kept in param_dtype too; false keeps
+///                                                 them as they are, refused for a buffer whose module's
+///                                                 parameters are gathered low (BatchNorm computes with
+///                                                 its weight and statistics in one dtype)
 struct MixedPrecisionPolicy {
   std::optional<at::ScalarType> param_dtype;  // none: gathered as stored (fp32)
   at::ScalarType reduce_dtype = at::kFloat;

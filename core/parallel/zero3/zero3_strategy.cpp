@@ -1,5 +1,6 @@
 #include "basin/core/parallel/zero3/zero3_strategy.h"
 
+#include <algorithm>
 #include <string>
 #include <unordered_map>
 #include <utility>
@@ -39,23 +40,44 @@ void Zero3Strategy::wrap(State& state, const std::vector<torch::nn::Module*>& un
 
 void Zero3Strategy::lower_buffers(torch::nn::Module& model) const {
   if (!options_.mixed_precision.active()) return;
-  const auto named = model.named_buffers(/*recurse=*/true);
-  std::vector<std::string> floating;
-  for (const auto& item : named) {
-    if (item.value().is_floating_point()) floating.push_back(item.key());
-  }
+  // Each floating buffer, and whether its module's floating parameters are
+  // gathered in param_dtype beside it: a layer such as BatchNorm computes
+  // with its weight and its statistics in one dtype, so there the buffers
+  // must follow the weights.
+  std::vector<std::string> floating, beside_lowered;
+  auto note = [&](const std::string& prefix, torch::nn::Module& module) {
+    const auto params = module.parameters(/*recurse=*/false);
+    const bool lowered = std::any_of(params.begin(), params.end(), [](const at::Tensor& p) { return p.is_floating_point(); });
+    for (const auto& item : module.named_buffers(/*recurse=*/false)) {
+      if (!item.value().is_floating_point()) continue;
+      floating.push_back(prefix + item.key());
+      if (lowered) beside_lowered.push_back(prefix + item.key());
+    }
+  };
+  note("", model);
+  for (const auto& item : model.named_modules("", /*include_self=*/false)) note(item.key() + ".", *item.value());
   if (floating.empty()) return;
   const MixedPrecisionPolicy& policy = options_.mixed_precision;
   const std::string low = dtype_name(*policy.param_dtype);
+  auto some = [](const std::vector<std::string>& names) {
+    return "'" + names.front() + "'" + (names.size() > 1 ? " and " + std::to_string(names.size() - 1) + " more" : "");
+  };
+  const std::string key = "config key '" + policy.key + ".buffers': ";
+  if (!beside_lowered.empty() && (!policy.buffers_given || !policy.buffers)) {
+    // false cannot serve them: it is not offered, and refused when given.
+    throw ConfigError(key + (policy.buffers_given ? "false keeps " : "the model has floating-point buffers (") +
+                      some(beside_lowered) + (policy.buffers_given ? " in fp32" : ")") +
+                      " beside parameters of their own module gathered in " + low +
+                      ", and a layer such as BatchNorm computes with its weight and statistics in one dtype; say "
+                      "true to keep the floating buffers in " + low + " too");
+  }
   if (!policy.buffers_given) {
-    const std::string more = floating.size() > 1 ? " and " + std::to_string(floating.size() - 1) + " more" : "";
-    throw ConfigError("config key '" + policy.key + ".buffers': the model has floating-point buffers ('" +
-                      floating.front() + "'" + more + "); say true to keep them in " + low + " (BatchNorm computes "
-                      "with its statistics in its weight's dtype) or false to keep them as they are");
+    throw ConfigError(key + "the model has floating-point buffers (" + some(floating) + "); say true to keep them in " +
+                      low + " or false to keep them as they are (none sits beside a parameter gathered in " + low + ")");
   }
   if (!policy.buffers) return;
   at::NoGradGuard no_grad;
-  for (const auto& item : named) {
+  for (const auto& item : model.named_buffers(/*recurse=*/true)) {
     if (item.value().is_floating_point()) item.value().set_data(item.value().to(*policy.param_dtype));
   }
 }
