@@ -118,7 +118,7 @@ std::array<double, 4> held_bytes(basin::Trainer& trainer) {
     held[0] += static_cast<double>(p.storage().nbytes());
     held[1] += bytes_of(p.grad());
   }
-  if (const basin::FullyShardedModel* sharded = trainer.fully_sharded()) {
+  if (const basin::FullyShardedModel* sharded = dynamic_cast<const basin::FullyShardedModel*>(trainer.model().unit_runner())) {
     held[0] += static_cast<double>(sharded->shard_bytes());
     for (const auto& shard : sharded->shards()) held[1] += bytes_of(shard.grad());
   }

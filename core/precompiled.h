@@ -1,5 +1,6 @@
 // The heavy headers nearly every basin translation unit needs, compiled once.
-// Tests and examples reuse this PCH, so keep it to what most of them include.
+// The programs, tests and benchmarks reuse this PCH (cmake/BasinPch.cmake), so
+// keep it to what most of them include.
 #pragma once
 
 #include <ATen/ATen.h>

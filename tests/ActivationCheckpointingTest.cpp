@@ -14,6 +14,7 @@
 #include <ATen/core/Generator.h>
 #include <torch/csrc/autograd/function.h>
 
+#include "fully_sharded_of.h"
 #include "../bench/tracking_allocator.h"
 #include "basin/core/config/config.h"
 #include "basin/core/parallel/communication/communicator.h"
@@ -201,12 +202,12 @@ TEST(ActivationCheckpointingTest, UnderZeroThreeTheRecomputeGathersNothingMore) 
     config["parallel"]["activation_checkpointing"] = recomputed;
     test::run_ranks(2, [&](int rank, std::shared_ptr<Communicator> communicator) {
       Trainer trainer(config, {}, {}, communicator);
-      trainer.fully_sharded()->reset_peak();
+      test::fully_sharded_of(trainer)->reset_peak();
       const double before = communicator->bytes_moved();
       trainer.fit();
       if (rank != 0) return;
       moved[recomputed] = communicator->bytes_moved() - before;
-      peak[recomputed] = trainer.fully_sharded()->peak_gathered_bytes();
+      peak[recomputed] = test::fully_sharded_of(trainer)->peak_gathered_bytes();
     });
   }
   EXPECT_GT(moved[false], 0);

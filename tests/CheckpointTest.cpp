@@ -439,7 +439,7 @@ TEST(CheckpointTest, ConfigThatWouldMakeADifferentRunIsRefusedNamingTheKey) {
   Trainer third(longer);
   EXPECT_NO_THROW(third.resume(checkpoint));
   Trainer fourth(changed);
-  EXPECT_NO_THROW(fourth.resume(checkpoint, /*allow_config_change=*/true));
+  EXPECT_NO_THROW(fourth.resume(checkpoint, ResumeOptions{/*allow_config_change=*/true}));
   EXPECT_EQ(fourth.state().timestamp.step, 3);
 }
 

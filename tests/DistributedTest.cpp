@@ -19,6 +19,7 @@
 #include <torch/nn/modules/linear.h>
 #include <torch/optim/sgd.h>
 
+#include "fully_sharded_of.h"
 #include "basin/algorithms/sam/sam_family.h"
 #include "basin/algorithms/sam/sam_optimizer.h"
 #include "basin/core/engine/algorithm.h"
@@ -94,7 +95,7 @@ TEST(DistributedTest, EachModeIsOneStrategyThatTheStateAndTheRulesSee) {
     EXPECT_EQ(dynamic_cast<SAMOptimizer&>(*trainer.state().optimizer).sharded(), strategy.shards()) << mode;
     EXPECT_EQ(trainer.state().parameters_sharded, mode == "zero3") << mode;
     EXPECT_EQ(strategy.syncs_every_microbatch(), mode == "zero3") << mode;
-    EXPECT_EQ(trainer.fully_sharded() != nullptr, mode == "zero3") << mode;
+    EXPECT_EQ(test::fully_sharded_of(trainer) != nullptr, mode == "zero3") << mode;
   }
 }
 

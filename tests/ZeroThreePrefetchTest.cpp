@@ -9,6 +9,7 @@
 
 #include <ATen/ATen.h>
 
+#include "fully_sharded_of.h"
 #include "basin/core/parallel/communication/communicator.h"
 #include "basin/core/parallel/zero3/fully_sharded_model.h"
 #include "basin/core/train/model.h"
@@ -31,7 +32,7 @@ Scheduled train(const Json& config) {
   Scheduled out;
   test::run_ranks(2, [&](int rank, std::shared_ptr<Communicator> communicator) {
     Trainer trainer(config, {}, {}, communicator);
-    FullyShardedModel& sharded = *trainer.fully_sharded();
+    FullyShardedModel& sharded = *test::fully_sharded_of(trainer);
     sharded.reset_peak();
     const double before = communicator->bytes_moved();
     trainer.fit();
@@ -98,7 +99,7 @@ TEST(ZeroThreePrefetchTest, AStepFreesUnitsAForwardLeftWhole) {
   config["parallel"]["reshard_after_forward"] = false;
   test::run_ranks(2, [&](int, std::shared_ptr<Communicator> communicator) {
     Trainer trainer(config, {}, {}, communicator);
-    FullyShardedModel& sharded = *trainer.fully_sharded();
+    FullyShardedModel& sharded = *test::fully_sharded_of(trainer);
     const at::Tensor out = trainer.model().run(trainer.data().train.gather({0, 1}).inputs);
     EXPECT_GT(sharded.gathered_bytes(), 0) << "kept whole for a backward";
     trainer.state().optimizer->step();

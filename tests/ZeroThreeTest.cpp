@@ -10,6 +10,7 @@
 
 #include <ATen/ATen.h>
 
+#include "fully_sharded_of.h"
 #include "basin/algorithms/sam/sam_optimizer.h"
 #include "basin/core/engine/callback.h"
 #include "basin/core/optim/optimizer_state.h"
@@ -38,8 +39,8 @@ std::vector<RankHeld> train_and_hold(int world, const Json& config) {
     trainer.fit();
     RankHeld& mine = held[static_cast<std::size_t>(rank)];
     mine.whole = test::weights_of(trainer);
-    if (trainer.fully_sharded() != nullptr) {
-      for (const auto& s : trainer.fully_sharded()->shards()) mine.shards.push_back(s.detach().clone());
+    if (test::fully_sharded_of(trainer) != nullptr) {
+      for (const auto& s : test::fully_sharded_of(trainer)->shards()) mine.shards.push_back(s.detach().clone());
     }
     for (const auto& b : trainer.model().buffers()) mine.buffers.push_back(b.detach().clone());
   });
@@ -282,7 +283,7 @@ std::vector<test::Weights> hand_step_gradients(const std::function<void(Model&, 
   std::vector<test::Weights> grads(2);
   test::run_ranks(2, [&](int rank, std::shared_ptr<Communicator> communicator) {
     Trainer trainer(config, {}, {}, communicator);
-    FullyShardedModel& sharded = *trainer.fully_sharded();
+    FullyShardedModel& sharded = *test::fully_sharded_of(trainer);
     const at::Tensor x = at::ones({4, 1, 6, 6}).mul(rank + 1).add(at::arange(36).view({1, 1, 6, 6}).div(36.0));
     if (before) before(trainer, x);
     const at::Tensor loss = trainer.model().run(x).pow(2).mean();
@@ -322,7 +323,7 @@ TEST(ZeroThreeTest, AFailedForwardHoldsNothingWholeAndTheNextStepIsUnchanged) {
   test::run_ranks(2, [&](int, std::shared_ptr<Communicator> communicator) {
     Trainer trainer(config, {}, {}, communicator);
     EXPECT_THROW(trainer.model().run(at::ones({4, 36})), std::exception);  // the stem wants images
-    EXPECT_EQ(trainer.fully_sharded()->gathered_bytes(), 0) << "a failed forward left parameters whole";
+    EXPECT_EQ(test::fully_sharded_of(trainer)->gathered_bytes(), 0) << "a failed forward left parameters whole";
   });
 }
 
@@ -332,7 +333,7 @@ TEST(ZeroThreeTest, AFailedForwardHoldsNothingWholeAndTheNextStepIsUnchanged) {
 TEST(ZeroThreeTest, ABackwardThatThrowsIsAbandonedAndTheNextStepIsUnchanged) {
   const auto plain = hand_step_gradients([](Model&, const at::Tensor&) {});
   const auto after_failure = hand_step_gradients([](Model&, const at::Tensor&) {}, [](Trainer& trainer, const at::Tensor& x) {
-    FullyShardedModel& sharded = *trainer.fully_sharded();
+    FullyShardedModel& sharded = *test::fully_sharded_of(trainer);
     const at::Tensor loss = trainer.model().run(x).pow(2).mean();
     at::Tensor first = trainer.model().units().front()->parameters().front();
     const auto hook = first.register_hook([](const at::Tensor&) -> at::Tensor { throw std::runtime_error("injected"); });
@@ -375,7 +376,7 @@ TEST(ZeroThreeTest, ARankHoldsAboutOneNthAtRestAndAtMostTwoUnitsWholeDuringAStep
       std::vector<int64_t> whole_at_rest(shard), peak(shard), total(shard), two_units(shard), largest_unit(shard), root(shard);
       test::run_ranks(world, [&](int rank, std::shared_ptr<Communicator> communicator) {
         Trainer trainer(config, {}, {}, communicator);
-        FullyShardedModel& sharded = *trainer.fully_sharded();
+        FullyShardedModel& sharded = *test::fully_sharded_of(trainer);
         sharded.reset_peak();
         trainer.fit();
         const auto r = static_cast<std::size_t>(rank);

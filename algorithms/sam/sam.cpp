@@ -16,6 +16,12 @@
 
 namespace basin {
 
+// The family's registry is defined with its element type, SAM, which it must see whole.
+Registry<SAM>& sam_family_registry() {
+  static Registry<SAM> registry("SAM-family algorithm");
+  return registry;
+}
+
 SAM::SAM(Params& params, const SAMDefaults& defaults) : path_(params.path()) {
   const Json rho = params.raw("rho");
   if (rho.is_array()) {

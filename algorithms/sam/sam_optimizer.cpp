@@ -10,6 +10,19 @@
 
 namespace basin {
 
+// SAM's own rule, the default every variant overrides: e = rho * g / (||g|| + epsilon).
+// Defined with the step (not beside SAMRule's contract) because it is the step's arithmetic.
+std::vector<Perturbation> SAMRule::perturbation(SAMOptimizer& step, std::vector<GroupView>& groups) {
+  std::vector<Perturbation> result(groups.size());
+  std::vector<at::Tensor> normed;
+  for (std::size_t k = 0; k < groups.size(); ++k) {
+    normed.insert(normed.end(), groups[k].grads.begin(), groups[k].grads.end());
+    result[k].directions = groups[k].grads;
+  }
+  step.scale_to_rho(result, groups, normed, SAMOptimizer::parameters_of(groups));
+  return result;
+}
+
 namespace {
 
 std::map<std::string, double> group_values(const SAMOptions& options) {

@@ -69,6 +69,7 @@ class Model : public torch::nn::Module {
   virtual NamedTensors import_pretrained(const std::string& dir);
   /// Installed by fully sharded training; null runs units as plain calls.
   void set_unit_runner(UnitRunner* runner) { runner_ = runner; }
+  UnitRunner* unit_runner() const { return runner_; }
 
  protected:
   /// Declares a registered submodule (with every parameter below it) as one unit.

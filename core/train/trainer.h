@@ -17,7 +17,6 @@ namespace basin {
 class Callback;
 class Communicator;
 class DistributedStrategy;
-class FullyShardedModel;
 class LoggerDestination;
 class Model;
 class Scheduler;
@@ -79,10 +78,7 @@ class Trainer {
   /// epoch's order, each step taking world size x batch size samples from
   /// there; the step schedulers' horizon becomes the steps the run has
   /// taken plus those it will take now.
-  void resume(const StateDict& checkpoint, ResumeOptions options);
-  void resume(const StateDict& checkpoint, bool allow_config_change = false) {
-    resume(checkpoint, ResumeOptions{allow_config_change, false});
-  }
+  void resume(const StateDict& checkpoint, ResumeOptions options = {});
 
   /// Trains from where the run stands (the start, or a resumed checkpoint)
   /// to max_epochs/max_steps, a callback's stop or an interrupt.
@@ -96,8 +92,6 @@ class Trainer {
   /// Rank 0 writes the trained model into `dir` (Model::export_trained);
   /// collective under zero3, which gathers every parameter for it.
   void export_model(const std::string& dir);
-  /// The zero3 model's shards and units, when parallel.mode is zero3.
-  FullyShardedModel* fully_sharded();
   /// What the parallel mode does ("parallel.mode").
   DistributedStrategy& strategy() { return *strategy_; }
 

@@ -22,7 +22,6 @@
 #include "basin/core/parallel/communication/communicator.h"
 #include "basin/core/parallel/communication/rendezvous.h"
 #include "basin/core/parallel/distributed_strategy.h"
-#include "basin/core/parallel/zero3/fully_sharded_model.h"
 #include "basin/core/train/autocast.h"
 #include "basin/core/train/data_pipeline.h"
 #include "basin/core/train/generator_lock.h"
@@ -56,10 +55,6 @@ Trainer::Trainer(const Json& config, std::vector<std::shared_ptr<Callback>> call
 
 Trainer::~Trainer() {
   if (model_) model_->set_unit_runner(nullptr);  // the model may outlive the trainer
-}
-
-FullyShardedModel* Trainer::fully_sharded() {
-  return strategy_ ? dynamic_cast<FullyShardedModel*>(strategy_->unit_runner()) : nullptr;
 }
 
 void Trainer::build(const Json& config, std::vector<std::shared_ptr<Callback>> callbacks,

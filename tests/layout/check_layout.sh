@@ -17,6 +17,8 @@
 #                           mode keeps data-parallel replicas); a folder of
 #                           core/parallel/ that is neither a mode nor
 #                           communication/ is reported
+#   core/'s other layers     include no mode's folder (the trainer and
+#                           checkpoints see a mode through the contracts)
 #   algorithms/, callbacks/, schedulers/
 #                           include core/'s layers up to checkpoint/ (with
 #                           core/parallel/'s root, the contracts, and
@@ -78,6 +80,9 @@ violations=$(
   mapfile -t contracts < <(find $parallel -maxdepth 1 -type f \( -name '*.h' -o -name '*.cpp' \) ! -name modes.cpp | sort)
   [ ${#contracts[@]} -gt 0 ] && grep -nE "${inc}[<\"]basin/$parallel/($mode_pattern)/" "${contracts[@]}" /dev/null |
     as_violation "core/parallel/'s root includes no mode's folder (modes.cpp aside)"
+  mapfile -t outside_parallel < <(sources core | grep -v "^$parallel/")
+  grep -nE "${inc}[<\"]basin/$parallel/($mode_pattern)/" "${outside_parallel[@]}" /dev/null |
+    as_violation "core/'s layers outside core/parallel/ include no mode's folder: they ask the contracts"
   for mode in "${modes[@]}"; do
     mapfile -t files < <(sources $parallel/$mode)
     [ ${#files[@]} -gt 0 ] || continue

@@ -26,6 +26,8 @@ expected=(
   "$(plant core/parallel/distributed_strategy.cpp '#include "basin/core/parallel/zero/zero_strategy.h"'): core/parallel/'s root includes no mode's folder (modes.cpp aside)"
   "$(plant core/parallel/ddp/bucket_reducer.cpp '#include "basin/core/parallel/zero3/fully_sharded_model.h"'): core/parallel/ddp/ includes no other mode's folder but ddp/"
   "$(plant algorithms/sam/looksam.cpp '#include "basin/core/parallel/zero/sharded_optimizer.h"'): algorithms/ includes only core/'s layers up to checkpoint/, core/parallel/'s root and communication/, and algorithms/"
+  "$(plant core/train/trainer_setup.cpp '#include "basin/core/parallel/zero3/fully_sharded_model.h"'): core/'s layers outside core/parallel/ include no mode's folder: they ask the contracts"
+  "$(plant core/checkpoint/checkpoint.cpp '#include "basin/core/parallel/zero/sharded_optimizer.h"'): core/'s layers outside core/parallel/ include no mode's folder: they ask the contracts"
   "$(plant models/mlp.cpp '#include "basin/datasets/idx_file.h"'): models/ includes core/ and models/ only"
   "$(plant launch/coordinator.cpp '#include "basin/algorithms/sam/sam.h"'): launch/ includes core/ and launch/ only"
   "$(plant core/train/dataset.cpp '#include "basin/datasets/image_folder.h"'): core/ and the plug-ins include no library part (models datasets launch)"
