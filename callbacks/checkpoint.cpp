@@ -7,6 +7,7 @@
 #include "basin/core/base/console.h"
 #include "basin/core/checkpoint/checkpoint.h"
 #include "basin/core/checkpoint/checkpoint_file.h"
+#include "basin/core/checkpoint/run_directory.h"
 #include "basin/core/config/config.h"
 #include "basin/core/engine/engine.h"
 #include "basin/core/parallel/communication/communicator.h"
@@ -19,13 +20,12 @@ CheckpointSaver::CheckpointSaver(Params& params) {
   every_epochs_ = params.integer("every_epochs", 1, 0);
   every_steps_ = params.integer("every_steps", 0, 0);
   keep_last_ = params.integer("keep_last", 3, 0);
-  dir_ = params.string("dir", "checkpoints");
+  dir_ = params.string("dir", RunDirectory::kCheckpoints);
   if (dir_.empty()) params.fail("dir", "a folder name", Json(dir_));
 }
 
 std::string CheckpointSaver::folder(const std::string& run_dir) const {
-  const fs::path dir(dir_);
-  return (dir.is_absolute() || run_dir.empty() ? dir : fs::path(run_dir) / dir).string();
+  return RunDirectory(run_dir).resolve(dir_);
 }
 
 bool CheckpointSaver::on_after_load(const State&, Logger&) {

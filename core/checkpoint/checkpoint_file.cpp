@@ -307,6 +307,12 @@ bool is_sharded_checkpoint(const StateDict& checkpoint) {
   return checkpoint.at("basin").toGenericDict().contains("sharded");
 }
 
+int64_t saved_world_size(const StateDict& checkpoint) {
+  if (!checkpoint.contains("basin") || !checkpoint.at("basin").isGenericDict()) return 1;
+  const StateDict meta = checkpoint.at("basin").toGenericDict();
+  return meta.contains("world_size") && meta.at("world_size").isInt() ? meta.at("world_size").toInt() : 1;
+}
+
 std::vector<std::string> rank_files(const std::string& manifest_path, const StateDict& manifest) {
   const auto sharded = manifest.at("basin").toGenericDict().at("sharded");
   if (!sharded.isGenericDict() || !sharded.toGenericDict().contains("files") ||

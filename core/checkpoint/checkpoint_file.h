@@ -65,6 +65,9 @@ std::string rank_file_name(int64_t step, int rank);
 /// The manifest for rank 0's capture of a `world_size`-rank checkpoint at `step`.
 StateDict sharded_manifest(const StateDict& rank_zero, int64_t step, int world_size);
 bool is_sharded_checkpoint(const StateDict& checkpoint);
+/// The number of ranks that wrote `checkpoint` ("basin.world_size"); 1 for
+/// a checkpoint without the entry (one process wrote those).
+int64_t saved_world_size(const StateDict& checkpoint);
 /// Paths of a manifest's rank files, beside it, in rank order.
 std::vector<std::string> rank_files(const std::string& manifest_path, const StateDict& manifest);
 /// What `rank` of a `world_size`-rank job resumes from, given `checkpoint`

@@ -249,7 +249,7 @@ StateDict cut_checkpoint(const StateDict& whole, const RowsLayout& layout) {
 
   StateDict own = whole.copy();
   StateDict meta = dict_at(whole, "basin", where).copy();
-  const int64_t saved_world = meta.contains("world_size") && meta.at("world_size").isInt() ? meta.at("world_size").toInt() : 1;
+  const int64_t saved_world = saved_world_size(whole);
   meta.insert_or_assign("rank", static_cast<int64_t>(layout.rank));
   meta.insert_or_assign("world_size", static_cast<int64_t>(layout.world_size));
   meta.insert_or_assign("resharded_from", saved_world);

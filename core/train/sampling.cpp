@@ -6,6 +6,7 @@
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
 
+#include "basin/core/checkpoint/run_directory.h"
 #include "basin/core/config/config.h"
 #include "basin/core/config/config_error.h"
 #include "basin/core/train/eval_mode.h"
@@ -28,18 +29,19 @@ Json run_file(const std::string& path) {
 }  // namespace
 
 TrainedModel load_trained_model(const std::string& run_dir) {
-  const Json config = run_file(run_dir + "/config.json");
-  const Json data = run_file(run_dir + "/data_info.json");
+  const RunDirectory run(run_dir);
+  const Json config = run_file(run.file(RunDirectory::kConfig));
+  const Json data = run_file(run.file(RunDirectory::kDataInfo));
   TrainedModel trained;
   try {
     trained.data_name = data.at("name").get<std::string>();
     trained.info.input_shape = data.at("input_shape").get<std::vector<int64_t>>();
     trained.info.num_classes = data.at("num_classes").get<int64_t>();
   } catch (const std::exception& error) {
-    throw ConfigError("'" + run_dir + "/data_info.json' lacks the data's name, input_shape or num_classes: " + error.what());
+    throw ConfigError("'" + run.file(RunDirectory::kDataInfo) + "' lacks the data's name, input_shape or num_classes: " + error.what());
   }
   if (!config.contains("model") || !config["model"].is_object()) {
-    throw ConfigError("'" + run_dir + "/config.json' has no \"model\"; expected a run's config.json");
+    throw ConfigError("'" + run.file(RunDirectory::kConfig) + "' has no \"model\"; expected a run's config.json");
   }
   Json model_keys = config["model"];
   const std::string name = model_keys.contains("torchscript") && !model_keys.contains("name")
@@ -49,7 +51,7 @@ TrainedModel load_trained_model(const std::string& run_dir) {
   Params model(model_keys, "model");
   trained.model = model_registry().create(name, model, trained.info);
   InitialWeights weights;
-  weights.path = run_dir + "/state_dict.pt";
+  weights.path = run.file(RunDirectory::kStateDict);
   load_initial_weights(*trained.model, weights);
   trained.model->eval();
   return trained;

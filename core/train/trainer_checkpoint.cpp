@@ -7,6 +7,7 @@
 #include <ATen/ATen.h>
 
 #include "basin/core/checkpoint/checkpoint.h"
+#include "basin/core/checkpoint/checkpoint_file.h"
 #include "basin/core/checkpoint/sharded_checkpoint.h"
 #include "basin/core/parallel/distributed_strategy.h"
 #include "basin/core/train/model.h"
@@ -16,10 +17,7 @@
 namespace basin {
 
 void Trainer::resume(const StateDict& checkpoint, ResumeOptions options) {
-  const StateDict meta = checkpoint.contains("basin") && checkpoint.at("basin").isGenericDict()
-                             ? checkpoint.at("basin").toGenericDict()
-                             : new_state_dict();
-  const int64_t saved_world = meta.contains("world_size") && meta.at("world_size").isInt() ? meta.at("world_size").toInt() : 1;
+  const int64_t saved_world = saved_world_size(checkpoint);
   Json saved;  // the checkpoint's config, when it has one that parses
   if (checkpoint.contains("config") && checkpoint.at("config").isString()) {
     saved = Json::parse(checkpoint.at("config").toStringRef(), nullptr, /*allow_exceptions=*/false);

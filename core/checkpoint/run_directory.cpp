@@ -1,0 +1,141 @@
+#include "basin/core/checkpoint/run_directory.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <ctime>
+#include <filesystem>
+#include <fstream>
+#include <stdexcept>
+
+#include "basin/core/base/checkpoint_error.h"
+#include "basin/core/base/console.h"
+#include "basin/core/checkpoint/checkpoint_file.h"
+#include "basin/core/config/config_error.h"
+#include "basin/core/config/config_file.h"
+#include "basin/core/parallel/communication/byte_collectives.h"
+#include "basin/core/parallel/communication/communicator.h"
+
+namespace fs = std::filesystem;
+
+namespace basin {
+
+RunDirectory RunDirectory::dated(const std::string& config_path) {
+  const std::time_t now = std::time(nullptr);
+  char stamp[32];
+  std::strftime(stamp, sizeof stamp, "%Y%m%d-%H%M%S", std::localtime(&now));
+  return RunDirectory("runs/" + fs::path(config_path).stem().string() + "-" + stamp);
+}
+
+std::string RunDirectory::file(const std::string& name) const { return (fs::path(path_) / name).string(); }
+
+std::string RunDirectory::resolve(const std::string& dir) const {
+  const fs::path folder(dir);
+  return (folder.is_absolute() || path_.empty() ? folder : fs::path(path_) / folder).string();
+}
+
+std::string RunDirectory::checkpoint_folder(const Json& config) const {
+  // The callback checks the key when it is built; here a wrong type falls back as an absent key does.
+  const auto callbacks = config.find("callbacks");
+  if (callbacks != config.end() && callbacks->is_object()) {
+    const auto settings = callbacks->find("checkpoint");
+    if (settings != callbacks->end() && settings->is_object()) {
+      const auto dir = settings->find("dir");
+      if (dir != settings->end() && dir->is_string()) return resolve(dir->get<std::string>());
+    }
+  }
+  return resolve(kCheckpoints);
+}
+
+void RunDirectory::check_unused(bool overwrite) const {
+  const fs::path dir(path_);
+  if (overwrite || !fs::exists(dir)) return;
+  if (!fs::is_directory(dir)) throw ConfigError("--run-dir '" + path_ + "' exists and is not a directory");
+  for (const char* name : {kMetrics, kSummary}) {
+    if (fs::exists(dir / name)) {
+      throw ConfigError("--run-dir '" + path_ + "' already holds a run (" + name +
+                        "); choose another directory or pass --overwrite");
+    }
+  }
+}
+
+void RunDirectory::write_json(const std::string& name, const Json& value) const {
+  fs::create_directories(path_);
+  const std::string path = file(name);
+  {
+    std::ofstream out(path + ".tmp");
+    out << value.dump(2) << '\n';
+    if (!out) throw std::runtime_error("cannot write '" + path + "'");
+  }
+  fs::rename(path + ".tmp", path);
+}
+
+ResumePoint find_resume_point(const std::string& resume, const std::string& folder) {
+  if (resume != "latest") return {resume, read_checkpoint_file(resume)};
+  LatestCheckpoint latest = read_latest_checkpoint(folder);
+  for (const auto& reason : latest.rejected) console::warn("skipping a damaged checkpoint: " + reason);
+  if (!latest.rejected.empty()) console::warn("falling back to the newest intact checkpoint, " + latest.path);
+  return {latest.path, latest.checkpoint};
+}
+
+Json checkpoint_config(const ResumePoint& point) {
+  if (!point.checkpoint.contains("config") || !point.checkpoint.at("config").isString()) {
+    throw CheckpointError("checkpoint '" + point.path + "' holds no config; pass --config");
+  }
+  return parse_config_text(point.checkpoint.at("config").toStringRef(), point.path + " (its config)");
+}
+
+RunStart choose_run_start(const RunDirectory& run, const Json& config, const std::string& resume) {
+  RunStart start;
+  start.restarts = restart_count();
+  start.reshard = start.restarts > 0 && restarts_reshard();
+  if (!resume.empty()) {
+    start.point = find_resume_point(resume, run.checkpoint_folder(config));
+    start.resumes = true;
+  } else if (start.restarts > 0) {
+    if (run.path().empty()) {
+      throw ConfigError("a restarted job (TORCHELASTIC_RESTART_COUNT " + std::to_string(start.restarts) +
+                        ") needs --run-dir, where its checkpoints are");
+    }
+    try {
+      start.point = find_resume_point("latest", run.checkpoint_folder(config));
+      start.resumes = true;
+    } catch (const CheckpointError& none) {
+      start.reuses_directory = true;
+      start.note = "restart " + std::to_string(start.restarts) + ": " + none.what() + "; training from the start";
+    }
+  }
+  return start;
+}
+
+int restart_count() {
+  const char* value = std::getenv("TORCHELASTIC_RESTART_COUNT");
+  return value != nullptr ? std::max(0, std::atoi(value)) : 0;
+}
+
+bool restarts_reshard() {
+  const char* elastic = std::getenv("BASIN_ELASTIC");
+  return elastic != nullptr && *elastic != '\0';
+}
+
+void check_ranks_resume_the_same(Communicator& communicator, c10::Device device, const std::string& path) {
+  if (communicator.world_size() < 2) return;
+  const std::string mine = path.empty() ? "" : fs::path(path).filename().string();
+  const auto all = gather_bytes(communicator, mine, 0, device);
+  std::string disagreement;
+  if (communicator.rank() == 0) {
+    for (std::size_t r = 1; r < all.size(); ++r) {
+      if (all[r] == mine) continue;
+      disagreement += std::string(disagreement.empty() ? "" : "; ") + "rank " + std::to_string(r) + " sees " +
+                      (all[r].empty() ? "no checkpoint" : all[r]);
+    }
+    if (!disagreement.empty()) {
+      disagreement = "the ranks do not see the same newest checkpoint: rank 0 resumes from " +
+                     (path.empty() ? std::string("none") : path) + ", " + disagreement +
+                     ". Every node needs the run directory on a file system they all see";
+    }
+  }
+  disagreement = broadcast_bytes(communicator, disagreement, 0, device);
+  if (!disagreement.empty()) throw CheckpointError(disagreement);
+}
+
+}  // namespace basin
