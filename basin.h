@@ -25,6 +25,7 @@
 #include "basin/core/parallel/zero/sharded_optimizer.h"
 #include "basin/core/checkpoint/checkpoint.h"
 #include "basin/core/checkpoint/checkpoint_file.h"
+#include "basin/core/checkpoint/run_directory.h"
 #include "basin/core/train/dataset.h"
 #include "basin/core/train/model.h"
 #include "basin/core/train/trainer.h"

@@ -277,14 +277,16 @@ TEST(MultiNodeTest, ALostNodeStopsTheJobAndItsLauncherRejoinsTheRestart) {
 /// Two launchers on loopback whose ranks run until the pauses are over:
 /// node 1's launcher is stopped (SIGSTOP) for `pause` seconds, then, when
 /// `pause_node_zero`, node 0's (the store's host) as well; then the ranks
-/// finish. The third result is the pauser's: "node N state T" for each pause
+/// finish. `node_timeout` is --node-timeout's seconds (0: the default). The third result is the pauser's: "node N state T" for each pause
 /// it saw take hold.
 std::vector<test::RunResult> run_with_paused_launchers(int node_timeout, int pause, bool pause_node_zero) {
   test::TempDir dir;
   test::write_text(dir.file("rank.sh"), "touch " + dir.file("started$RANK") + "; while [ ! -e " + dir.file("resumed") +
                                             " ]; do sleep 0.1; done; echo rank $RANK done\n");
   const int port = free_port();
-  const std::string options = "--node-timeout " + std::to_string(node_timeout) + " --join-timeout 30";
+  // node_timeout 0: basin-run's default window.
+  const std::string options =
+      (node_timeout > 0 ? "--node-timeout " + std::to_string(node_timeout) + " " : std::string()) + "--join-timeout 30";
   for (int node : {0, 1}) {
     const std::string n = std::to_string(node);
     test::write_text(dir.file("node" + n + ".sh"), launcher(2, node, port, options, "sh " + dir.file("rank.sh")) +
@@ -294,8 +296,11 @@ std::vector<test::RunResult> run_with_paused_launchers(int node_timeout, int pau
                        " ]; do sleep 0.05; done\n";
   for (int node : pause_node_zero ? std::vector<int>{1, 0} : std::vector<int>{1}) {
     const std::string pid = "$(cat " + dir.file("pid" + std::to_string(node)) + ")";
-    pauser += "kill -STOP " + pid + "; sleep 0.5; echo node " + std::to_string(node) + " state $(cut -d' ' -f3 /proc/" +
-              pid + "/stat); sleep " + std::to_string(pause) + "; kill -CONT " + pid + "; sleep 1\n";
+    // A stop takes hold once each of the launcher's threads is scheduled: wait (at most 10 s) until it has.
+    const std::string state = "$(cut -d' ' -f3 /proc/" + pid + "/stat)";
+    pauser += "kill -STOP " + pid + "; i=0; until [ \"" + state + "\" = T ] || [ $i -ge 100 ]; do sleep 0.1; i=$((i+1)); done; " +
+              "echo node " + std::to_string(node) + " state " + state + "; sleep " + std::to_string(pause) + "; kill -CONT " +
+              pid + "; sleep 1\n";
   }
   pauser += "touch " + dir.file("resumed") + "\n";
   test::write_text(dir.file("pauser.sh"), pauser);
@@ -304,11 +309,11 @@ std::vector<test::RunResult> run_with_paused_launchers(int node_timeout, int pau
 
 // A launcher that is not scheduled for a while (a busy machine; SIGSTOP
 // here) is no lost node while its silence is shorter than --node-timeout:
-// node 1's launcher, then node 0's, is paused for 4 s of a 12 s window, and
-// the job finishes on its first attempt. Paused for longer than the window
+// node 1's launcher, then node 0's, is paused for 4 s of the default 30 s
+// window, and the job finishes on its first attempt. Paused for longer than the window
 // (6 s of 3), node 1 is lost: the pause is what the window measures.
 TEST(MultiNodeTest, ALauncherPausedForLessThanTheNodeTimeoutDoesNotEndTheJob) {
-  const auto paused = run_with_paused_launchers(12, 4, true);
+  const auto paused = run_with_paused_launchers(0, 4, true);
   EXPECT_NE(paused[2].output.find("node 1 state T"), std::string::npos) << paused[2].output;
   EXPECT_NE(paused[2].output.find("node 0 state T"), std::string::npos) << paused[2].output;
   for (int node : {0, 1}) {

@@ -5,6 +5,7 @@
 // through the model's unit runner.
 
 #include "basin/core/parallel/zero3/fully_sharded_model.h"
+#include "basin/core/train/model.h"
 #include "basin/core/train/trainer.h"
 
 namespace basin::test {

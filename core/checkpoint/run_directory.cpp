@@ -10,6 +10,7 @@
 #include "basin/core/base/checkpoint_error.h"
 #include "basin/core/base/console.h"
 #include "basin/core/checkpoint/checkpoint_file.h"
+#include "basin/core/config/config.h"
 #include "basin/core/config/config_error.h"
 #include "basin/core/config/config_file.h"
 #include "basin/core/parallel/communication/byte_collectives.h"
@@ -34,16 +35,15 @@ std::string RunDirectory::resolve(const std::string& dir) const {
 }
 
 std::string RunDirectory::checkpoint_folder(const Json& config) const {
-  // The callback checks the key when it is built; here a wrong type falls back as an absent key does.
   const auto callbacks = config.find("callbacks");
-  if (callbacks != config.end() && callbacks->is_object()) {
-    const auto settings = callbacks->find("checkpoint");
-    if (settings != callbacks->end() && settings->is_object()) {
-      const auto dir = settings->find("dir");
-      if (dir != settings->end() && dir->is_string()) return resolve(dir->get<std::string>());
-    }
+  if (callbacks == config.end() || !callbacks->is_object() || !callbacks->contains("checkpoint")) {
+    return resolve(kCheckpoints);
   }
-  return resolve(kCheckpoints);
+  // Read as the callback reads it (the same refusals, naming the key); its other keys are the callback's to check.
+  Params settings(callbacks->at("checkpoint"), "callbacks.checkpoint");
+  const std::string dir = settings.string("dir", kCheckpoints);
+  if (dir.empty()) settings.fail("dir", "a folder name", Json(dir));
+  return resolve(dir);
 }
 
 void RunDirectory::check_unused(bool overwrite) const {

@@ -66,7 +66,7 @@ void Zero3Strategy::lower_buffers(torch::nn::Module& model) const {
   if (!beside_lowered.empty() && (!policy.buffers_given || !policy.buffers)) {
     // false cannot serve them: it is not offered, and refused when given.
     throw ConfigError(key + (policy.buffers_given ? "false keeps " : "the model has floating-point buffers (") +
-                      some(beside_lowered) + (policy.buffers_given ? " in fp32" : ")") +
+                      some(beside_lowered) + (policy.buffers_given ? " as it is" : ")") +
                       " beside parameters of their own module gathered in " + low +
                       ", and a layer such as BatchNorm computes with its weight and statistics in one dtype; say "
                       "true to keep the floating buffers in " + low + " too");
