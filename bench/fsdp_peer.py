@@ -13,7 +13,9 @@ final norm, as basin's root unit); defaults
 otherwise (parameters resharded after forward and gathered again for
 backward, fp32). --mixed-precision gives every fully_shard
 MixedPrecisionPolicy(param_dtype=bfloat16, reduce_dtype=float32), the loss
-taken in fp32; --checkpointing wraps every unit in checkpoint_wrapper first
+taken in fp32; --autocast runs the forward under CPU autocast to bf16 as
+nanoGPT's training loop does (LayerNorm, softmax and the loss in fp32, as
+basin's amp_bf16; without it FSDP2's policy runs every op in bf16); --checkpointing wraps every unit in checkpoint_wrapper first
 (apply_activation_checkpointing's way, as torchtitan does for each block). SAM as a user writes it over sharded parameters, its ascent
 synced (the reduce-scatter of FSDP's backward; a rank-local ascent would
 need whole gradients): the squared norm of each rank's gradient shards
@@ -51,6 +53,9 @@ def main():
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--mixed-precision", action="store_true", help="bf16 parameters gathered, fp32 reduce")
     parser.add_argument("--checkpointing", action="store_true", help="every unit's activations recomputed")
+    parser.add_argument("--autocast", action="store_true",
+                        help="forward and loss under CPU autocast to bf16 (nanoGPT's way; basin's amp_bf16 numerics: "
+                             "LayerNorm, softmax and the loss in fp32)")
     args = parser.parse_args()
 
     torch.set_num_threads(args.threads)
@@ -70,19 +75,28 @@ def main():
             setattr(parent, name, child)
         fully_shard(child, mp_policy=policy)
     fully_shard(model, mp_policy=policy)
-    loss_of_logits = loss_of if not args.mixed_precision else (lambda logits, y: loss_of(logits.float(), y))
+    # The loss in fp32 whenever the logits may be bf16 (autocast takes cross-entropy in fp32 too).
+    low = args.mixed_precision or args.autocast
+    loss_of_logits = loss_of if not low else (lambda logits, y: loss_of(logits.float(), y))
+
+    def forward(x):
+        if not args.autocast:
+            return model(x)
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            return model(x)
+
     params = [p for p in model.parameters() if p.requires_grad]
     optimizer = make_optimizer(params, args.optimizer)
     batches = make_batches(rank, args.batch, args.model)
 
     def sgd_step(x, y):
         optimizer.zero_grad()
-        loss_of_logits(model(x), y).backward()
+        loss_of_logits(forward(x), y).backward()
         optimizer.step()
 
     def sam_step(x, y):
         optimizer.zero_grad()
-        loss_of_logits(model(x), y).backward()
+        loss_of_logits(forward(x), y).backward()
         with torch.no_grad():
             shards = [p.grad.to_local() for p in params]
             squared = torch.stack([g.pow(2).sum() for g in shards]).sum()
@@ -92,7 +106,7 @@ def main():
             for p, e in zip(params, perturbation):
                 p.to_local().add_(e)
         optimizer.zero_grad()
-        loss_of_logits(model(x), y).backward()
+        loss_of_logits(forward(x), y).backward()
         with torch.no_grad():
             for p, e in zip(params, perturbation):
                 p.to_local().sub_(e)

@@ -58,6 +58,7 @@ def contenders(args, ranks):
                       "--optimizer", args.optimizer] + common
     peer = ["--algorithm", "sam_synced" if sam else "sgd", "--optimizer", args.python_optimizer or args.optimizer] + common
     features = [f for f, on in (("--mixed-precision", args.mixed_precision), ("--checkpointing", args.checkpointing)) if on]
+    peer_only = ["--autocast"] if args.peer_autocast else []
     pairs = args.pairs.split(",")
     entries = []
     if "ddp" in pairs:
@@ -65,7 +66,7 @@ def contenders(args, ranks):
                     ("pytorch_ddp", launch + [args.python, os.path.join(HERE, "ddp_peer.py")] + peer)]
     if "zero3" in pairs:
         entries += [("basin_zero3", basin + ["--parallel", "zero3"] + [x for f in features for x in (f, "1")]),
-                    ("fsdp2", launch + [args.python, os.path.join(HERE, "fsdp_peer.py")] + peer + features)]
+                    ("fsdp2", launch + [args.python, os.path.join(HERE, "fsdp_peer.py")] + peer + features + peer_only)]
     return entries
 
 
@@ -90,11 +91,14 @@ def main():
                         help="zero3 pair only: basin's amp_bf16 with bf16 gathers; FSDP2's MixedPrecisionPolicy(bf16, fp32)")
     parser.add_argument("--checkpointing", action="store_true",
                         help="zero3 pair only: every unit's activations recomputed in backward, on both sides")
+    parser.add_argument("--peer-autocast", action="store_true",
+                        help="zero3 pair only: FSDP2's forward under CPU autocast to bf16, as nanoGPT's loop runs it "
+                             "(basin's amp_bf16 numerics)")
     args = parser.parse_args()
     if not set(args.pairs.split(",")) <= {"ddp", "zero3"} or not args.pairs:
         parser.error(f"--pairs {args.pairs!r}: expected ddp, zero3 or both, comma-separated")
-    if (args.mixed_precision or args.checkpointing) and "ddp" in args.pairs.split(","):
-        parser.error("--mixed-precision and --checkpointing are for the zero3 pair: add --pairs zero3")
+    if (args.mixed_precision or args.checkpointing or args.peer_autocast) and "ddp" in args.pairs.split(","):
+        parser.error("--mixed-precision, --checkpointing and --peer-autocast are for the zero3 pair: add --pairs zero3")
 
     versions = set()
     for ranks in (int(r) for r in args.ranks.split(",")):
@@ -115,7 +119,8 @@ def main():
                   " ".join(f"{k}={v:.0f}ms" for k, v in sorted(times.items())), file=sys.stderr, flush=True)
         what = "SAM with a synced ascent" if args.algorithm == "sam_synced" else "the base optimizer alone"
         what += "".join(f", {f[2:]}" for f, on in (("--mixed-precision", args.mixed_precision),
-                                                     ("--checkpointing", args.checkpointing)) if on)
+                                                     ("--checkpointing", args.checkpointing),
+                                                     ("--peer-autocast", args.peer_autocast)) if on)
         print(f"\n{ranks} ranks, {args.model}, basin {args.optimizer}, Python {args.python_optimizer or args.optimizer}, "
               f"{what}, batch {args.batch} per rank, 1 thread per rank; median over {args.rounds} rounds")
         tokens = args.batch * ranks * BLOCK if args.model == "gpt" else 0
