@@ -14,7 +14,6 @@
 #include "basin/core/engine/state.h"
 #include "basin/core/parallel/rows_layout.h"
 #include "basin/core/parallel/sharded_parameters.h"
-#include "basin/core/parallel/unit_selection.h"
 
 namespace torch::nn { class Module; }
 
@@ -84,11 +83,6 @@ class DistributedStrategy {
   /// Copies of the model's whole parameters, in the model's order (collective under zero3).
   virtual std::vector<at::Tensor> whole_parameters();
 
-  /// The units whose forward runs again in backward instead of keeping its
-  /// activations ("activation_checkpointing"), under any mode.
-  const UnitSelection& activation_checkpointing() const { return activation_checkpointing_; }
-  void set_activation_checkpointing(UnitSelection units) { activation_checkpointing_ = std::move(units); }
-
  protected:
   DistributedStrategy(std::string mode, std::shared_ptr<Communicator> communicator);
   State& state() const;
@@ -96,7 +90,6 @@ class DistributedStrategy {
  private:
   std::string mode_;
   std::shared_ptr<Communicator> communicator_;
-  UnitSelection activation_checkpointing_;
   State* state_ = nullptr;
 };
 
@@ -107,8 +100,11 @@ class DistributedStrategy {
 ///                  "timeout_seconds": 300, a collective that takes longer fails
 ///                  "bucket_mb": 25,        data-parallel gradient buckets
 ///                  "overlap": true,        buckets start from backward's hooks
-///                  "mixed_precision": {},  zero3's gathers in bf16 or fp16 (zero3/mixed_precision.h)
-///                  "activation_checkpointing": false}  units recomputed in backward (unit_selection.h)
+///                  "mixed_precision": {}}  zero3's gathers in bf16 or fp16 (zero3/mixed_precision.h)
+///
+/// Its "activation_checkpointing" is no mode's concern: the trainer reads
+/// it and tells the model, which runs its units, the ones recomputed in
+/// backward (core/train/unit_selection.h).
 ///
 /// `given` is a communicator the caller made (the hand loop, tests); without
 /// one, a process started by basin-run or torchrun joins its job, and a

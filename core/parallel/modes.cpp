@@ -1,6 +1,6 @@
 // Every parallel mode, registered: a new mode is its folder (its strategy)
-// plus its line in modes()'s table; make_strategy is the only reader of the
-// config's "parallel" section.
+// plus its line in modes()'s table; make_strategy reads the config's
+// "parallel" section, but for "activation_checkpointing" (the trainer's).
 #include "basin/core/parallel/distributed_strategy.h"
 
 #include <algorithm>
@@ -73,7 +73,6 @@ std::unique_ptr<DistributedStrategy> make_strategy(Params& parallel, std::shared
   settings.data_parallel.overlap = parallel.boolean("overlap", true);
   settings.fully_sharded =
       fully_sharded_options_from_config(parallel, name, settings.data_parallel.overlap, precision);
-  UnitSelection checkpointed(parallel, "activation_checkpointing");
   parallel.finish();
   const Mode& mode = *std::find_if(modes().begin(), modes().end(), [&](const Mode& m) { return name == m.name; });
 
@@ -100,7 +99,6 @@ std::unique_ptr<DistributedStrategy> make_strategy(Params& parallel, std::shared
   }
   std::unique_ptr<DistributedStrategy> strategy =
       communicator ? mode.make(std::move(communicator), settings) : std::make_unique<SingleProcess>(name);
-  strategy->set_activation_checkpointing(std::move(checkpointed));
   return strategy;
 }
 

@@ -31,6 +31,7 @@
 #include "basin/core/train/optimizers.h"
 #include "basin/core/train/step_checks.h"
 #include "basin/core/train/training_closure.h"
+#include "basin/core/train/unit_selection.h"
 
 namespace basin {
 
@@ -89,6 +90,8 @@ void Trainer::build(const Json& config, std::vector<std::shared_ptr<Callback>> c
   Params parallel = root.object("parallel");
   root.finish();
 
+  // The units recomputed in backward, under any mode: the model runs them.
+  const UnitSelection recomputed(parallel, "activation_checkpointing");
   strategy_ = make_strategy(parallel, std::move(communicator), state_.device.is_cuda(), state_.precision);
   communicator = strategy_->communicator();
   state_.communicator = communicator;
@@ -147,6 +150,7 @@ void Trainer::build(const Json& config, std::vector<std::shared_ptr<Callback>> c
   const std::string model_name = model.has("torchscript") && !model.has("name") ? "torchscript" : model.string("name");
   model_ = model_registry().create(model_name, model, data_.info);
   seeded.unlock();
+  model_->set_recomputed_units(recomputed.resolve(model_->unit_names()));
   if (initial_weights) load_initial_weights(*model_, *initial_weights);
   model_->to(state_.device);
   check_model_fits_data(*model_, data_, loss, batch_size_ / microbatches_, state_.device);
@@ -244,7 +248,6 @@ void Trainer::wrap_for_distribution(Params& optimizer_config) {
   };
   strategy_->wrap(state_, model_->units(), make_local);
   model_->set_unit_runner(strategy_->unit_runner());
-  model_->set_recomputed_units(strategy_->activation_checkpointing().resolve(model_->unit_names()));
   state_.parameters_sharded = strategy_->parameters_sharded();
   state_.shards = strategy_->shards();
   for (auto& part : strategy_->checkpoint_parts()) engine_->add_checkpoint_part(std::move(part));
