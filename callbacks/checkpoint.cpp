@@ -55,6 +55,7 @@ void CheckpointSaver::save(const State& state) {
   const StateDict checkpoint = capture_checkpoint(*engine_);  // every rank: the capture is collective
   const std::string dir = folder(state.run_dir);
   const std::string path = (fs::path(dir) / checkpoint_file_name(state.timestamp.step)).string();
+  const bool rank_files = saves_rank_files(state);
   std::string failure;
   // Every rank learns whether a write failed, so all stop together.
   auto agree = [&](const std::string& elsewhere) {
@@ -63,8 +64,8 @@ void CheckpointSaver::save(const State& state) {
     state.communicator->all_reduce_max(failed);
     if (failure.empty() && failed.front().item<float>() > 0) failure = elsewhere;
   };
-  if (state.parameters_sharded) {
-    // ZeRO-3: each rank's own file first; the manifest only once all are written.
+  if (rank_files) {
+    // Each rank's own file first; the manifest only once all are written.
     const std::string mine = (fs::path(dir) / rank_file_name(state.timestamp.step, state.rank)).string();
     try {
       write_checkpoint_file(mine, checkpoint);
@@ -75,12 +76,12 @@ void CheckpointSaver::save(const State& state) {
   }
   if (failure.empty() && state.rank == 0) {
     try {
-      write_checkpoint_file(path, state.parameters_sharded
+      write_checkpoint_file(path, rank_files
                                       ? sharded_manifest(checkpoint, state.timestamp.step, state.world_size)
                                       : checkpoint);
       if (keep_last_ > 0) {
         remove_old_checkpoints(dir, keep_last_);
-      } else if (state.parameters_sharded) {
+      } else if (rank_files) {
         remove_orphaned_rank_files(dir);  // keeping every checkpoint, but no half-written one
       }
     } catch (const std::exception& error) {

@@ -21,6 +21,7 @@
 #include "basin/core/base/interrupt.h"
 #include "basin/core/base/memory_reuse.h"
 #include "basin/core/base/torch_compat.h"
+#include "basin/core/checkpoint/checkpoint.h"
 #include "basin/core/checkpoint/checkpoint_file.h"
 #include "basin/core/checkpoint/run_directory.h"
 #include "basin/core/config/config.h"
@@ -191,7 +192,7 @@ int main(int argc, char** argv) {
       // resumes from its own file beside it; any other job joins the files.
       const basin::StateDict checkpoint =
           basin::checkpoint_for_rank(start.point.path, start.point.checkpoint, job.rank, job.world_size,
-                                     trainer.state().parameters_sharded, reshard || allow_config_change);
+                                     basin::saves_rank_files(trainer.state()), reshard || allow_config_change);
       start.point.checkpoint = basin::new_state_dict();  // the rank's own part is all this rank keeps
       const int64_t saved_world = basin::saved_world_size(checkpoint);
       trainer.resume(checkpoint, basin::ResumeOptions{allow_config_change, reshard});

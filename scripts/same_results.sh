@@ -53,6 +53,8 @@ configs=(
   "zero2-gsam|2|algorithms={\"gsam\":{\"rho\":0.05}} parallel.mode=zero2 data.batch_size=16 optimizer={\"name\":\"adam\",\"lr\":0.01}"
   "zero2-microbatches|2|algorithms={\"sam\":{\"rho\":0.05,\"sync_ascent\":true}} parallel.mode=zero2 data.batch_size=16 data.microbatches=2"
   "zero3-sam|2|algorithms={\"sam\":{\"rho\":0.05}} parallel.mode=zero3 data.batch_size=16"
+  "zero2-looksam|2|algorithms={\"looksam\":{\"rho\":0.05,\"k\":2}} parallel.mode=zero2 data.batch_size=16"
+  "zero3-looksam|2|algorithms={\"looksam\":{\"rho\":0.05,\"k\":2}} parallel.mode=zero3 data.batch_size=16"
   "zero3-momentum-sam|2|algorithms={\"momentum_sam\":{\"rho\":0.05}} parallel.mode=zero3 data.batch_size=16"
   "zero1-bf16-msam|2|algorithms={\"msam\":{\"rho\":0.05,\"m\":2}} parallel.mode=zero1 data.batch_size=16 precision=amp_bf16"
   "torchscript-sam|1|model={\"torchscript\":\"$work/net.pt\"} data={\"name\":\"tensors\",\"train\":\"$work/train.pt\",\"test\":\"$work/test.pt\",\"batch_size\":32} algorithms={\"sam\":{\"rho\":0.05}}"

@@ -22,6 +22,7 @@
 #include "fully_sharded_of.h"
 #include "basin/algorithms/sam/sam_family.h"
 #include "basin/algorithms/sam/sam_optimizer.h"
+#include "basin/core/checkpoint/checkpoint.h"
 #include "basin/core/engine/algorithm.h"
 #include "basin/core/optim/hyperparameters.h"
 #include "basin/core/parallel/communication/rendezvous.h"
@@ -93,7 +94,17 @@ TEST(DistributedTest, EachModeIsOneStrategyThatTheStateAndTheRulesSee) {
     EXPECT_EQ(strategy.shards() != nullptr, sharding) << mode;
     EXPECT_EQ(trainer.state().shards, strategy.shards()) << mode;
     EXPECT_EQ(dynamic_cast<SAMOptimizer&>(*trainer.state().optimizer).sharded(), strategy.shards()) << mode;
-    EXPECT_EQ(trainer.state().parameters_sharded, mode == "zero3") << mode;
+    EXPECT_EQ(saves_rank_files(trainer.state()), mode == "zero3") << mode;
+    if (sharding) {  // the modes are told apart by where a parameter's tensors are placed
+      const ParameterPlacement placed = strategy.shards()->placement(trainer.model().parameters().front());
+      EXPECT_EQ(placed.parameter.in_rows(), mode == "zero3") << mode;
+      EXPECT_EQ(placed.parameter.replicated_everywhere(), mode != "zero3") << mode;
+      EXPECT_EQ(placed.gradient.replicated_everywhere(), mode == "zero1") << mode;
+      EXPECT_EQ(placed.gradient.owned(), mode == "zero2") << mode;
+      EXPECT_EQ(placed.optimizer_state.owned(), mode != "zero3") << mode;
+      EXPECT_EQ(placed.optimizer_state.in_rows(), mode == "zero3") << mode;
+      if (placed.optimizer_state.owned()) EXPECT_EQ(placed.optimizer_state.owner, 0) << mode;  // the one rank
+    }
     EXPECT_EQ(strategy.syncs_every_microbatch(), mode == "zero3") << mode;
     EXPECT_EQ(test::fully_sharded_of(trainer) != nullptr, mode == "zero3") << mode;
   }

@@ -111,7 +111,7 @@ void expect_resharded_resume_keeps_everything(const Layout& from, const Layout& 
   std::mutex written;
   on_ranks(to.mode, to.world, [&](int rank, std::shared_ptr<Communicator> communicator) {
     Trainer trainer(resuming, {}, {}, communicator);
-    const bool sharded = trainer.state().parameters_sharded;
+    const bool sharded = saves_rank_files(trainer.state());
     trainer.resume(checkpoint_for_rank(path, read_checkpoint_file(path), rank, to.world, sharded, true),
                    ResumeOptions{false, true});
     const StateDict captured = capture_checkpoint(trainer.engine());  // collective

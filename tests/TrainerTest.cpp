@@ -179,6 +179,9 @@ TEST(TrainerTest, TheLossComesFromTheConfig) {
 /// Every parameter on one rank: the norm "over shards" is one rank's sum.
 class OneRankShards : public ShardedParameters {
  public:
+  ParameterPlacement placement(const at::Tensor&) const override {
+    return {Placement::replicated(), Placement::replicated(), Placement::owned_by(0)};
+  }
   bool owns(const at::Tensor&) const override { return true; }
   void broadcast_parameters() override {}
   void broadcast_from_owners(const std::vector<at::Tensor>&, const std::vector<at::Tensor>&) override {}

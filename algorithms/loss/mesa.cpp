@@ -8,6 +8,8 @@
 #include <ATen/autocast_mode.h>
 #include <torch/nn/module.h>
 
+#include "basin/core/parallel/sharded_parameters.h"
+
 namespace basin {
 
 MESA::MESA(Params& params) : TrajectoryLoss(params, 0.8), loaded_(new_state_dict()) {
@@ -18,7 +20,7 @@ MESA::MESA(Params& params) : TrajectoryLoss(params, 0.8), loaded_(new_state_dict
 bool MESA::match(Event event, const State& state) const {
   switch (event) {
     case Event::INIT: return !state.outputs_given || state.outputs_per_token;  // refused there
-    case Event::AFTER_SHARDING: return state.parameters_sharded;  // refused there
+    case Event::AFTER_SHARDING: return state.model && holds_rows_of(state.shards, *state.model);  // refused there
     case Event::FIT_START:
     case Event::AFTER_STEP: return true;
     // Not in a forward alone (ESAM's), whose loss no gradient comes from.
@@ -32,8 +34,8 @@ void MESA::apply(Event event, State& state, Logger& /*logger*/) {
   switch (event) {
     case Event::INIT: require_outputs(state); break;
     case Event::AFTER_SHARDING:
-      throw ConfigError("config key 'algorithms.mesa': not under parallel.mode zero3, whose ranks hold rows of the "
-                        "parameters only: its teacher (the moving average of the whole model, swapped in for a "
+      throw ConfigError("config key 'algorithms.mesa': not where ranks hold rows of the parameters only "
+                        "(parallel.mode zero3): its teacher (the moving average of the whole model, swapped in for a "
                         "forward) would need every parameter whole on every rank; use zero2");
     case Event::FIT_START: start(state); break;
     case Event::BEFORE_FORWARD: reference_forward(state); break;

@@ -34,12 +34,12 @@ class GSAM : public CleanGradientSAM {
 
   void adjust_descent(SAMOptimizer& step, std::vector<GroupView>& groups) override {
     at::NoGradGuard no_grad;
-    // <g, g_p>, ||g_p||^2, ||g||^2 over the parameters this rank owns, in fp32.
+    // <g, g_p>, ||g_p||^2, ||g||^2 over the parameters this rank counts, in fp32.
     at::Tensor sums;
     for (const auto& g : groups) {
       for (std::size_t j = 0; j < g.params.size(); ++j) {
         const at::Tensor* clean = clean_gradient(g.params[j]);
-        if (clean == nullptr || !step.owns(g.params[j])) continue;
+        if (clean == nullptr || !step.counts(g.params[j])) continue;
         const at::Tensor perturbed = g.grads[j].to(at::kFloat);
         const at::Tensor plain = clean->to(at::kFloat);
         const at::Tensor part = at::stack({(perturbed * plain).sum(), perturbed.pow(2).sum(), plain.pow(2).sum()});

@@ -16,6 +16,7 @@
 // every rank (and rank 0's checkpoint) holds the whole g_v. Cost: 1 + 1/k passes a
 // step; one copy of the parameters and two of the gradients (g_v, and the
 // clean g kept for the refresh).
+#include <algorithm>
 #include <cmath>
 
 #include <ATen/ATen.h>
@@ -62,14 +63,14 @@ class LookSAM : public SAM {
 
   void adjust_descent(SAMOptimizer& step, std::vector<GroupView>& groups) override {
     // g_v = g_s - (<g_s, g> / ||g||^2) g, over the whole model: each rank sums
-    // over what it owns (all of it unsharded), where its g_s is averaged.
+    // over what it counts (all of it unsharded), where its g_s is averaged.
     at::NoGradGuard no_grad;
     const at::Device device = step.device();  // where the sums can cross ranks (NCCL too)
     at::Tensor sums = at::zeros({2}, at::TensorOptions(at::kDouble).device(device));
     for (const auto& g : groups) {
       for (std::size_t j = 0; j < g.params.size(); ++j) {
         const at::Tensor* clean = clean_.of(g.params[j]);
-        if (clean == nullptr || !step.owns(g.params[j])) continue;
+        if (clean == nullptr || !step.counts(g.params[j])) continue;
         sums += at::stack(
             {(g.grads[j].to(at::kDouble) * clean->to(at::kDouble)).sum(), clean->to(at::kDouble).pow(2).sum()});
       }
@@ -114,14 +115,17 @@ class LookSAM : public SAM {
       }
     }
     if (step.sharded() != nullptr) step.sharded()->broadcast_from_owners(params, orthogonals);
-    // The whole g_v is on every rank now, the same: its norm is too. Under
-    // ZeRO-3 each rank holds g_v's rows of its shards: the norm sums them.
-    at::Tensor orthogonal_squares = at::zeros({1}, at::TensorOptions(at::kDouble).device(device));
-    for (const auto& orthogonal : orthogonals) orthogonal_squares += orthogonal.to(at::kDouble).pow(2).sum();
-    if (step.sharded() != nullptr && step.sharded()->parameters_sharded()) {
-      orthogonal_squares = step.sum_over_shards(orthogonal_squares);
+    // g_v is whole on every rank now, the same, but where a gradient is in
+    // rows: there each rank holds its rows of g_v, and the ranks' squares add up.
+    const auto in_rows = [&step](const at::Tensor& p) { return step.gradient_placement(p).in_rows(); };
+    const auto options = at::TensorOptions(at::kDouble).device(device);
+    at::Tensor whole_squares = at::zeros({1}, options), row_squares = at::zeros({1}, options);
+    for (std::size_t i = 0; i < orthogonals.size(); ++i) {
+      (in_rows(params[i]) ? row_squares : whole_squares) += orthogonals[i].to(at::kDouble).pow(2).sum();
     }
-    orthogonal_norm_ = std::sqrt(orthogonal_squares.item<double>());
+    const auto all = SAMOptimizer::parameters_of(step.parameter_groups());
+    if (std::any_of(all.begin(), all.end(), in_rows)) row_squares = step.sum_over_shards(row_squares);
+    orthogonal_norm_ = std::sqrt((row_squares + whole_squares).item<double>());
     refresh_pending_ = false;
   }
 

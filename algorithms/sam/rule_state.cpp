@@ -9,9 +9,14 @@
 namespace basin {
 
 ParameterStates RuleState::parameters(const ParameterNumbering& numbering, ShardedParameters* shards) const {
+  // A buffer follows its parameter's gradient: where a synced gradient is
+  // not whole on every rank, the owner's buffer is the one saved.
+  const bool on_owners = any_placed(shards, numbering.parameters(), [](const ParameterPlacement& placed) {
+    return !placed.gradient.replicated_everywhere();
+  });
   ParameterStates states = new_parameter_states();
   for (const ParameterBuffers* buffers : buffers_) {
-    if (shards != nullptr && shards->gradients_sharded()) {
+    if (on_owners) {
       buffers->save_from_owners(states, numbering, *shards);
     } else {
       buffers->save(states, numbering);

@@ -22,8 +22,9 @@ class RuleState {
   void keep(const std::string& name, double& value) { numbers_.emplace_back(name, &value); }
   void keep(const std::string& name, int64_t& value) { counts_.emplace_back(name, &value); }
 
-  /// With `shards` whose gradients are sharded (ZeRO-2), each owner's
-  /// buffers are gathered first (collective; see save_from_owners).
+  /// With `shards` that place a synced gradient on its owner or in rows
+  /// (zero2, zero3), each owner's buffers are gathered first (collective;
+  /// see save_from_owners).
   ParameterStates parameters(const ParameterNumbering& numbering, ShardedParameters* shards = nullptr) const;
   void load_parameters(const ParameterStates& states, const ParameterNumbering& numbering);
   StateDict values() const;

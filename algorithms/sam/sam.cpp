@@ -12,6 +12,7 @@
 #include "basin/algorithms/sam/sam_registry.h"
 #include "basin/core/engine/logger.h"
 #include "basin/core/optim/hyperparameters.h"
+#include "basin/core/optim/optimizer_state.h"
 #include "basin/core/parallel/sharded_parameters.h"
 
 namespace basin {
@@ -123,12 +124,13 @@ std::shared_ptr<SAMOptimizer> SAM::make_optimizer(std::shared_ptr<torch::optim::
   SAMOptions options = options_;
   // The trainer's strategy says which shards the base steps; a hand loop's base may be a zero optimizer itself.
   ShardedParameters* shards = state.shards != nullptr ? state.shards : shards_of(*base);
-  if (shards != nullptr && shards->parameters_sharded()) {
-    // ZeRO-3: no rank ever holds a whole gradient, so the ascent is synced.
+  if (any_placed(shards, unique_parameters(*base), [](const ParameterPlacement& p) { return p.gradient.in_rows(); })) {
+    // Gradients in rows (zero3): no rank ever holds a whole gradient, so the ascent is synced.
     if (sync_ascent_given_ && !options.sync_ascent) {
-      throw ConfigError(key("sync_ascent") + ": false under parallel.mode zero3, but a rank-local ascent needs each "
-                        "rank's whole local gradient, and zero3 reduce-scatters every gradient to its shards as "
-                        "backward runs; set it to true (the default under zero3) or use zero2");
+      throw ConfigError(key("sync_ascent") + ": false where gradients are in rows (parallel.mode zero3), but a "
+                        "rank-local ascent needs each rank's whole local gradient, and every gradient is "
+                        "reduce-scattered to the ranks' rows as backward runs; set it to true (the default there) "
+                        "or use zero2");
     }
     options.sync_ascent = true;
   }

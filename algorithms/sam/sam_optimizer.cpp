@@ -51,6 +51,8 @@ SAMOptimizer::SAMOptimizer(std::shared_ptr<torch::optim::Optimizer> base, SAMOpt
   if (dynamic_cast<SAMOptimizer*>(base_.get()) != nullptr) {
     throw std::invalid_argument("SAM: the base optimizer is already a SAMOptimizer");
   }
+  synced_gradients_whole_ = !any_placed(shards_, parameters_of(parameter_groups()),
+                                        [](const ParameterPlacement& p) { return !p.gradient.replicated_everywhere(); });
   sync_.start(*this, *base_);
 }
 
@@ -281,8 +283,8 @@ at::Tensor SAMOptimizer::ascent(const LossClosure& closure, at::Tensor& sample_l
         chosen_graded = chosen_graded || plan.resting.count(p.unsafeGetTensorImpl()) == 0;
       }
     }
-    if (shards_ != nullptr && shards_->gradients_sharded()) {
-      // ZeRO-2: a rank holds the gradients it owns only; the ranks together hold them all.
+    if (!synced_gradients_whole_) {
+      // A synced gradient may sit on its owner only (ZeRO-2): the ranks together hold them all.
       std::vector<at::Tensor> flags{at::tensor({any_graded ? 1.0f : 0.0f, chosen_graded ? 1.0f : 0.0f}).to(device())};
       shards_->communicator().all_reduce_max(flags);
       const at::Tensor agreed = flags.front().cpu();

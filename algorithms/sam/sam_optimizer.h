@@ -16,6 +16,7 @@
 #include "basin/core/engine/state.h"
 #include "basin/core/optim/group_sync.h"
 #include "basin/core/optim/optimizer_state.h"
+#include "basin/core/parallel/placement.h"
 
 namespace basin {
 
@@ -139,15 +140,24 @@ class SAMOptimizer : public torch::optim::Optimizer, public PassAwareOptimizer, 
   static std::vector<at::Tensor> parameters_of(const std::vector<GroupView>& groups);
   /// The shards the base steps (zero1, zero2, zero3), else nullptr.
   ShardedParameters* sharded() const { return shards_; }
-  /// Under ZeRO-1, whether this rank owns `param` (its descent gradient is
-  /// the average over ranks); always true otherwise.
+  /// Where a synced gradient of `param` lives (ShardedParameters::placement):
+  /// replicated when the base steps no shards.
+  Placement gradient_placement(const at::Tensor& param) const;
+  /// Whether this rank steps `param` (all of it, or its rows of it): under
+  /// ZeRO-1 its descent gradient is the average over ranks. Always true
+  /// when the base steps no shards.
   bool owns(const at::Tensor& param) const;
-  /// `partial` (sums over the parameters this rank owns) added up over ranks
-  /// under ZeRO-1; `partial` itself otherwise. Collective under ZeRO-1.
+  /// Whether this rank adds `param`'s values into a sum over the whole
+  /// model (ShardedParameters::counts): always true when the base steps no shards.
+  bool counts(const at::Tensor& param) const;
+  /// `partial` (sums over the parameters this rank counts) added up over
+  /// ranks when the base steps shards; `partial` itself otherwise.
+  /// Collective then.
   at::Tensor sum_over_shards(const at::Tensor& partial);
-  /// Whether this step's ascent gradients sit on their owners only (a
-  /// synced ascent under ZeRO-2): a rule then reads them on owners, and
-  /// the owners' perturbed parameters are gathered to every rank.
+  /// Whether this step's ascent gradients are not whole on every rank (a
+  /// synced ascent where a gradient's placement is an owner or rows): a
+  /// rule then reads them where they are, and the owners' perturbed
+  /// parameters are gathered to every rank.
   bool ascent_sharded() const;
   /// Where this step's collectives run: the shards' device, else the first
   /// parameter's (a rank may hold no gradient at all under ZeRO-2).
@@ -212,6 +222,7 @@ class SAMOptimizer : public torch::optim::Optimizer, public PassAwareOptimizer, 
   PassPlan* plan_ = nullptr;
   bool ascent_is_the_step_ = false;  // this ascent's gradients step the base (every chosen tensor rests)
   ShardedParameters* shards_ = nullptr;
+  bool synced_gradients_whole_ = true;  // no parameter's synced gradient is on an owner or in rows
   GroupSync sync_;
   std::vector<PassHooks> hooks_;
   Pass pass_ = Pass::kPlain;

@@ -1,6 +1,7 @@
 // The step's whole-model arithmetic when the base steps shards (zero1,
 // zero2, zero3): which parameters this rank perturbs, sums over ranks, the
-// gradient's norm over the shards, and where their collectives run.
+// gradient's norm over the shards, and where their collectives run, each
+// decided by where the parameters' tensors are placed, never by the mode.
 #include "basin/algorithms/sam/sam_optimizer.h"
 
 #include <ATen/ATen.h>
@@ -11,7 +12,13 @@
 
 namespace basin {
 
+Placement SAMOptimizer::gradient_placement(const at::Tensor& param) const {
+  return shards_ != nullptr ? shards_->placement(param).gradient : Placement::replicated();
+}
+
 bool SAMOptimizer::owns(const at::Tensor& param) const { return shards_ == nullptr || shards_->owns(param); }
+
+bool SAMOptimizer::counts(const at::Tensor& param) const { return shards_ == nullptr || shards_->counts(param); }
 
 at::Tensor SAMOptimizer::sum_over_shards(const at::Tensor& partial) {
   if (shards_ == nullptr) return partial;
@@ -21,7 +28,7 @@ at::Tensor SAMOptimizer::sum_over_shards(const at::Tensor& partial) {
 }
 
 bool SAMOptimizer::ascent_sharded() const {
-  return shards_ != nullptr && shards_->gradients_sharded() && options_.sync_ascent && rule_->ascent_pass();
+  return !synced_gradients_whole_ && options_.sync_ascent && rule_->ascent_pass();
 }
 
 c10::Device SAMOptimizer::device() const {

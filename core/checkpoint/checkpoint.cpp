@@ -19,35 +19,34 @@
 #include "basin/core/optim/scheduler.h"
 #include "basin/core/parallel/communication/byte_collectives.h"
 #include "basin/core/parallel/communication/communicator.h"
+#include "basin/core/parallel/sharded_parameters.h"
 
 namespace basin {
 
 namespace {
 
-std::map<std::string, at::Tensor> named_tensors(torch::nn::Module& model) {
+// The model's tensors the "model" part holds: its buffers, and each
+// parameter whole here. A parameter in rows holds no bytes between units:
+// the trainer's "shards" part saves this rank's rows of it.
+std::map<std::string, at::Tensor> whole_tensors(torch::nn::Module& model, const ShardedParameters* shards) {
   std::map<std::string, at::Tensor> tensors;
-  for (const auto& item : model.named_parameters(/*recurse=*/true)) tensors.emplace(item.key(), item.value());
-  for (const auto& item : model.named_buffers(/*recurse=*/true)) tensors.emplace(item.key(), item.value());
-  return tensors;
-}
-
-std::map<std::string, at::Tensor> named_buffers(torch::nn::Module& model) {
-  std::map<std::string, at::Tensor> tensors;
-  for (const auto& item : model.named_buffers(/*recurse=*/true)) tensors.emplace(item.key(), item.value());
-  return tensors;
-}
-
-// Under ZeRO-3 the parameters hold no bytes here: the trainer's "shards" part saves them.
-StateDict model_state(torch::nn::Module& model, bool parameters_sharded) {
-  StateDict state = new_state_dict();
-  for (const auto& [name, tensor] : parameters_sharded ? named_buffers(model) : named_tensors(model)) {
-    state.insert(name, tensor.detach().cpu());
+  for (const auto& item : model.named_parameters(/*recurse=*/true)) {
+    if (shards == nullptr || !shards->placement(item.value()).parameter.in_rows()) {
+      tensors.emplace(item.key(), item.value());
+    }
   }
+  for (const auto& item : model.named_buffers(/*recurse=*/true)) tensors.emplace(item.key(), item.value());
+  return tensors;
+}
+
+StateDict model_state(torch::nn::Module& model, const ShardedParameters* shards) {
+  StateDict state = new_state_dict();
+  for (const auto& [name, tensor] : whole_tensors(model, shards)) state.insert(name, tensor.detach().cpu());
   return state;
 }
 
-void load_model_state(torch::nn::Module& model, const StateDict& saved, bool parameters_sharded) {
-  auto tensors = parameters_sharded ? named_buffers(model) : named_tensors(model);
+void load_model_state(torch::nn::Module& model, const StateDict& saved, const ShardedParameters* shards) {
+  auto tensors = whole_tensors(model, shards);
   for (const auto& entry : saved) {
     if (tensors.count(entry.key().toStringRef()) == 0) {
       throw CheckpointError("checkpoint model has tensor '" + entry.key().toStringRef() + "', which this model lacks");
@@ -174,17 +173,20 @@ void loading(const std::string& what, F&& load) {
 
 }  // namespace
 
+bool saves_rank_files(const State& state) { return state.model && holds_rows_of(state.shards, *state.model); }
+
 StateDict capture_checkpoint(Engine& engine) {
   State& state = engine.state();
+  const bool own_file = saves_rank_files(state);
   StateDict checkpoint = new_state_dict();
   StateDict meta = new_state_dict();
   meta.insert("format", kCheckpointFormat);
   meta.insert("torch", std::string(compat::torch_version()));
   meta.insert("world_size", static_cast<int64_t>(state.world_size));
-  if (state.parameters_sharded) meta.insert("rank", static_cast<int64_t>(state.rank));  // this rank's own file
+  if (own_file) meta.insert("rank", static_cast<int64_t>(state.rank));
   checkpoint.insert("basin", meta);
   checkpoint.insert("timestamp", timestamp_state(state.timestamp));
-  if (state.model) checkpoint.insert("model", model_state(*state.model, state.parameters_sharded));
+  if (state.model) checkpoint.insert("model", model_state(*state.model, state.shards));
   if (state.optimizer) checkpoint.insert("optimizer", optimizer_state_dict(*state.optimizer));
   c10::impl::GenericList schedulers(c10::AnyType::get());
   for (const auto& scheduler : state.schedulers) schedulers.push_back(scheduler->state_dict());
@@ -204,7 +206,7 @@ StateDict capture_checkpoint(Engine& engine) {
   }
   checkpoint.insert("callbacks", callbacks);
   for (const auto& extra : engine.checkpoint_parts()) checkpoint.insert(extra.name, extra.save());
-  if (state.parameters_sharded) {
+  if (own_file) {
     c10::impl::GenericList own(c10::AnyType::get());  // each rank's file holds its own streams
     own.push_back(generator_states(state));
     checkpoint.insert("rng", own);
@@ -228,7 +230,7 @@ void restore_checkpoint(Engine& engine, const StateDict& checkpoint) {
   state.timestamp.step = int_of(ts, "timestamp", "step");
   state.timestamp.batch_in_epoch = int_of(ts, "timestamp", "batch_in_epoch");
   state.timestamp.samples = int_of(ts, "timestamp", "samples");
-  if (state.parameters_sharded) {
+  if (saves_rank_files(state)) {
     const int64_t saved_rank = meta.contains("rank") && meta.at("rank").isInt() ? meta.at("rank").toInt() : -1;
     if (saved_rank != state.rank) {
       throw CheckpointError(saved_rank < 0 ? "this zero3 run resumes from each rank's own file of a sharded "
@@ -238,7 +240,7 @@ void restore_checkpoint(Engine& engine, const StateDict& checkpoint) {
     }
   }
   if (state.model) {
-    loading("model", [&] { load_model_state(*state.model, dict_part(checkpoint, "model"), state.parameters_sharded); });
+    loading("model", [&] { load_model_state(*state.model, dict_part(checkpoint, "model"), state.shards); });
   }
   if (state.optimizer) {
     loading("optimizer", [&] { load_optimizer_state_dict(*state.optimizer, dict_part(checkpoint, "optimizer")); });

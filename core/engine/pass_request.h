@@ -16,8 +16,8 @@ enum class GradientSync {
   /// each on the rank that owns it (ZeRO-1).
   kWhereStepped,
   /// Averaged over ranks for every parameter (SAM's synced ascent): whole
-  /// on every rank under ddp and ZeRO-1; under ZeRO-2 on each owner only,
-  /// as everything under ZeRO-2 (ShardedParameters::gradients_sharded()).
+  /// on every rank under ddp and ZeRO-1; otherwise placed as a synced
+  /// gradient is (ParameterPlacement::gradient: ZeRO-2's on its owner).
   kEverywhere,
   /// Rank-local (SAM's rank-local ascent, a NoGradientSync scope).
   kNone,

@@ -97,11 +97,9 @@ struct State {
 
   int rank = 0;
   int world_size = 1;
-  /// ZeRO-3: the model's parameters hold bytes only while their unit runs;
-  /// each rank's shards are its own, and so is its checkpoint file.
-  bool parameters_sharded = false;
   /// The optimizer's shards under zero1, zero2 and zero3, as the parallel
-  /// mode's strategy made them (rules ask them for global norms and owners);
+  /// mode's strategy made them (rules ask them where each parameter's
+  /// tensors live, for global norms and owners);
   /// null when every rank steps every parameter. Not owned: the optimizer
   /// chain in `optimizer` holds them, and they live as long as it does.
   ShardedParameters* shards = nullptr;

@@ -52,9 +52,6 @@ class DistributedStrategy {
   /// The optimizer's shards (zero1, zero2, zero3); null when every rank
   /// steps every parameter.
   virtual ShardedParameters* shards() { return nullptr; }
-  /// Each rank holds only its rows of every parameter (zero3): the
-  /// checkpoint is one file per rank.
-  virtual bool parameters_sharded() const { return false; }
 
   /// Around the backward of a pass's microbatch that syncs (the request is
   /// not kNone): the sync may start inside the backward, from its hooks.

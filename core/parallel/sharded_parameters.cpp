@@ -1,11 +1,32 @@
 #include "basin/core/parallel/sharded_parameters.h"
 
+#include <algorithm>
+
 #include <ATen/ATen.h>
+#include <torch/nn/module.h>
+
+#include "basin/core/parallel/communication/communicator.h"
 
 namespace basin {
 
 ShardedParameters* shards_of(torch::optim::Optimizer& optimizer) {
   return dynamic_cast<ShardedParameters*>(&optimizer);
+}
+
+bool ShardedParameters::counts(const at::Tensor& param) {
+  if (placement(param).optimizer_state.replicated_everywhere()) return communicator().rank() == 0;
+  return owns(param);
+}
+
+bool any_placed(const ShardedParameters* shards, const std::vector<at::Tensor>& params,
+                const std::function<bool(const ParameterPlacement&)>& test) {
+  if (shards == nullptr) return false;
+  return std::any_of(params.begin(), params.end(), [&](const at::Tensor& p) { return test(shards->placement(p)); });
+}
+
+bool holds_rows_of(const ShardedParameters* shards, torch::nn::Module& model) {
+  return any_placed(shards, model.parameters(/*recurse=*/true),
+                    [](const ParameterPlacement& placed) { return placed.parameter.in_rows(); });
 }
 
 at::Tensor step_shard(const torch::optim::Optimizer::LossClosure& closure, const std::function<void()>& sync_groups,

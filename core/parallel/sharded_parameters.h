@@ -8,6 +8,10 @@
 #include <c10/core/Device.h>
 #include <torch/optim/optimizer.h>
 
+#include "basin/core/parallel/placement.h"
+
+namespace torch::nn { class Module; }
+
 namespace basin {
 
 class Communicator;
@@ -19,11 +23,21 @@ using LocalOptimizerFactory =
     std::function<std::shared_ptr<torch::optim::Optimizer>(std::vector<torch::optim::OptimizerParamGroup>)>;
 
 /// Parameters partitioned across ranks, each one updated by its owner.
-/// SAM asks it which parameters this rank must back up and restore.
+/// Rules ask it where each parameter's tensors live (placement), never
+/// which mode made it; SAM asks which parameters this rank must back up
+/// and restore.
 class ShardedParameters {
  public:
   virtual ~ShardedParameters() = default;
+  /// Where `param`'s tensors live: `param` is a model's parameter or the
+  /// tensor stepped for it (stepped()).
+  virtual ParameterPlacement placement(const at::Tensor& param) const = 0;
+  /// Whether this rank steps `param` (all of it, or its rows of it).
   virtual bool owns(const at::Tensor& param) const = 0;
+  /// Whether this rank adds `param`'s values into a sum over the whole
+  /// model that one all-reduce completes: each rank its rows, an owner what
+  /// it owns, and rank 0 alone what every rank steps (counted once, not once a rank).
+  bool counts(const at::Tensor& param);
   /// Copies every parameter from its owner to all ranks.
   virtual void broadcast_parameters() = 0;
   /// Copies each of `values` (one per tensor of `params`, any shape, the
@@ -32,18 +46,11 @@ class ShardedParameters {
   /// every rank. Collective.
   virtual void broadcast_from_owners(const std::vector<at::Tensor>& params, const std::vector<at::Tensor>& values) = 0;
   virtual Communicator& communicator() = 0;
-  /// ZeRO-2: after a synced backward a rank holds the gradients it owns
-  /// only, so whatever reads gradients does so on owners (SAM's ascent
-  /// among them) and gathers the result.
-  virtual bool gradients_sharded() const { return false; }
   /// Where collectives over the shards run (NCCL takes CUDA tensors only),
   /// whatever this rank holds.
   virtual c10::Device device() const { return c10::Device(c10::kCPU); }
-  /// ZeRO-3: the optimizer steps each rank's shard of every parameter, not
-  /// the model's parameters (which hold bytes only while their unit runs).
-  virtual bool parameters_sharded() const { return false; }
   /// The tensor the optimizer steps for the model's parameter `param`:
-  /// itself, or under ZeRO-3 this rank's shard of it.
+  /// itself, or this rank's rows of it where the parameter is in rows.
   virtual at::Tensor stepped(const at::Tensor& param) const { return param; }
   /// The base optimizer that steps this rank's shard and keeps its state
   /// (the config's optimizer, over the shard's groups); null when the
@@ -55,6 +62,16 @@ class ShardedParameters {
 /// optimizer built by hand, outside the trainer, whose strategy hands its
 /// shards to rules in State::shards); null otherwise.
 ShardedParameters* shards_of(torch::optim::Optimizer& optimizer);
+
+/// Whether any of `params` has a placement `test` accepts; false without
+/// `shards` (every tensor replicated).
+bool any_placed(const ShardedParameters* shards, const std::vector<at::Tensor>& params,
+                const std::function<bool(const ParameterPlacement&)>& test);
+
+/// Whether this rank holds only its rows of some of `model`'s parameters
+/// (zero3): they hold no bytes between units, and a checkpoint is each
+/// rank's own file.
+bool holds_rows_of(const ShardedParameters* shards, torch::nn::Module& model);
 
 /// The step of an optimizer over shards: the closure's passes (with
 /// autograd on), then `sync_groups` (the wrapper's hyper-parameters into

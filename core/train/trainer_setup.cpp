@@ -248,7 +248,6 @@ void Trainer::wrap_for_distribution(Params& optimizer_config) {
   };
   strategy_->wrap(state_, model_->units(), make_local);
   model_->set_unit_runner(strategy_->unit_runner());
-  state_.parameters_sharded = strategy_->parameters_sharded();
   state_.shards = strategy_->shards();
   for (auto& part : strategy_->checkpoint_parts()) engine_->add_checkpoint_part(std::move(part));
 }

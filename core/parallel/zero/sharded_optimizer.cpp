@@ -77,6 +77,11 @@ ShardedOptimizer::ShardedOptimizer(const torch::optim::Optimizer& full, const Lo
   sync_.start(*this, *local_);
 }
 
+ParameterPlacement ShardedOptimizer::placement(const at::Tensor& param) const {
+  const Placement owned = Placement::owned_by(owner(param));
+  return {Placement::replicated(), shard_gradients_ ? owned : Placement::replicated(), owned};
+}
+
 bool ShardedOptimizer::owns(const at::Tensor& param) const { return owner(param) == communicator_->rank(); }
 
 int ShardedOptimizer::owner(const at::Tensor& param) const {

@@ -52,12 +52,14 @@ class ShardedOptimizer : public torch::optim::Optimizer, public ShardedParameter
   /// when another rank has one (agreed_gradients).
   void reduce_gradients_to_owners();
 
+  /// Each parameter whole on every rank, its optimizer state on its owner's
+  /// (ZeRO-2: its synced gradient too).
+  ParameterPlacement placement(const at::Tensor& param) const override;
   bool owns(const at::Tensor& param) const override;
   int owner(const at::Tensor& param) const;
   void broadcast_parameters() override;
   void broadcast_from_owners(const std::vector<at::Tensor>& params, const std::vector<at::Tensor>& values) override;
   Communicator& communicator() override { return *communicator_; }
-  bool gradients_sharded() const override { return shard_gradients_; }
   c10::Device device() const override;
 
   torch::optim::Optimizer& local() { return *local_; }

@@ -30,14 +30,16 @@ class FullyShardedOptimizer : public torch::optim::Optimizer, public ShardedPara
   /// Runs the closure (if any), then steps the shards.
   at::Tensor step(LossClosure closure = nullptr) override;
 
+  /// Every tensor of every parameter in rows, each rank holding its own.
+  ParameterPlacement placement(const at::Tensor& /*param*/) const override {
+    return {Placement::rows(), Placement::rows(), Placement::rows()};
+  }
   bool owns(const at::Tensor& /*shard*/) const override { return true; }
   void broadcast_parameters() override {}  // each unit's next forward gathers its shards
   void broadcast_from_owners(const std::vector<at::Tensor>& /*params*/,
                              const std::vector<at::Tensor>& /*values*/) override {}  // a shard's values are its own
   Communicator& communicator() override { return *communicator_; }
-  bool gradients_sharded() const override { return true; }
   c10::Device device() const override;
-  bool parameters_sharded() const override { return true; }
   at::Tensor stepped(const at::Tensor& param) const override;
 
   torch::optim::Optimizer& local() { return *local_; }

@@ -29,7 +29,6 @@ class Zero3Strategy : public DistributedStrategy {
             const LocalOptimizerFactory& make_local) override;
   UnitRunner* unit_runner() override;
   ShardedParameters* shards() override;
-  bool parameters_sharded() const override { return true; }
 
   void prepare_gradient_sync(GradientSync sync) override;
   void finish_gradient_sync(GradientSync sync) override;
