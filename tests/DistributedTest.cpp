@@ -103,7 +103,9 @@ TEST(DistributedTest, EachModeIsOneStrategyThatTheStateAndTheRulesSee) {
       EXPECT_EQ(placed.gradient.owned(), mode == "zero2") << mode;
       EXPECT_EQ(placed.optimizer_state.owned(), mode != "zero3") << mode;
       EXPECT_EQ(placed.optimizer_state.in_rows(), mode == "zero3") << mode;
-      if (placed.optimizer_state.owned()) EXPECT_EQ(placed.optimizer_state.owner, 0) << mode;  // the one rank
+      if (placed.optimizer_state.owned()) {
+        EXPECT_EQ(placed.optimizer_state.owner, 0) << mode;  // the one rank
+      }
     }
     EXPECT_EQ(strategy.syncs_every_microbatch(), mode == "zero3") << mode;
     EXPECT_EQ(test::fully_sharded_of(trainer) != nullptr, mode == "zero3") << mode;

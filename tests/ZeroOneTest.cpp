@@ -12,6 +12,7 @@
 #include <torch/serialize.h>
 
 #include "basin/algorithms/sam/sam_optimizer.h"
+#include "basin/core/checkpoint/checkpoint.h"
 #include "basin/core/parallel/grad_norm.h"
 #include "basin/core/parallel/zero/sharded_optimizer.h"
 #include "basin/core/train/model.h"
@@ -146,6 +147,58 @@ TEST(DistributedTest, ATiedWeightIsClippedUnderZeroOneAsUnderDataParallel) {
   const auto sharded = train_on_ranks(2, config);
   EXPECT_LE(max_difference(sharded[0], replicated[0]), 1e-6);
   EXPECT_EQ(max_difference(sharded[0], sharded[1]), 0.0);
+}
+
+/// A first layer the optimizer never steps (frozen, as a fine-tuned
+/// model's base is): its weight has no gradient and no optimizer state.
+class FrozenFirstLayer : public Model {
+ public:
+  FrozenFirstLayer(Params& /*params*/, const DatasetInfo& info) {
+    int64_t width = 1;
+    for (int64_t d : info.input_shape) width *= d;
+    first_ = register_module("first", torch::nn::Linear(width, 16));
+    first_->weight.requires_grad_(false);
+    out_ = register_module("out", torch::nn::Linear(16, info.num_classes));
+  }
+  at::Tensor forward(const at::Tensor& inputs) override {
+    return out_->forward(first_->forward(inputs.flatten(1)).tanh());
+  }
+
+ private:
+  torch::nn::Linear first_{nullptr}, out_{nullptr};
+};
+
+BASIN_REGISTER(model_registry(), "frozen_first_layer_for_test", FrozenFirstLayer);
+
+// A parameter the sharded optimizer does not step is whole on every rank:
+// it trains under zero1 and zero2 as under ddp, stays as it was, and the
+// checkpoint saves it with the model's other tensors.
+TEST(DistributedTest, AFrozenParameterIsPlacedWholeAndCheckpointedUnderZeroOneAndTwo) {
+  Json config = sam_config(R"({"rho": 0.05, "sync_ascent": true})", "ddp");
+  config["model"] = Json::parse(R"({"name": "frozen_first_layer_for_test"})");
+  const auto replicated = train_on_ranks(2, config);
+  for (const std::string mode : {"zero1", "zero2"}) {
+    config["parallel"]["mode"] = mode;
+    std::vector<Weights> sharded(2);
+    test::run_ranks(2, [&](int rank, std::shared_ptr<Communicator> communicator) {
+      Trainer trainer(config, {}, {}, communicator);
+      const at::Tensor frozen = trainer.model().named_parameters()["first.weight"];
+      const at::Tensor before = frozen.detach().clone();
+      trainer.fit();
+      const ParameterPlacement placed = trainer.state().shards->placement(frozen);
+      EXPECT_TRUE(placed.parameter.replicated_everywhere() && placed.gradient.replicated_everywhere() &&
+                  placed.optimizer_state.replicated_everywhere()) << mode;
+      EXPECT_FALSE(saves_rank_files(trainer.state())) << mode;
+      const StateDict checkpoint = capture_checkpoint(trainer.engine());  // collective
+      EXPECT_TRUE(frozen.equal(before)) << mode;
+      const StateDict model = checkpoint.at("model").toGenericDict();
+      ASSERT_TRUE(model.contains("first.weight")) << mode;
+      EXPECT_TRUE(model.at("first.weight").toTensor().equal(before)) << mode;
+      sharded[static_cast<std::size_t>(rank)] = weights_of(trainer);
+    });
+    EXPECT_LE(max_difference(sharded[0], replicated[0]), 1e-5) << mode;
+    EXPECT_EQ(max_difference(sharded[0], sharded[1]), 0.0) << mode;
+  }
 }
 
 TEST(DistributedTest, ZeroOneStateConsolidatesOnRankZero) {

@@ -70,7 +70,7 @@ class LookSAM : public SAM {
     for (const auto& g : groups) {
       for (std::size_t j = 0; j < g.params.size(); ++j) {
         const at::Tensor* clean = clean_.of(g.params[j]);
-        if (clean == nullptr || !step.counts(g.params[j])) continue;
+        if (clean == nullptr || !step.counted_here(g.params[j])) continue;
         sums += at::stack(
             {(g.grads[j].to(at::kDouble) * clean->to(at::kDouble)).sum(), clean->to(at::kDouble).pow(2).sum()});
       }

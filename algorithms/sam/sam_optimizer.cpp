@@ -51,8 +51,9 @@ SAMOptimizer::SAMOptimizer(std::shared_ptr<torch::optim::Optimizer> base, SAMOpt
   if (dynamic_cast<SAMOptimizer*>(base_.get()) != nullptr) {
     throw std::invalid_argument("SAM: the base optimizer is already a SAMOptimizer");
   }
-  synced_gradients_whole_ = !any_placed(shards_, parameters_of(parameter_groups()),
-                                        [](const ParameterPlacement& p) { return !p.gradient.replicated_everywhere(); });
+  synced_gradients_whole_ = !any_placed(shards_, unique_parameters(*base_), [](const ParameterPlacement& placed) {
+    return !placed.gradient.replicated_everywhere();
+  });
   sync_.start(*this, *base_);
 }
 

@@ -148,8 +148,9 @@ class SAMOptimizer : public torch::optim::Optimizer, public PassAwareOptimizer, 
   /// when the base steps no shards.
   bool owns(const at::Tensor& param) const;
   /// Whether this rank adds `param`'s values into a sum over the whole
-  /// model (ShardedParameters::counts): always true when the base steps no shards.
-  bool counts(const at::Tensor& param) const;
+  /// model (ShardedParameters::counted_here): always true when the base
+  /// steps no shards. A rule's sums go by it, never by owns().
+  bool counted_here(const at::Tensor& param) const;
   /// `partial` (sums over the parameters this rank counts) added up over
   /// ranks when the base steps shards; `partial` itself otherwise.
   /// Collective then.

@@ -18,7 +18,9 @@ Placement SAMOptimizer::gradient_placement(const at::Tensor& param) const {
 
 bool SAMOptimizer::owns(const at::Tensor& param) const { return shards_ == nullptr || shards_->owns(param); }
 
-bool SAMOptimizer::counts(const at::Tensor& param) const { return shards_ == nullptr || shards_->counts(param); }
+bool SAMOptimizer::counted_here(const at::Tensor& param) const {
+  return shards_ == nullptr || shards_->counted_here(param);
+}
 
 at::Tensor SAMOptimizer::sum_over_shards(const at::Tensor& partial) {
   if (shards_ == nullptr) return partial;

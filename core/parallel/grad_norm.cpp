@@ -43,7 +43,7 @@ at::Tensor sum_of_squares_over_shards(const std::vector<at::Tensor>& values, con
                                       ShardedParameters& shards) {
   std::vector<at::Tensor> owned;
   for (std::size_t i = 0; i < values.size(); ++i) {
-    if (shards.counts(params[i])) owned.push_back(values[i]);
+    if (shards.counted_here(params[i])) owned.push_back(values[i]);
   }
   // On the shards' device even where this rank holds nothing (ZeRO-2): NCCL takes CUDA tensors only.
   std::vector<at::Tensor> sum{sum_of_squares(owned).to(shards.device()).reshape({1})};

@@ -17,8 +17,8 @@ at::Tensor global_norm(const std::vector<at::Tensor>& tensors);
 class ShardedParameters;
 
 /// The sum of squares of `values` (one per tensor of `params`) over every
-/// rank, each counting those of the parameters it counts
-/// (ShardedParameters::counts: under ZeRO-2 it may hold no others): one
+/// rank, each counting those of the parameters counted there
+/// (ShardedParameters::counted_here: under ZeRO-2 it may hold no others): one
 /// all-reduce. The same fp32 sum on every rank.
 at::Tensor sum_of_squares_over_shards(const std::vector<at::Tensor>& values, const std::vector<at::Tensor>& params,
                                       ShardedParameters& shards);

@@ -29,8 +29,12 @@ struct Placement {
 ///   zero2   replicated   owned by one rank   owned by one rank
 ///   zero3   rows         rows                rows
 ///
-/// The gradient's is that of a synced backward; a pass that does not sync
-/// (SAM's rank-local ascent) leaves each rank its own whole gradient.
+/// The gradient's is that of a backward synced for every parameter
+/// (GradientSync::kEverywhere: SAM's synced ascent). A backward synced where
+/// the gradients are stepped (kWhereStepped) leaves the average where the
+/// optimizer state is (zero1's on its owner), and one not synced (SAM's
+/// rank-local ascent) each rank its own whole gradient. A placement is the
+/// same on every rank.
 struct ParameterPlacement {
   Placement parameter;
   Placement gradient;

@@ -13,9 +13,10 @@ ShardedParameters* shards_of(torch::optim::Optimizer& optimizer) {
   return dynamic_cast<ShardedParameters*>(&optimizer);
 }
 
-bool ShardedParameters::counts(const at::Tensor& param) {
-  if (placement(param).optimizer_state.replicated_everywhere()) return communicator().rank() == 0;
-  return owns(param);
+bool ShardedParameters::counted_here(const at::Tensor& param) {
+  const Placement state = placement(param).optimizer_state;
+  if (state.in_rows()) return true;
+  return (state.owned() ? state.owner : 0) == communicator().rank();
 }
 
 bool any_placed(const ShardedParameters* shards, const std::vector<at::Tensor>& params,

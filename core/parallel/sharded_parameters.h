@@ -30,14 +30,18 @@ class ShardedParameters {
  public:
   virtual ~ShardedParameters() = default;
   /// Where `param`'s tensors live: `param` is a model's parameter or the
-  /// tensor stepped for it (stepped()).
+  /// tensor stepped for it (stepped()); one the optimizer does not step (a
+  /// frozen parameter) is whole on every rank. The same on every rank:
+  /// whether a collective runs is decided by placements.
   virtual ParameterPlacement placement(const at::Tensor& param) const = 0;
   /// Whether this rank steps `param` (all of it, or its rows of it).
   virtual bool owns(const at::Tensor& param) const = 0;
-  /// Whether this rank adds `param`'s values into a sum over the whole
-  /// model that one all-reduce completes: each rank its rows, an owner what
-  /// it owns, and rank 0 alone what every rank steps (counted once, not once a rank).
-  bool counts(const at::Tensor& param);
+  /// Whether this rank adds `param`'s values (its gradient, its state, what
+  /// a rule computes from them) into a sum over the whole model that one
+  /// all-reduce completes, as its optimizer state is placed: each rank its
+  /// rows, the owner what one rank owns, and rank 0 alone what every rank
+  /// steps (once, not once a rank).
+  bool counted_here(const at::Tensor& param);
   /// Copies every parameter from its owner to all ranks.
   virtual void broadcast_parameters() = 0;
   /// Copies each of `values` (one per tensor of `params`, any shape, the

@@ -78,7 +78,9 @@ ShardedOptimizer::ShardedOptimizer(const torch::optim::Optimizer& full, const Lo
 }
 
 ParameterPlacement ShardedOptimizer::placement(const at::Tensor& param) const {
-  const Placement owned = Placement::owned_by(owner(param));
+  const auto found = owners_.find(param.unsafeGetTensorImpl());
+  if (found == owners_.end()) return {};  // not stepped (frozen): whole on every rank, as the model holds it
+  const Placement owned = Placement::owned_by(found->second);
   return {Placement::replicated(), shard_gradients_ ? owned : Placement::replicated(), owned};
 }
 
