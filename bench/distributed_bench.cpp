@@ -32,12 +32,12 @@
 #include <torch/optim/sgd.h>
 
 #include "basin/algorithms/sam/sam_optimizer.h"
+#include "basin/core/communication/communicator.h"
+#include "basin/core/communication/rendezvous.h"
 #include "basin/core/engine/callback.h"
-#include "basin/core/parallel/communication/communicator.h"
-#include "basin/core/parallel/communication/rendezvous.h"
-#include "basin/core/parallel/sharded_parameters.h"
+#include "basin/core/model/model.h"
 #include "basin/core/parallel/zero3/fully_sharded_model.h"
-#include "basin/core/train/model.h"
+#include "basin/core/sharding/sharded_parameters.h"
 #include "basin/core/train/trainer.h"
 #include "bench_models.h"
 #include "tracking_allocator.h"

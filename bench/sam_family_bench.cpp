@@ -31,7 +31,7 @@
 #include "basin/algorithms/sam/sam_family.h"
 #include "basin/core/base/blas.h"
 #include "basin/core/engine/engine.h"
-#include "basin/core/train/model.h"
+#include "basin/core/model/model.h"
 #include "tracking_allocator.h"
 
 namespace {

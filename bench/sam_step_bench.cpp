@@ -26,7 +26,7 @@
 
 #include "basin/algorithms/sam/sam_optimizer.h"
 #include "basin/core/base/blas.h"
-#include "basin/core/train/model.h"
+#include "basin/core/model/model.h"
 #include "tracking_allocator.h"
 
 namespace {

@@ -51,8 +51,8 @@
 #include "basin/core/base/memory_reuse.h"
 #include "basin/core/base/torch_compat.h"
 #include "basin/core/engine/callback.h"
-#include "basin/core/train/fused_adam.h"
-#include "basin/core/train/model.h"
+#include "basin/core/model/model.h"
+#include "basin/core/optim/fused_adam.h"
 #include "basin/core/train/trainer.h"
 #include "bench_models.h"
 

@@ -8,9 +8,9 @@
 #include "basin/core/checkpoint/checkpoint.h"
 #include "basin/core/checkpoint/checkpoint_file.h"
 #include "basin/core/checkpoint/run_directory.h"
+#include "basin/core/communication/communicator.h"
 #include "basin/core/config/config.h"
 #include "basin/core/engine/engine.h"
-#include "basin/core/parallel/communication/communicator.h"
 
 namespace fs = std::filesystem;
 
@@ -20,8 +20,7 @@ CheckpointSaver::CheckpointSaver(Params& params) {
   every_epochs_ = params.integer("every_epochs", 1, 0);
   every_steps_ = params.integer("every_steps", 0, 0);
   keep_last_ = params.integer("keep_last", 3, 0);
-  dir_ = params.string("dir", RunDirectory::kCheckpoints);
-  if (dir_.empty()) params.fail("dir", "a folder name", Json(dir_));
+  dir_ = RunDirectory::checkpoint_dir(params);
 }
 
 std::string CheckpointSaver::folder(const std::string& run_dir) const {

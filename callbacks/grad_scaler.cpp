@@ -7,8 +7,8 @@
 #include <ATen/ATen.h>
 
 #include "basin/core/base/torch_compat.h"
+#include "basin/core/communication/communicator.h"
 #include "basin/core/engine/logger.h"
-#include "basin/core/parallel/communication/communicator.h"
 
 namespace basin {
 

@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "basin/core/train/dataset.h"
+#include "basin/core/data/dataset.h"
 #include "basin/datasets/image_folder.h"
 
 namespace basin {

@@ -1,7 +1,7 @@
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
 
-#include "basin/core/train/dataset.h"
+#include "basin/core/data/dataset.h"
 
 namespace basin {
 namespace {

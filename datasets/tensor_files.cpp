@@ -15,8 +15,8 @@
 // and what was expected.
 #include <ATen/ATen.h>
 
+#include "basin/core/data/dataset.h"
 #include "basin/core/serialization/torch_save_file.h"
-#include "basin/core/train/dataset.h"
 
 namespace basin {
 namespace {

@@ -1,7 +1,7 @@
 #include <torch/nn/modules/conv.h>
 #include <torch/nn/modules/linear.h>
 
-#include "basin/core/train/model.h"
+#include "basin/core/model/model.h"
 
 namespace basin {
 namespace {

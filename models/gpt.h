@@ -13,7 +13,7 @@
 #include <torch/nn/modules/container/modulelist.h>
 
 #include "basin/core/base/torch_compat.h"
-#include "basin/core/train/model.h"
+#include "basin/core/model/model.h"
 
 namespace basin::gpt {
 

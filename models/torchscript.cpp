@@ -22,7 +22,7 @@
 #include <torch/csrc/jit/serialization/import.h>
 
 #include "basin/core/config/config_error.h"
-#include "basin/core/train/model.h"
+#include "basin/core/model/model.h"
 
 namespace basin {
 namespace {

@@ -15,8 +15,8 @@
 #include <CLI/CLI.hpp>
 
 #include "basin/core/config/config_error.h"
-#include "basin/core/train/model.h"
-#include "basin/core/train/sampling.h"
+#include "basin/core/model/model.h"
+#include "basin/models/sampling.h"
 
 namespace {
 

@@ -24,12 +24,12 @@
 #include "basin/core/checkpoint/checkpoint.h"
 #include "basin/core/checkpoint/checkpoint_file.h"
 #include "basin/core/checkpoint/run_directory.h"
+#include "basin/core/communication/communicator.h"
+#include "basin/core/communication/rendezvous.h"
 #include "basin/core/config/config.h"
 #include "basin/core/config/config_file.h"
 #include "basin/core/engine/engine.h"
-#include "basin/core/parallel/communication/communicator.h"
-#include "basin/core/parallel/communication/rendezvous.h"
-#include "basin/core/train/model.h"
+#include "basin/core/model/model.h"
 #include "basin/core/train/trainer.h"
 
 namespace {

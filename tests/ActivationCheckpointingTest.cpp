@@ -16,11 +16,11 @@
 
 #include "fully_sharded_of.h"
 #include "../bench/tracking_allocator.h"
+#include "basin/core/communication/communicator.h"
 #include "basin/core/config/config.h"
-#include "basin/core/parallel/communication/communicator.h"
+#include "basin/core/model/model.h"
 #include "basin/core/parallel/zero3/fully_sharded_model.h"
 #include "basin/core/train/autocast.h"
-#include "basin/core/train/model.h"
 #include "distributed_util.h"
 #include "test_util.h"
 

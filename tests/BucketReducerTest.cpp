@@ -11,7 +11,7 @@
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
 
-#include "basin/core/parallel/communication/communicator.h"
+#include "basin/core/communication/communicator.h"
 #include "basin/core/parallel/ddp/bucket_reducer.h"
 #include "basin/core/train/trainer.h"
 #include "distributed_util.h"

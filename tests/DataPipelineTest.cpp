@@ -5,7 +5,7 @@
 
 #include <ATen/ATen.h>
 
-#include "basin/core/train/data_pipeline.h"
+#include "basin/core/data/data_pipeline.h"
 
 namespace basin {
 namespace {

@@ -1,4 +1,4 @@
-// The fused Adam and AdamW (core/train/fused_adam.h) against LibTorch's own,
+// The fused Adam and AdamW (core/optim/fused_adam.h) against LibTorch's own,
 // step by step, from the same weights and gradients: the same updates to
 // float rounding, the same state in LibTorch's types, and LibTorch's step
 // itself where a parameter cannot be fused.
@@ -14,9 +14,9 @@
 #include <torch/optim/adamw.h>
 
 #include "basin/core/config/config.h"
+#include "basin/core/optim/fused_adam.h"
 #include "basin/core/optim/optimizer_state.h"
-#include "basin/core/train/fused_adam.h"
-#include "basin/core/train/optimizers.h"
+#include "basin/core/optim/optimizers.h"
 
 namespace basin {
 namespace {

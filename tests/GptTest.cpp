@@ -15,12 +15,12 @@
 
 #include <ATen/ATen.h>
 
-#include "basin/core/config/config.h"
 #include "basin/core/base/torch_compat.h"
+#include "basin/core/config/config.h"
 #include "basin/core/config/config_error.h"
+#include "basin/core/model/model.h"
 #include "basin/core/serialization/safetensors_file.h"
 #include "basin/core/serialization/torch_save_file.h"
-#include "basin/core/train/model.h"
 #include "basin/core/train/trainer.h"
 #include "distributed_util.h"
 #include "test_paths.h"

@@ -8,7 +8,7 @@
 
 #include "basin/callbacks/grad_scaler.h"
 #include "basin/core/base/torch_compat.h"
-#include "basin/core/parallel/communication/communicator.h"
+#include "basin/core/communication/communicator.h"
 
 namespace basin {
 namespace {

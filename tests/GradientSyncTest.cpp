@@ -13,9 +13,9 @@
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 #include <torch/nn/modules/linear.h>
 
-#include "basin/core/parallel/communication/communicator.h"
-#include "basin/core/train/data_pipeline.h"
-#include "basin/core/train/model.h"
+#include "basin/core/communication/communicator.h"
+#include "basin/core/data/data_pipeline.h"
+#include "basin/core/model/model.h"
 #include "distributed_util.h"
 #include "test_util.h"
 

@@ -4,7 +4,7 @@
 
 #include <ATen/ATen.h>
 
-#include "basin/core/train/dataset.h"
+#include "basin/core/data/dataset.h"
 #include "basin/datasets/idx_file.h"
 #include "test_util.h"
 

@@ -19,10 +19,10 @@
 
 #include "basin/algorithms/sam/sam_family.h"
 #include "basin/algorithms/sam/sam_optimizer.h"
+#include "basin/core/communication/communicator.h"
 #include "basin/core/engine/pass_request.h"
-#include "basin/core/parallel/communication/communicator.h"
-#include "basin/core/parallel/sharded_parameters.h"
 #include "basin/core/parallel/zero/agreed_gradients.h"
+#include "basin/core/sharding/sharded_parameters.h"
 #include "distributed_util.h"
 #include "test_util.h"
 

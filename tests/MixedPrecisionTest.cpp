@@ -12,11 +12,11 @@
 #include "basin/algorithms/sam/sam_optimizer.h"
 #include "basin/callbacks/grad_scaler.h"
 #include "basin/core/base/torch_compat.h"
+#include "basin/core/data/data_pipeline.h"
 #include "basin/core/engine/algorithm.h"
+#include "basin/core/model/model.h"
 #include "basin/core/optim/scheduler.h"
 #include "basin/core/train/autocast.h"
-#include "basin/core/train/data_pipeline.h"
-#include "basin/core/train/model.h"
 #include "test_util.h"
 
 namespace basin {

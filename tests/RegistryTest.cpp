@@ -7,13 +7,13 @@
 #include <torch/optim/rmsprop.h>
 #include <torch/optim/sgd.h>
 
+#include "basin/core/data/dataset.h"
 #include "basin/core/engine/algorithm.h"
 #include "basin/core/engine/callback.h"
+#include "basin/core/model/model.h"
 #include "basin/core/optim/hyperparameters.h"
+#include "basin/core/optim/optimizers.h"
 #include "basin/core/optim/scheduler.h"
-#include "basin/core/train/dataset.h"
-#include "basin/core/train/model.h"
-#include "basin/core/train/optimizers.h"
 #include "test_util.h"
 
 namespace basin {

@@ -15,8 +15,8 @@
 
 #include "basin/algorithms/sam/sam.h"
 #include "basin/core/engine/engine.h"
+#include "basin/core/model/model.h"
 #include "basin/core/optim/hyperparameters.h"
-#include "basin/core/train/model.h"
 #include "basin/core/train/trainer.h"
 #include "test_util.h"
 

@@ -13,8 +13,8 @@
 
 #include "basin/core/config/config.h"
 #include "basin/core/config/config_error.h"
+#include "basin/core/data/dataset.h"
 #include "basin/core/serialization/torch_save_file.h"
-#include "basin/core/train/dataset.h"
 #include "basin/core/train/trainer.h"
 #include "test_paths.h"
 #include "test_util.h"

@@ -14,9 +14,9 @@
 
 #include "basin/core/config/config.h"
 #include "basin/core/engine/callback.h"
+#include "basin/core/model/model.h"
 #include "basin/core/serialization/torch_save_file.h"
 #include "basin/core/train/loss.h"
-#include "basin/core/train/model.h"
 #include "basin/core/train/trainer.h"
 #include "distributed_util.h"
 #include "test_util.h"

@@ -7,7 +7,7 @@
 
 #include "basin/core/base/torch_compat.h"
 #include "basin/core/config/config.h"
-#include "basin/core/train/model.h"
+#include "basin/core/model/model.h"
 #include "python_models.h"
 #include "test_paths.h"
 #include "test_util.h"

@@ -11,10 +11,10 @@
 #include <torch/csrc/distributed/c10d/HashStore.hpp>
 #include <torch/optim/sgd.h>
 
+#include "basin/core/communication/communicator.h"
 #include "basin/core/engine/callback.h"
-#include "basin/core/parallel/communication/communicator.h"
+#include "basin/core/model/model.h"
 #include "basin/core/parallel/zero/sharded_optimizer.h"
-#include "basin/core/train/model.h"
 #include "basin/core/train/step_checks.h"
 #include "basin/core/train/trainer.h"
 #include "test_util.h"

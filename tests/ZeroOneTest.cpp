@@ -13,9 +13,9 @@
 
 #include "basin/algorithms/sam/sam_optimizer.h"
 #include "basin/core/checkpoint/checkpoint.h"
-#include "basin/core/parallel/grad_norm.h"
+#include "basin/core/model/model.h"
 #include "basin/core/parallel/zero/sharded_optimizer.h"
-#include "basin/core/train/model.h"
+#include "basin/core/sharding/grad_norm.h"
 #include "distributed_util.h"
 #include "test_util.h"
 

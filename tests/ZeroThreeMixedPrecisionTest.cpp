@@ -18,9 +18,9 @@
 #include "fully_sharded_of.h"
 #include "basin/core/base/torch_compat.h"
 #include "basin/core/engine/algorithm.h"
+#include "basin/core/model/model.h"
 #include "basin/core/parallel/zero3/fully_sharded_model.h"
 #include "basin/core/serialization/torch_save_file.h"
-#include "basin/core/train/model.h"
 #include "distributed_util.h"
 #include "test_util.h"
 

@@ -10,9 +10,9 @@
 #include <ATen/ATen.h>
 
 #include "fully_sharded_of.h"
-#include "basin/core/parallel/communication/communicator.h"
+#include "basin/core/communication/communicator.h"
+#include "basin/core/model/model.h"
 #include "basin/core/parallel/zero3/fully_sharded_model.h"
-#include "basin/core/train/model.h"
 #include "distributed_util.h"
 #include "test_util.h"
 

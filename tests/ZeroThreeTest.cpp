@@ -13,10 +13,10 @@
 #include "fully_sharded_of.h"
 #include "basin/algorithms/sam/sam_optimizer.h"
 #include "basin/core/engine/callback.h"
+#include "basin/core/model/model.h"
 #include "basin/core/optim/optimizer_state.h"
 #include "basin/core/parallel/zero3/fully_sharded_model.h"
 #include "basin/core/parallel/zero3/fully_sharded_optimizer.h"
-#include "basin/core/train/model.h"
 #include "distributed_util.h"
 #include "test_util.h"
 

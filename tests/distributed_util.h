@@ -12,8 +12,8 @@
 #include <ATen/ATen.h>
 #include <torch/csrc/distributed/c10d/HashStore.hpp>
 
+#include "basin/core/communication/communicator.h"
 #include "basin/core/engine/algorithm.h"
-#include "basin/core/parallel/communication/communicator.h"
 #include "basin/core/train/trainer.h"
 #include "test_util.h"
 

@@ -4,8 +4,8 @@
 // runs the model's units. The trainer names no mode, so the test looks
 // through the model's unit runner.
 
+#include "basin/core/model/model.h"
 #include "basin/core/parallel/zero3/fully_sharded_model.h"
-#include "basin/core/train/model.h"
 #include "basin/core/train/trainer.h"
 
 namespace basin::test {

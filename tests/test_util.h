@@ -15,7 +15,7 @@
 #include "basin/core/config/config.h"
 #include "basin/core/config/config_error.h"
 #include "basin/core/engine/callback.h"
-#include "basin/core/train/model.h"
+#include "basin/core/model/model.h"
 #include "basin/core/train/trainer.h"
 
 namespace basin::test {

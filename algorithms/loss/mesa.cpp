@@ -8,7 +8,7 @@
 #include <ATen/autocast_mode.h>
 #include <torch/nn/module.h>
 
-#include "basin/core/parallel/sharded_parameters.h"
+#include "basin/core/sharding/sharded_parameters.h"
 
 namespace basin {
 

@@ -39,7 +39,7 @@ class GSAM : public CleanGradientSAM {
     for (const auto& g : groups) {
       for (std::size_t j = 0; j < g.params.size(); ++j) {
         const at::Tensor* clean = clean_gradient(g.params[j]);
-        if (clean == nullptr || !step.counted_here(g.params[j])) continue;
+        if (clean == nullptr || !g.shares[j].counted_here) continue;
         const at::Tensor perturbed = g.grads[j].to(at::kFloat);
         const at::Tensor plain = clean->to(at::kFloat);
         const at::Tensor part = at::stack({(perturbed * plain).sum(), perturbed.pow(2).sum(), plain.pow(2).sum()});
@@ -58,7 +58,7 @@ class GSAM : public CleanGradientSAM {
     for (auto& g : groups) {
       for (std::size_t j = 0; j < g.params.size(); ++j) {
         const at::Tensor* clean = clean_gradient(g.params[j]);
-        if (clean == nullptr || !step.owns(g.params[j])) continue;
+        if (clean == nullptr || !g.shares[j].stepped_here) continue;
         const at::Tensor orthogonal = *clean - g.grads[j] * along;
         g.grads[j].add_(orthogonal, -alpha_);
       }

@@ -16,7 +16,6 @@
 // every rank (and rank 0's checkpoint) holds the whole g_v. Cost: 1 + 1/k passes a
 // step; one copy of the parameters and two of the gradients (g_v, and the
 // clean g kept for the refresh).
-#include <algorithm>
 #include <cmath>
 
 #include <ATen/ATen.h>
@@ -24,7 +23,7 @@
 #include "basin/algorithms/sam/clean_gradients.h"
 #include "basin/algorithms/sam/sam.h"
 #include "basin/algorithms/sam/sam_registry.h"
-#include "basin/core/parallel/sharded_parameters.h"
+#include "basin/core/sharding/sharded_parameters.h"
 
 namespace basin {
 class LookSAM : public SAM {
@@ -70,7 +69,7 @@ class LookSAM : public SAM {
     for (const auto& g : groups) {
       for (std::size_t j = 0; j < g.params.size(); ++j) {
         const at::Tensor* clean = clean_.of(g.params[j]);
-        if (clean == nullptr || !step.counted_here(g.params[j])) continue;
+        if (clean == nullptr || !g.shares[j].counted_here) continue;
         sums += at::stack(
             {(g.grads[j].to(at::kDouble) * clean->to(at::kDouble)).sum(), clean->to(at::kDouble).pow(2).sum()});
       }
@@ -78,53 +77,45 @@ class LookSAM : public SAM {
     sums = step.sum_over_shards(sums).cpu();
     const double dot = sums[0].item<double>(), clean_squares = sums[1].item<double>();
     const double along = clean_squares > 0 ? dot / clean_squares : 0;
+    // Synced under ZeRO-2, a rank holds its own gradients only, but g_v stays
+    // whole on every rank (as under ZeRO-1, and as checkpoints save it): every
+    // parameter's from its owner, zero where the owner had no g_s. Elsewhere
+    // each parameter with a g_s, from the rank that steps it.
+    const bool every_parameter = step.ascent_sharded();
     std::vector<at::Tensor> params, orthogonals;
-    if (step.ascent_sharded()) {
-      // ZeRO-2: a rank holds its own gradients only, but g_v stays whole on
-      // every rank (as under ZeRO-1, and as checkpoints save it): every
-      // parameter's from its owner, zero where the owner had no g_s.
-      for (const auto& g : step.parameter_groups()) {
-        for (const auto& p : g.params) {
-          const at::Tensor* clean = clean_.of(p);
-          at::Tensor& orthogonal = orthogonal_.of(p);
-          if (!step.owns(p)) {
-            orthogonal = at::empty_like(p);
-          } else if (clean == nullptr || !p.grad().defined()) {
-            orthogonal = at::zeros_like(p);
-          } else {
-            orthogonal = p.grad() - *clean * along;
-          }
-          params.push_back(p);
-          orthogonals.push_back(orthogonal);
-        }
-      }
-    }
-    for (const auto& g : groups) {
-      if (step.ascent_sharded()) break;  // listed above
+    std::vector<bool> in_rows;  // per listed parameter: its gradient is in rows
+    for (const auto& g : every_parameter ? step.parameter_groups() : groups) {
       for (std::size_t j = 0; j < g.params.size(); ++j) {
-        const at::Tensor* clean = clean_.of(g.params[j]);
-        at::Tensor& orthogonal = orthogonal_.of(g.params[j]);
-        if (clean == nullptr) {
+        const at::Tensor& p = g.params[j];
+        const at::Tensor* clean = clean_.of(p);
+        at::Tensor& orthogonal = orthogonal_.of(p);
+        if (clean == nullptr && !every_parameter) {
           orthogonal = at::Tensor();
           continue;
         }
-        // Another rank's shard: its owner's g_v arrives below.
-        orthogonal = step.owns(g.params[j]) ? g.grads[j] - *clean * along : at::empty_like(*clean);
-        params.push_back(g.params[j]);
+        if (!g.shares[j].stepped_here) {
+          orthogonal = at::empty_like(p);  // another rank's: its owner's g_v arrives below
+        } else if (clean == nullptr || !p.grad().defined()) {
+          orthogonal = at::zeros_like(p);
+        } else {
+          orthogonal = p.grad() - *clean * along;
+        }
+        params.push_back(p);
         orthogonals.push_back(orthogonal);
+        in_rows.push_back(g.shares[j].placement.gradient.in_rows());
       }
     }
     if (step.sharded() != nullptr) step.sharded()->broadcast_from_owners(params, orthogonals);
     // g_v is whole on every rank now, the same, but where a gradient is in
     // rows: there each rank holds its rows of g_v, and the ranks' squares add up.
-    const auto in_rows = [&step](const at::Tensor& p) { return step.gradient_placement(p).in_rows(); };
     const auto options = at::TensorOptions(at::kDouble).device(device);
     at::Tensor whole_squares = at::zeros({1}, options), row_squares = at::zeros({1}, options);
     for (std::size_t i = 0; i < orthogonals.size(); ++i) {
-      (in_rows(params[i]) ? row_squares : whole_squares) += orthogonals[i].to(at::kDouble).pow(2).sum();
+      (in_rows[i] ? row_squares : whole_squares) += orthogonals[i].to(at::kDouble).pow(2).sum();
     }
-    const auto all = SAMOptimizer::parameters_of(step.parameter_groups());
-    if (std::any_of(all.begin(), all.end(), in_rows)) row_squares = step.sum_over_shards(row_squares);
+    if (some_gradient_in_rows(step.sharded(), SAMOptimizer::parameters_of(step.parameter_groups()))) {
+      row_squares = step.sum_over_shards(row_squares);
+    }
     orthogonal_norm_ = std::sqrt((row_squares + whole_squares).item<double>());
     refresh_pending_ = false;
   }

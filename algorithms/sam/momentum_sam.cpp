@@ -27,7 +27,7 @@
 #include "basin/algorithms/sam/sam.h"
 #include "basin/algorithms/sam/sam_registry.h"
 #include "basin/core/optim/optimizer_state.h"
-#include "basin/core/parallel/sharded_parameters.h"
+#include "basin/core/sharding/sharded_parameters.h"
 
 namespace basin {
 namespace {

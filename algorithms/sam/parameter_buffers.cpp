@@ -5,8 +5,8 @@
 
 #include <ATen/ATen.h>
 
-#include "basin/core/parallel/communication/communicator.h"
-#include "basin/core/parallel/sharded_parameters.h"
+#include "basin/core/communication/communicator.h"
+#include "basin/core/sharding/sharded_parameters.h"
 
 namespace basin {
 

@@ -4,16 +4,14 @@
 
 #include <ATen/ATen.h>
 
-#include "basin/core/parallel/sharded_parameters.h"
+#include "basin/core/sharding/sharded_parameters.h"
 
 namespace basin {
 
 ParameterStates RuleState::parameters(const ParameterNumbering& numbering, ShardedParameters* shards) const {
   // A buffer follows its parameter's gradient: where a synced gradient is
   // not whole on every rank, the owner's buffer is the one saved.
-  const bool on_owners = any_placed(shards, numbering.parameters(), [](const ParameterPlacement& placed) {
-    return !placed.gradient.replicated_everywhere();
-  });
+  const bool on_owners = some_gradient_not_whole(shards, numbering.parameters());
   ParameterStates states = new_parameter_states();
   for (const ParameterBuffers* buffers : buffers_) {
     if (on_owners) {

@@ -13,7 +13,7 @@
 #include "basin/core/engine/logger.h"
 #include "basin/core/optim/hyperparameters.h"
 #include "basin/core/optim/optimizer_state.h"
-#include "basin/core/parallel/sharded_parameters.h"
+#include "basin/core/sharding/sharded_parameters.h"
 
 namespace basin {
 
@@ -124,7 +124,7 @@ std::shared_ptr<SAMOptimizer> SAM::make_optimizer(std::shared_ptr<torch::optim::
   SAMOptions options = options_;
   // The trainer's strategy says which shards the base steps; a hand loop's base may be a zero optimizer itself.
   ShardedParameters* shards = state.shards != nullptr ? state.shards : shards_of(*base);
-  if (any_placed(shards, unique_parameters(*base), [](const ParameterPlacement& p) { return p.gradient.in_rows(); })) {
+  if (some_gradient_in_rows(shards, unique_parameters(*base))) {
     // Gradients in rows (zero3): no rank ever holds a whole gradient, so the ascent is synced.
     if (sync_ascent_given_ && !options.sync_ascent) {
       throw ConfigError(key("sync_ascent") + ": false where gradients are in rows (parallel.mode zero3), but a "

@@ -5,8 +5,8 @@
 
 #include <ATen/ATen.h>
 
-#include "basin/core/parallel/communication/communicator.h"
-#include "basin/core/parallel/sharded_parameters.h"
+#include "basin/core/communication/communicator.h"
+#include "basin/core/sharding/sharded_parameters.h"
 
 namespace basin {
 
@@ -51,9 +51,7 @@ SAMOptimizer::SAMOptimizer(std::shared_ptr<torch::optim::Optimizer> base, SAMOpt
   if (dynamic_cast<SAMOptimizer*>(base_.get()) != nullptr) {
     throw std::invalid_argument("SAM: the base optimizer is already a SAMOptimizer");
   }
-  synced_gradients_whole_ = !any_placed(shards_, unique_parameters(*base_), [](const ParameterPlacement& placed) {
-    return !placed.gradient.replicated_everywhere();
-  });
+  synced_gradients_whole_ = !some_gradient_not_whole(shards_, unique_parameters(*base_));
   sync_.start(*this, *base_);
 }
 
@@ -64,7 +62,7 @@ std::vector<GroupView> SAMOptimizer::views(bool perturbed_only, bool with_grads)
   // A tensor listed twice (tied weights, or in two groups) is perturbed, normed and restored once.
   std::unordered_set<const c10::TensorImpl*> seen;
   for (auto& group : param_groups_) {
-    GroupView view{{}, {}, &group.options()};
+    GroupView view{{}, {}, {}, &group.options()};
     for (const auto& p : group.params()) {
       if (!p.requires_grad() || (with_grads && !p.grad().defined()) || (perturbed_only && !perturbs(p)) ||
           !seen.insert(p.unsafeGetTensorImpl()).second) {
@@ -72,6 +70,7 @@ std::vector<GroupView> SAMOptimizer::views(bool perturbed_only, bool with_grads)
       }
       view.params.push_back(p);
       if (with_grads) view.grads.push_back(p.grad());
+      view.shares.push_back(share_of(p));
     }
     groups.push_back(std::move(view));
   }
@@ -93,7 +92,7 @@ std::vector<at::Tensor> SAMOptimizer::parameters_of(const std::vector<GroupView>
 }
 
 void SAMOptimizer::move_to_perturbed(const std::vector<GroupView>& groups, const std::vector<Perturbation>& perturbation) {
-  swap_.move(groups, perturbation, [this](const at::Tensor& p) { return owns(p); });
+  swap_.move(groups, perturbation, [this](const at::Tensor& p) { return shards_ == nullptr || shards_->owns(p); });
   // Each owner perturbed its own shard: the others take w + e from it.
   if (shards_ != nullptr && (rule_->perturbs_on_owners() || ascent_sharded())) shards_->broadcast_parameters();
 }

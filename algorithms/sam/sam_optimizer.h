@@ -16,7 +16,7 @@
 #include "basin/core/engine/state.h"
 #include "basin/core/optim/group_sync.h"
 #include "basin/core/optim/optimizer_state.h"
-#include "basin/core/parallel/placement.h"
+#include "basin/core/sharding/placement.h"
 
 namespace basin {
 
@@ -140,17 +140,6 @@ class SAMOptimizer : public torch::optim::Optimizer, public PassAwareOptimizer, 
   static std::vector<at::Tensor> parameters_of(const std::vector<GroupView>& groups);
   /// The shards the base steps (zero1, zero2, zero3), else nullptr.
   ShardedParameters* sharded() const { return shards_; }
-  /// Where a synced gradient of `param` lives (ShardedParameters::placement):
-  /// replicated when the base steps no shards.
-  Placement gradient_placement(const at::Tensor& param) const;
-  /// Whether this rank steps `param` (all of it, or its rows of it): under
-  /// ZeRO-1 its descent gradient is the average over ranks. Always true
-  /// when the base steps no shards.
-  bool owns(const at::Tensor& param) const;
-  /// Whether this rank adds `param`'s values into a sum over the whole
-  /// model (ShardedParameters::counted_here): always true when the base
-  /// steps no shards. A rule's sums go by it, never by owns().
-  bool counted_here(const at::Tensor& param) const;
   /// `partial` (sums over the parameters this rank counts) added up over
   /// ranks when the base steps shards; `partial` itself otherwise.
   /// Collective then.
@@ -199,6 +188,8 @@ class SAMOptimizer : public torch::optim::Optimizer, public PassAwareOptimizer, 
   /// w <- w + e: owned parameters by storage swap, the others in place (or
   /// from their owners, for a rule that perturbs on owners).
   void move_to_perturbed(const std::vector<GroupView>& groups, const std::vector<Perturbation>& perturbation);
+  /// Where `param` is placed, and what this rank does with it (a view's share).
+  ParameterShare share_of(const at::Tensor& param) const;
   void base_step();
   void skip_step();
   at::Tensor plain_step(const LossClosure& closure);

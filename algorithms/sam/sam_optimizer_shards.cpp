@@ -6,20 +6,15 @@
 
 #include <ATen/ATen.h>
 
-#include "basin/core/parallel/communication/communicator.h"
-#include "basin/core/parallel/grad_norm.h"
-#include "basin/core/parallel/sharded_parameters.h"
+#include "basin/core/communication/communicator.h"
+#include "basin/core/sharding/grad_norm.h"
+#include "basin/core/sharding/sharded_parameters.h"
 
 namespace basin {
 
-Placement SAMOptimizer::gradient_placement(const at::Tensor& param) const {
-  return shards_ != nullptr ? shards_->placement(param).gradient : Placement::replicated();
-}
-
-bool SAMOptimizer::owns(const at::Tensor& param) const { return shards_ == nullptr || shards_->owns(param); }
-
-bool SAMOptimizer::counted_here(const at::Tensor& param) const {
-  return shards_ == nullptr || shards_->counted_here(param);
+ParameterShare SAMOptimizer::share_of(const at::Tensor& param) const {
+  if (shards_ == nullptr) return {};
+  return {shards_->placement(param), shards_->owns(param), shards_->counted_here(param)};
 }
 
 at::Tensor SAMOptimizer::sum_over_shards(const at::Tensor& partial) {

@@ -5,17 +5,34 @@
 
 #include <ATen/core/Tensor.h>
 
+#include "basin/core/sharding/placement.h"
+
 namespace torch::optim { class OptimizerOptions; }
 
 namespace basin {
 
 class SAMOptimizer;
 
+/// Where one parameter of a view is across the ranks, as a rule reads it
+/// (ShardedParameters; everything here when the base steps no shards).
+struct ParameterShare {
+  ParameterPlacement placement;
+  /// This rank steps it (all of it, or its rows): under ZeRO-1 its descent
+  /// gradient is the average over ranks here.
+  bool stepped_here = true;
+  /// This rank adds its values into a sum over the whole model, which
+  /// SAMOptimizer::sum_over_shards completes (ShardedParameters::counted_here).
+  /// A rule's sums go by it, never by stepped_here.
+  bool counted_here = true;
+};
+
 /// The parameters of one param group that take part in a phase of the SAM
-/// step, with the group's options (one source of truth with the base's).
+/// step, with the group's options (one source of truth with the base's) and
+/// where each parameter is placed.
 struct GroupView {
   std::vector<at::Tensor> params;
   std::vector<at::Tensor> grads;  // one per parameter, or empty where the views hold none
+  std::vector<ParameterShare> shares;  // one per parameter
   torch::optim::OptimizerOptions* options = nullptr;
   /// The group's hyper-parameter `name` ("lr", "rho", "eta").
   double get(const std::string& name) const;
@@ -29,10 +46,10 @@ struct Perturbation {
 
 /// What a SAM variant changes in the one SAM step (SAMOptimizer): three
 /// hooks and a property, each with SAM's behaviour by default. Hooks run
-/// without grad (they may change gradients in place) and receive the step,
-/// which offers what they need (views of
-/// the groups, the norm scaled to rho, sums over ZeRO-1 shards, a step
-/// after the base's). What a rule keeps between steps it declares as a
+/// without grad (they may change gradients in place) and receive the
+/// groups' views, which say where each parameter is placed, and the step,
+/// which offers what they need besides (the norm scaled to rho, sums over
+/// shards, a step after the base's). What a rule keeps between steps it declares as a
 /// RuleState (see SAM::rule_state), not through hooks; what a pass runs on
 /// is a second, optional contract (PassPlan).
 class SAMRule {

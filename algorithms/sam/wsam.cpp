@@ -34,7 +34,7 @@ class WSAM : public CleanGradientSAM {
     for (auto& g : groups) {
       for (std::size_t j = 0; j < g.params.size(); ++j) {
         const at::Tensor* clean = clean_gradient(g.params[j]);
-        if (clean == nullptr || !step.owns(g.params[j])) continue;
+        if (clean == nullptr || !g.shares[j].stepped_here) continue;
         at::Tensor& grad = g.grads[j];
         if (decouple_) {
           sharpness_steps.push_back({g.params[j], grad - *clean, g.get("lr") * weight_});

@@ -11,15 +11,15 @@
 #include <torch/optim/optimizer.h>
 
 #include "basin/core/base/torch_compat.h"
+#include "basin/core/communication/byte_collectives.h"
+#include "basin/core/communication/communicator.h"
 #include "basin/core/engine/algorithm.h"
 #include "basin/core/engine/callback.h"
 #include "basin/core/engine/engine.h"
 #include "basin/core/engine/logger.h"
 #include "basin/core/optim/optimizer_state.h"
 #include "basin/core/optim/scheduler.h"
-#include "basin/core/parallel/communication/byte_collectives.h"
-#include "basin/core/parallel/communication/communicator.h"
-#include "basin/core/parallel/sharded_parameters.h"
+#include "basin/core/sharding/sharded_parameters.h"
 
 namespace basin {
 

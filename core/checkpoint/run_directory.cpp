@@ -10,11 +10,11 @@
 #include "basin/core/base/checkpoint_error.h"
 #include "basin/core/base/console.h"
 #include "basin/core/checkpoint/checkpoint_file.h"
+#include "basin/core/communication/byte_collectives.h"
+#include "basin/core/communication/communicator.h"
 #include "basin/core/config/config.h"
 #include "basin/core/config/config_error.h"
 #include "basin/core/config/config_file.h"
-#include "basin/core/parallel/communication/byte_collectives.h"
-#include "basin/core/parallel/communication/communicator.h"
 
 namespace fs = std::filesystem;
 
@@ -41,9 +41,13 @@ std::string RunDirectory::checkpoint_folder(const Json& config) const {
   }
   // Read as the callback reads it (the same refusals, naming the key); its other keys are the callback's to check.
   Params settings(callbacks->at("checkpoint"), "callbacks.checkpoint");
-  const std::string dir = settings.string("dir", kCheckpoints);
-  if (dir.empty()) settings.fail("dir", "a folder name", Json(dir));
-  return resolve(dir);
+  return resolve(checkpoint_dir(settings));
+}
+
+std::string RunDirectory::checkpoint_dir(Params& checkpoint_settings) {
+  const std::string dir = checkpoint_settings.string("dir", kCheckpoints);
+  if (dir.empty()) checkpoint_settings.fail("dir", "a folder name", Json(dir));
+  return dir;
 }
 
 void RunDirectory::check_unused(bool overwrite) const {

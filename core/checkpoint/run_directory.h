@@ -10,6 +10,7 @@
 namespace basin {
 
 class Communicator;
+class Params;
 
 /// A run's folder, as basin-train lays it out and basin-generate and a
 /// resumed run read it: one place for its file names, for the folder its
@@ -20,7 +21,8 @@ class Communicator;
 ///   data_info.json    what sizes the model (the data's name, input shape, classes)
 ///   metrics.jsonl     one JSON line per logged step
 ///   summary.json      the finished run's figures
-///   state_dict.pt     the trained model for Python (model.pt: TorchScript; hf/: GPT-2)
+///   state_dict.pt     the trained model for Python (Model::kStateDictFile;
+///                     model.pt: TorchScript; hf/: GPT-2)
 ///   checkpoints/      callbacks.checkpoint.dir (relative to the run, or absolute)
 class RunDirectory {
  public:
@@ -28,7 +30,6 @@ class RunDirectory {
   static constexpr const char* kDataInfo = "data_info.json";
   static constexpr const char* kMetrics = "metrics.jsonl";
   static constexpr const char* kSummary = "summary.json";
-  static constexpr const char* kStateDict = "state_dict.pt";
   /// The checkpoint callback's folder when its config names none.
   static constexpr const char* kCheckpoints = "checkpoints";
 
@@ -45,6 +46,9 @@ class RunDirectory {
   /// The folder the config's checkpoint callback writes to
   /// (callbacks.checkpoint.dir, default kCheckpoints).
   std::string checkpoint_folder(const Json& config) const;
+  /// The checkpoint callback's "dir" from its settings (callbacks.checkpoint),
+  /// default kCheckpoints; a ConfigError naming the key when empty.
+  static std::string checkpoint_dir(Params& checkpoint_settings);
 
   /// Refuses (ConfigError naming the flag) a folder that already holds a
   /// run (metrics.jsonl or summary.json) unless `overwrite`, and a path

@@ -3,7 +3,7 @@
 #include <string>
 
 #include "basin/core/base/state_dict.h"
-#include "basin/core/parallel/rows_layout.h"
+#include "basin/core/sharding/rows_layout.h"
 
 namespace basin {
 

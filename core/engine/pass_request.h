@@ -4,7 +4,7 @@
 
 #include <ATen/core/Tensor.h>
 
-#include "basin/core/engine/batch.h"
+#include "basin/core/data/batch.h"
 
 namespace basin {
 

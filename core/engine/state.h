@@ -9,7 +9,7 @@
 #include <ATen/core/Tensor.h>
 #include <c10/core/Device.h>
 
-#include "basin/core/engine/batch.h"
+#include "basin/core/data/batch.h"
 #include "basin/core/engine/pass_request.h"
 
 namespace torch {

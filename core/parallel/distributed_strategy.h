@@ -12,8 +12,8 @@
 #include "basin/core/engine/engine.h"
 #include "basin/core/engine/pass_request.h"
 #include "basin/core/engine/state.h"
-#include "basin/core/parallel/rows_layout.h"
-#include "basin/core/parallel/sharded_parameters.h"
+#include "basin/core/sharding/rows_layout.h"
+#include "basin/core/sharding/sharded_parameters.h"
 
 namespace torch::nn { class Module; }
 
@@ -101,7 +101,7 @@ class DistributedStrategy {
 ///
 /// Its "activation_checkpointing" is no mode's concern: the trainer reads
 /// it and tells the model, which runs its units, the ones recomputed in
-/// backward (core/train/unit_selection.h).
+/// backward (core/model/unit_selection.h).
 ///
 /// `given` is a communicator the caller made (the hand loop, tests); without
 /// one, a process started by basin-run or torchrun joins its job, and a

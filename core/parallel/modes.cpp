@@ -10,8 +10,8 @@
 
 #include <torch/csrc/distributed/c10d/HashStore.hpp>
 
-#include "basin/core/parallel/communication/communicator.h"
-#include "basin/core/parallel/communication/rendezvous.h"
+#include "basin/core/communication/communicator.h"
+#include "basin/core/communication/rendezvous.h"
 #include "basin/core/parallel/ddp/data_parallel_strategy.h"
 #include "basin/core/parallel/zero/zero_strategy.h"
 #include "basin/core/parallel/zero3/fully_sharded_options.h"

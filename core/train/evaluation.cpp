@@ -6,8 +6,8 @@
 #include <ATen/ATen.h>
 
 #include "basin/core/engine/engine.h"
+#include "basin/core/model/model.h"
 #include "basin/core/train/autocast.h"
-#include "basin/core/train/model.h"
 
 namespace basin {
 

@@ -3,8 +3,8 @@
 #include <cmath>
 #include <cstdint>
 
+#include "basin/core/data/dataset.h"
 #include "basin/core/engine/state.h"
-#include "basin/core/train/dataset.h"
 #include "basin/core/train/loss.h"
 
 namespace basin {

@@ -7,8 +7,8 @@
 #include <c10/util/StringUtil.h>
 
 #include "basin/core/config/config_error.h"
-#include "basin/core/train/eval_mode.h"
-#include "basin/core/train/model.h"
+#include "basin/core/model/eval_mode.h"
+#include "basin/core/model/model.h"
 
 namespace basin {
 namespace {

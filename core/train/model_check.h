@@ -4,7 +4,7 @@
 
 #include <c10/core/Device.h>
 
-#include "basin/core/train/dataset.h"
+#include "basin/core/data/dataset.h"
 #include "basin/core/train/loss.h"
 
 namespace basin {

@@ -6,11 +6,11 @@
 #include <ATen/ATen.h>
 #include <torch/optim/optimizer.h>
 
+#include "basin/core/communication/communicator.h"
 #include "basin/core/optim/loss_scaler.h"
 #include "basin/core/optim/optimizer_state.h"
-#include "basin/core/parallel/communication/communicator.h"
-#include "basin/core/parallel/grad_norm.h"
-#include "basin/core/parallel/sharded_parameters.h"
+#include "basin/core/sharding/grad_norm.h"
+#include "basin/core/sharding/sharded_parameters.h"
 
 namespace basin {
 

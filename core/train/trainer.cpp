@@ -10,14 +10,14 @@
 #include <torch/optim/optimizer.h>
 
 #include "basin/core/base/interrupt.h"
+#include "basin/core/communication/communicator.h"
+#include "basin/core/data/data_pipeline.h"
+#include "basin/core/model/model.h"
 #include "basin/core/optim/loss_scaler.h"
 #include "basin/core/optim/scheduler.h"
-#include "basin/core/parallel/communication/communicator.h"
 #include "basin/core/parallel/distributed_strategy.h"
-#include "basin/core/parallel/sharded_parameters.h"
-#include "basin/core/train/data_pipeline.h"
+#include "basin/core/sharding/sharded_parameters.h"
 #include "basin/core/train/generator_lock.h"
-#include "basin/core/train/model.h"
 #include "basin/core/train/step_checks.h"
 #include "basin/core/train/training_closure.h"
 

@@ -5,10 +5,10 @@
 
 #include "basin/core/base/state_dict.h"
 #include "basin/core/config/config.h"
+#include "basin/core/data/dataset.h"
 #include "basin/core/engine/engine.h"
 #include "basin/core/engine/pass_hooks.h"
 #include "basin/core/engine/state.h"
-#include "basin/core/train/dataset.h"
 #include "basin/core/train/evaluation.h"
 #include "basin/core/train/loss.h"
 

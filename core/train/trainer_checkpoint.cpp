@@ -9,8 +9,8 @@
 #include "basin/core/checkpoint/checkpoint.h"
 #include "basin/core/checkpoint/checkpoint_file.h"
 #include "basin/core/checkpoint/sharded_checkpoint.h"
+#include "basin/core/model/model.h"
 #include "basin/core/parallel/distributed_strategy.h"
-#include "basin/core/train/model.h"
 #include "basin/core/train/run_identity.h"
 #include "basin/core/train/step_checks.h"
 

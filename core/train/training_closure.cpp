@@ -8,11 +8,11 @@
 #include <ATen/ATen.h>
 #include <torch/optim/optimizer.h>
 
+#include "basin/core/communication/communicator.h"
 #include "basin/core/engine/engine.h"
+#include "basin/core/model/model.h"
 #include "basin/core/optim/loss_scaler.h"
-#include "basin/core/parallel/communication/communicator.h"
 #include "basin/core/train/autocast.h"
-#include "basin/core/train/model.h"
 
 namespace basin {
 

@@ -5,28 +5,28 @@
 #   core/                   includes no plug-in folder; its root holds no
 #                           source but precompiled.h
 #   core/<layer>/           includes no core/ layer above its own, in the
-#                           order base, config, serialization, optim, engine,
-#                           parallel, checkpoint, train; a folder of core/
-#                           that is no layer is reported
-#   core/parallel/communication/
-#                           includes nothing else of core/parallel/
-#   core/parallel/ (its root: the contracts)
+#                           order base, config, serialization, communication,
+#                           data, model, optim, sharding, engine, parallel,
+#                           checkpoint, train, nor forward-declares a type
+#                           one of those defines; a folder of core/ that is
+#                           no layer is reported
+#   core/parallel/ (its root: the contract a mode implements)
 #                           includes no mode's folder; modes.cpp, where the
 #                           modes register, aside
 #   core/parallel/<mode>/   includes no other mode's folder but ddp/ (every
 #                           mode keeps data-parallel replicas); a folder of
-#                           core/parallel/ that is neither a mode nor
-#                           communication/ is reported
+#                           core/parallel/ that is no mode is reported
 #   core/'s other layers     include no mode's folder (the trainer and
 #                           checkpoints see a mode through the contracts)
 #   algorithms/, callbacks/, schedulers/
-#                           include core/'s layers up to checkpoint/ (with
-#                           core/parallel/'s root, the contracts, and
-#                           core/parallel/communication/) and their own
-#                           folder (its subfolders included: algorithms/sam/)
-#                           only: never a parallel mode's, nor core/train/
+#                           include core/'s layers up to checkpoint/ but
+#                           parallel/, and their own folder (its subfolders
+#                           included: algorithms/sam/) only: never a
+#                           parallel mode's, nor core/train/
 #   models/, datasets/, launch/ (the library parts on top)
-#                           include core/ and their own folder only
+#                           include core/ and their own folder only;
+#                           models/ and datasets/ never core/train/ (they
+#                           implement core/model/'s and core/data/'s contracts)
 #   core/ and the plug-ins  include no library part
 #   programs/               is included by nothing (tests, bench and fuzz
 #                           included): its files are mains
@@ -49,7 +49,7 @@ sources() { find "$@" -type f \( -name '*.h' -o -name '*.cpp' \) 2>/dev/null | s
 as_violation() { sed -E "s|^([^:]+:[0-9]+):.*$|\1: $1|"; }
 
 mapfile -t core_files < <(sources core)
-layers=(base config serialization optim engine parallel checkpoint train)
+layers=(base config serialization communication data model optim sharding engine parallel checkpoint train)
 
 violations=$(
   grep -nE "${inc}[<\"]basin/($plugin_pattern)/" "${core_files[@]}" /dev/null | as_violation "core includes a plug-in"
@@ -66,17 +66,18 @@ violations=$(
     above_pattern=$(IFS='|'; echo "${above[*]}")
     grep -nE "${inc}[<\"]basin/core/($above_pattern)/" "${files[@]}" /dev/null |
       as_violation "core/${layers[i]}/ includes no layer above it (${above[*]})"
+    # Nor names one through a forward declaration, which includes nothing but points up all the same.
+    above_types=$(sources "${above[@]/#/core/}" | xargs -r grep -hoE '^\s*(class|struct)\s+[A-Z][A-Za-z0-9_]*\s*(final\s*)?[:{]' |
+      sed -E 's/^\s*(class|struct)\s+([A-Za-z0-9_]+).*/\2/' | sort -u | paste -sd'|')
+    [ -n "$above_types" ] && grep -nE "^\s*(class|struct)\s+($above_types)\s*;" "${files[@]}" /dev/null |
+      as_violation "core/${layers[i]}/ declares no type a layer above it defines (${above[*]})"
   done
 
   parallel=core/parallel
   modes=(ddp zero zero3)
   mode_pattern=$(IFS='|'; echo "${modes[*]}")
-  find $parallel -mindepth 1 -maxdepth 1 -type d | sort | grep -vxE "$parallel/($mode_pattern|communication)" |
-    sed -E 's|$|/: neither a mode of core/parallel/ ('"${modes[*]}"') nor communication/: add it to the modes|'
-  mapfile -t communication < <(sources $parallel/communication)
-  [ ${#communication[@]} -gt 0 ] && grep -nE "${inc}[<\"]basin/$parallel/" "${communication[@]}" /dev/null |
-    grep -vE "${inc}[<\"]basin/$parallel/communication/" |
-    as_violation "core/parallel/communication/ includes nothing else of core/parallel/"
+  find $parallel -mindepth 1 -maxdepth 1 -type d | sort | grep -vxE "$parallel/($mode_pattern)" |
+    sed -E 's|$|/: no mode of core/parallel/ ('"${modes[*]}"'): add it to the modes|'
   mapfile -t contracts < <(find $parallel -maxdepth 1 -type f \( -name '*.h' -o -name '*.cpp' \) ! -name modes.cpp | sort)
   [ ${#contracts[@]} -gt 0 ] && grep -nE "${inc}[<\"]basin/$parallel/($mode_pattern)/" "${contracts[@]}" /dev/null |
     as_violation "core/parallel/'s root includes no mode's folder (modes.cpp aside)"
@@ -95,8 +96,8 @@ violations=$(
     mapfile -t files < <(sources "$plugin")
     [ ${#files[@]} -gt 0 ] || continue
     grep -nE "${inc}[<\"]basin/" "${files[@]}" /dev/null |
-      grep -vE "${inc}[<\"]basin/(core/(base|config|serialization|optim|engine|checkpoint|parallel|parallel/communication)|$plugin(/[a-z0-9_]+)?)/[a-z0-9_]+\.h[>\"]" |
-      as_violation "$plugin/ includes only core/'s layers up to checkpoint/, core/parallel/'s root and communication/, and $plugin/"
+      grep -vE "${inc}[<\"]basin/(core/(base|config|serialization|communication|data|model|optim|sharding|engine|checkpoint)|$plugin(/[a-z0-9_]+)?)/[a-z0-9_]+\.h[>\"]" |
+      as_violation "$plugin/ includes only core/'s layers up to checkpoint/ but parallel/, and $plugin/"
   done
 
   parts=(models datasets launch)
@@ -108,6 +109,9 @@ violations=$(
       grep -vE "${inc}[<\"]basin/(core|$part)/" |
       as_violation "$part/ includes core/ and $part/ only"
   done
+  mapfile -t contract_parts < <(sources models datasets)
+  grep -nE "${inc}[<\"]basin/core/train/" "${contract_parts[@]}" /dev/null |
+    as_violation "models/ and datasets/ include no core/train/: they implement core/model/'s and core/data/'s contracts"
   mapfile -t below_parts < <(sources core "${plugins[@]}")
   grep -nE "${inc}[<\"]basin/($part_pattern)/" "${below_parts[@]}" /dev/null |
     as_violation "core/ and the plug-ins include no library part (${parts[*]})"

@@ -17,44 +17,49 @@ callbacks_plant=$(plant callbacks/progress.cpp '#include "basin/launch/local_ran
 expected=(
   "$(plant core/engine/engine.h '#include "basin/callbacks/progress.h"'): core includes a plug-in"
   "$(plant core/train/trainer.cpp '#include <basin/algorithms/sam.h>'): core includes a plug-in"
-  "$(plant core/parallel/communication/communicator.cpp '#include "basin/core/train/trainer.h"'): core/parallel/ includes no layer above it (checkpoint train)"
-  "$(plant core/config/config_text.h '#include "basin/core/engine/state.h"'): core/config/ includes no layer above it (serialization optim engine parallel checkpoint train)"
+  "$(plant core/communication/communicator.cpp '#include "basin/core/train/trainer.h"'): core/communication/ includes no layer above it (data model optim sharding engine parallel checkpoint train)"
+  "$(plant core/config/config_text.h '#include "basin/core/engine/state.h"'): core/config/ includes no layer above it (serialization communication data model optim sharding engine parallel checkpoint train)"
   "$(plant core/engine/state.cpp '#include "basin/core/checkpoint/checkpoint.h"'): core/engine/ includes no layer above it (parallel checkpoint train)"
   "$(plant core/stray.cpp '// a file in no layer'): core/'s root holds no source but precompiled.h: put it in its layer"
-  "$(plant algorithms/sam/gsam.cpp '#include "basin/core/train/trainer.h"'): algorithms/ includes only core/'s layers up to checkpoint/, core/parallel/'s root and communication/, and algorithms/"
-  "$(plant core/parallel/communication/rendezvous.cpp '#include "basin/core/parallel/grad_norm.h"'): core/parallel/communication/ includes nothing else of core/parallel/"
+  "$(plant algorithms/sam/gsam.cpp '#include "basin/core/train/trainer.h"'): algorithms/ includes only core/'s layers up to checkpoint/ but parallel/, and algorithms/"
+  "$(plant core/communication/rendezvous.cpp '#include "basin/core/sharding/grad_norm.h"'): core/communication/ includes no layer above it (data model optim sharding engine parallel checkpoint train)"
   "$(plant core/parallel/distributed_strategy.cpp '#include "basin/core/parallel/zero/zero_strategy.h"'): core/parallel/'s root includes no mode's folder (modes.cpp aside)"
   "$(plant core/parallel/ddp/bucket_reducer.cpp '#include "basin/core/parallel/zero3/fully_sharded_model.h"'): core/parallel/ddp/ includes no other mode's folder but ddp/"
-  "$(plant algorithms/sam/looksam.cpp '#include "basin/core/parallel/zero/sharded_optimizer.h"'): algorithms/ includes only core/'s layers up to checkpoint/, core/parallel/'s root and communication/, and algorithms/"
+  "$(plant algorithms/sam/looksam.cpp '#include "basin/core/parallel/zero/sharded_optimizer.h"'): algorithms/ includes only core/'s layers up to checkpoint/ but parallel/, and algorithms/"
   "$(plant core/train/trainer_setup.cpp '#include "basin/core/parallel/zero3/fully_sharded_model.h"'): core/'s layers outside core/parallel/ include no mode's folder: they ask the contracts"
   "$(plant core/checkpoint/checkpoint.cpp '#include "basin/core/parallel/zero/sharded_optimizer.h"'): core/'s layers outside core/parallel/ include no mode's folder: they ask the contracts"
+  "$(plant core/data/dataset.h '#include "basin/core/engine/state.h"'): core/data/ includes no layer above it (model optim sharding engine parallel checkpoint train)"
+  "$(plant core/optim/loss_scaler.h 'class Trainer;'): core/optim/ declares no type a layer above it defines (sharding engine parallel checkpoint train)"
+  "$(plant core/sharding/placement.h '#include "basin/core/engine/state.h"'): core/sharding/ includes no layer above it (engine parallel checkpoint train)"
+  "$(plant models/gpt.cpp '#include "basin/core/train/trainer.h"'): models/ and datasets/ include no core/train/: they implement core/model/'s and core/data/'s contracts"
   "$(plant models/mlp.cpp '#include "basin/datasets/idx_file.h"'): models/ includes core/ and models/ only"
   "$(plant launch/coordinator.cpp '#include "basin/algorithms/sam/sam.h"'): launch/ includes core/ and launch/ only"
-  "$(plant core/train/dataset.cpp '#include "basin/datasets/image_folder.h"'): core/ and the plug-ins include no library part (models datasets launch)"
-  "$callbacks_plant: callbacks/ includes only core/'s layers up to checkpoint/, core/parallel/'s root and communication/, and callbacks/"
+  "$(plant core/data/dataset.cpp '#include "basin/datasets/image_folder.h"'): core/ and the plug-ins include no library part (models datasets launch)"
+  "$callbacks_plant: callbacks/ includes only core/'s layers up to checkpoint/ but parallel/, and callbacks/"
   "$callbacks_plant: core/ and the plug-ins include no library part (models datasets launch)"
   "$(plant core/base/blas.cpp '#include "basin/programs/memory_reuse.h"'): nothing includes programs/: its files are mains"
   "$(seq 401 | sed 's|^|// line |' > "$scratch/programs/long.cpp"; echo programs/long.cpp:1): 401 lines, over 400: split it by concern"
   "$(plant core/optim/group_sync.cpp 'basin::GradScaler* planted = nullptr;'): core names the plug-in type GradScaler"
-  "$(plant algorithms/sam/sam.cpp '#include "basin/callbacks/grad_scaler.h"'): algorithms/ includes only core/'s layers up to checkpoint/, core/parallel/'s root and communication/, and algorithms/"
-  "$(plant schedulers/step.cpp '#include "basin/core/train/model.h"'): schedulers/ includes only core/'s layers up to checkpoint/, core/parallel/'s root and communication/, and schedulers/"
+  "$(plant algorithms/sam/sam.cpp '#include "basin/callbacks/grad_scaler.h"'): algorithms/ includes only core/'s layers up to checkpoint/ but parallel/, and algorithms/"
+  "$(plant schedulers/step.cpp '#include "basin/core/parallel/distributed_strategy.h"'): schedulers/ includes only core/'s layers up to checkpoint/ but parallel/, and schedulers/"
   "$(plant core/engine/event.cpp '#  include  "basin/callbacks/progress.h"'): core includes a plug-in"
   "$(plant core/optim/scheduler.cpp '#include "../engine/state.h"'): basin's files are included by their basin/ path, never a relative one"
   "$(plant core/train/loss.cpp '#include <basin/basin.h>'): the library includes what it uses, never the umbrella basin.h (for programs and users)"
-  "$(mkdir "$scratch/core/util"; plant core/util/planted.h '#pragma once' > /dev/null; echo core/util/): no layer of core/ (base config serialization optim engine parallel checkpoint train): add it to the layers or move its files into one"
-  "$(mkdir "$scratch/core/parallel/offload"; plant core/parallel/offload/planted.h '#pragma once' > /dev/null; echo core/parallel/offload/): neither a mode of core/parallel/ (ddp zero zero3) nor communication/: add it to the modes"
+  "$(mkdir "$scratch/core/util"; plant core/util/planted.h '#pragma once' > /dev/null; echo core/util/): no layer of core/ (base config serialization communication data model optim sharding engine parallel checkpoint train): add it to the layers or move its files into one"
+  "$(mkdir "$scratch/core/parallel/offload"; plant core/parallel/offload/planted.h '#pragma once' > /dev/null; echo core/parallel/offload/): no mode of core/parallel/ (ddp zero zero3): add it to the modes"
   "$(mkdir "$scratch/tests"; plant tests/planted_test.cpp '#include "basin/programs/hand_loop.cpp"'): nothing includes programs/: its files are mains"
   "$(plant algorithms/sam/asam.cpp 'struct PlantedRule' > /dev/null; plant core/base/random.cpp 'basin::PlantedRule* planted_rule = nullptr;'): core names the plug-in type PlantedRule"
 )
 # Allowed: a plug-in named in a comment or a message, a layer including one below.
 plant core/engine/engine.cpp '// SAMOptimizer calls this; "GradScaler" too' > /dev/null
 plant core/config/config.cpp 'static const char* planted_message = "wrapped by SAM";' > /dev/null
-plant core/train/model.cpp '#include "basin/core/parallel/communication/communicator.h"' > /dev/null
-plant core/checkpoint/checkpoint.cpp '#include "basin/core/parallel/communication/communicator.h"' > /dev/null  # a layer below
+plant core/model/model.cpp '#include "basin/core/communication/communicator.h"' > /dev/null
+plant core/checkpoint/checkpoint.cpp '#include "basin/core/communication/communicator.h"' > /dev/null  # a layer below
 plant callbacks/checkpoint.cpp '#include "basin/core/checkpoint/checkpoint_file.h"' > /dev/null  # the top layer a plug-in sees
 plant core/parallel/zero3/zero3_strategy.cpp '#include "basin/core/parallel/ddp/data_parallel.h"' > /dev/null  # ddp's replicas
 plant core/parallel/modes.cpp '#include "basin/core/parallel/zero3/zero3_strategy.h"' > /dev/null  # the registration
-plant datasets/image_folder.cpp '#include "basin/core/train/dataset.h"' > /dev/null  # a part sits on all of core/
+plant datasets/image_folder.cpp '#include "basin/core/data/dataset.h"' > /dev/null  # a part sits on all of core/
+plant algorithms/sam/esam.cpp '#include "basin/core/model/model.h"' > /dev/null  # a contract below the engine
 plant algorithms/loss/saf.cpp '#include "basin/algorithms/sam/rule_state.h"' > /dev/null  # a plug-in's own subfolder
 
 set +e

@@ -12,7 +12,7 @@
 #include <torch/csrc/autograd/function_hook.h>
 #include <torch/csrc/autograd/variable.h>
 
-#include "basin/core/parallel/communication/communicator.h"
+#include "basin/core/communication/communicator.h"
 
 namespace basin {
 

@@ -5,8 +5,8 @@
 #include <ATen/ATen.h>
 #include <torch/nn/module.h>
 
-#include "basin/core/parallel/communication/communicator.h"
-#include "basin/core/parallel/communication/flat_tensors.h"
+#include "basin/core/communication/communicator.h"
+#include "basin/core/communication/flat_tensors.h"
 
 namespace basin {
 

@@ -2,7 +2,7 @@
 
 #include <ATen/ATen.h>
 
-#include "basin/core/parallel/communication/communicator.h"
+#include "basin/core/communication/communicator.h"
 
 namespace basin {
 

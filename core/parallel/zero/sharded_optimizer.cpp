@@ -11,9 +11,9 @@
 
 #include <ATen/ATen.h>
 
-#include "basin/core/parallel/communication/byte_collectives.h"
-#include "basin/core/parallel/communication/communicator.h"
-#include "basin/core/parallel/communication/flat_tensors.h"
+#include "basin/core/communication/byte_collectives.h"
+#include "basin/core/communication/communicator.h"
+#include "basin/core/communication/flat_tensors.h"
 #include "basin/core/parallel/zero/agreed_gradients.h"
 
 namespace basin {

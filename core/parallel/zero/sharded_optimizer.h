@@ -9,7 +9,7 @@
 
 #include "basin/core/optim/group_sync.h"
 #include "basin/core/optim/optimizer_state.h"
-#include "basin/core/parallel/sharded_parameters.h"
+#include "basin/core/sharding/sharded_parameters.h"
 
 namespace basin {
 

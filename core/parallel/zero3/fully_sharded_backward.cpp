@@ -5,7 +5,7 @@
 
 #include <ATen/ATen.h>
 
-#include "basin/core/parallel/communication/communicator.h"
+#include "basin/core/communication/communicator.h"
 #include "basin/core/parallel/zero3/fully_sharded_unit.h"
 
 namespace basin {

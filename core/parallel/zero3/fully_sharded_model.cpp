@@ -12,7 +12,7 @@
 #include <torch/csrc/autograd/variable.h>
 #include <torch/nn/module.h>
 
-#include "basin/core/parallel/communication/communicator.h"
+#include "basin/core/communication/communicator.h"
 #include "basin/core/parallel/zero3/fully_sharded_unit.h"
 
 namespace basin {

@@ -8,7 +8,7 @@
 
 #include <ATen/core/Tensor.h>
 
-#include "basin/core/parallel/unit_runner.h"
+#include "basin/core/model/unit_runner.h"
 #include "basin/core/parallel/zero3/fully_sharded_options.h"
 
 namespace torch::nn { class Module; }

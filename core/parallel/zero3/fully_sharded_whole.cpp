@@ -5,7 +5,7 @@
 #include <torch/csrc/autograd/function.h>
 #include <torch/csrc/autograd/variable.h>
 
-#include "basin/core/parallel/communication/communicator.h"
+#include "basin/core/communication/communicator.h"
 #include "basin/core/parallel/zero3/fully_sharded_unit.h"
 
 namespace basin {

@@ -9,9 +9,9 @@
 #include <torch/nn/module.h>
 
 #include "basin/core/base/checkpoint_error.h"
+#include "basin/core/communication/communicator.h"
 #include "basin/core/config/config_error.h"
 #include "basin/core/optim/optimizer_state.h"
-#include "basin/core/parallel/communication/communicator.h"
 #include "basin/core/parallel/ddp/data_parallel.h"
 #include "basin/core/parallel/zero3/fully_sharded_model.h"
 #include "basin/core/parallel/zero3/fully_sharded_optimizer.h"

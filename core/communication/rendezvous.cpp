@@ -1,4 +1,4 @@
-#include "basin/core/parallel/communication/rendezvous.h"
+#include "basin/core/communication/rendezvous.h"
 
 #include <arpa/inet.h>
 #include <netdb.h>
@@ -11,10 +11,10 @@
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
+#include "basin/core/communication/communicator.h"
+#include "basin/core/communication/peer_watch.h"
+#include "basin/core/communication/watched_communicator.h"
 #include "basin/core/config/config_error.h"
-#include "basin/core/parallel/communication/communicator.h"
-#include "basin/core/parallel/communication/peer_watch.h"
-#include "basin/core/parallel/communication/watched_communicator.h"
 
 namespace basin {
 

@@ -1,4 +1,4 @@
-#include "basin/core/parallel/communication/watched_communicator.h"
+#include "basin/core/communication/watched_communicator.h"
 
 #include <atomic>
 #include <mutex>
@@ -9,7 +9,7 @@
 
 #include <c10/util/Exception.h>
 
-#include "basin/core/parallel/communication/peer_watch.h"
+#include "basin/core/communication/peer_watch.h"
 
 namespace basin {
 

@@ -2,7 +2,7 @@
 
 #include <memory>
 
-#include "basin/core/parallel/communication/communicator.h"
+#include "basin/core/communication/communicator.h"
 
 namespace basin {
 

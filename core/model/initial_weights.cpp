@@ -1,4 +1,4 @@
-#include "basin/core/train/initial_weights.h"
+#include "basin/core/model/initial_weights.h"
 
 #include <algorithm>
 #include <filesystem>
@@ -10,8 +10,8 @@
 
 #include "basin/core/config/config.h"
 #include "basin/core/config/config_error.h"
+#include "basin/core/model/model.h"
 #include "basin/core/serialization/torch_save_file.h"
-#include "basin/core/train/model.h"
 
 namespace basin {
 

@@ -1,8 +1,8 @@
-#include "basin/core/parallel/communication/byte_collectives.h"
+#include "basin/core/communication/byte_collectives.h"
 
 #include <ATen/ATen.h>
 
-#include "basin/core/parallel/communication/communicator.h"
+#include "basin/core/communication/communicator.h"
 
 namespace basin {
 

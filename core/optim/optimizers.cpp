@@ -1,4 +1,4 @@
-#include "basin/core/train/optimizers.h"
+#include "basin/core/optim/optimizers.h"
 
 #include <regex>
 #include <unordered_set>
@@ -10,8 +10,8 @@
 #include <torch/optim/rmsprop.h>
 #include <torch/optim/sgd.h>
 
+#include "basin/core/optim/fused_adam.h"
 #include "basin/core/optim/hyperparameters.h"
-#include "basin/core/train/fused_adam.h"
 
 namespace basin {
 

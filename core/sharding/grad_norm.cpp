@@ -1,9 +1,9 @@
-#include "basin/core/parallel/grad_norm.h"
+#include "basin/core/sharding/grad_norm.h"
 
 #include <ATen/ATen.h>
 
-#include "basin/core/parallel/communication/communicator.h"
-#include "basin/core/parallel/sharded_parameters.h"
+#include "basin/core/communication/communicator.h"
+#include "basin/core/sharding/sharded_parameters.h"
 
 namespace basin {
 

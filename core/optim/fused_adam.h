@@ -21,7 +21,7 @@
 #include <torch/optim/adam.h>
 #include <torch/optim/adamw.h>
 
-#include "basin/core/train/adam_update.h"
+#include "basin/core/optim/adam_update.h"
 
 namespace basin {
 

@@ -1,4 +1,4 @@
-#include "basin/core/train/data_pipeline.h"
+#include "basin/core/data/data_pipeline.h"
 
 #include <algorithm>
 #include <numeric>

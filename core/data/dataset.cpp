@@ -1,4 +1,4 @@
-#include "basin/core/train/dataset.h"
+#include "basin/core/data/dataset.h"
 
 #include <stdexcept>
 

@@ -7,10 +7,10 @@
 #define USE_C10D_NCCL 1
 #endif
 
-#include "basin/core/parallel/communication/communicator.h"
 #include "basin/core/base/torch_compat.h"
-#include "basin/core/parallel/communication/flat_tensors.h"
-#include "basin/core/parallel/communication/serial_worker.h"
+#include "basin/core/communication/communicator.h"
+#include "basin/core/communication/flat_tensors.h"
+#include "basin/core/communication/serial_worker.h"
 
 #include <algorithm>
 #include <functional>

@@ -1,4 +1,4 @@
-#include "basin/core/train/fused_adam.h"
+#include "basin/core/optim/fused_adam.h"
 
 #include <initializer_list>
 #include <memory>

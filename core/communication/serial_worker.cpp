@@ -1,4 +1,4 @@
-#include "basin/core/parallel/communication/serial_worker.h"
+#include "basin/core/communication/serial_worker.h"
 
 namespace basin {
 

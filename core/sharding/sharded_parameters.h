@@ -8,7 +8,7 @@
 #include <c10/core/Device.h>
 #include <torch/optim/optimizer.h>
 
-#include "basin/core/parallel/placement.h"
+#include "basin/core/sharding/placement.h"
 
 namespace torch::nn { class Module; }
 
@@ -71,6 +71,14 @@ ShardedParameters* shards_of(torch::optim::Optimizer& optimizer);
 /// `shards` (every tensor replicated).
 bool any_placed(const ShardedParameters* shards, const std::vector<at::Tensor>& params,
                 const std::function<bool(const ParameterPlacement&)>& test);
+
+/// Whether some synced gradient of `params` is in rows (zero3): no rank
+/// ever holds it whole.
+bool some_gradient_in_rows(const ShardedParameters* shards, const std::vector<at::Tensor>& params);
+
+/// Whether some synced gradient of `params` is not whole on every rank (on
+/// an owner, or in rows): what is read from it is read where it is.
+bool some_gradient_not_whole(const ShardedParameters* shards, const std::vector<at::Tensor>& params);
 
 /// Whether this rank holds only its rows of some of `model`'s parameters
 /// (zero3): they hold no bytes between units, and a checkpoint is each

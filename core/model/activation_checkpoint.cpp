@@ -1,4 +1,4 @@
-#include "basin/core/train/activation_checkpoint.h"
+#include "basin/core/model/activation_checkpoint.h"
 
 #include <functional>
 #include <memory>

@@ -1,11 +1,11 @@
-#include "basin/core/parallel/sharded_parameters.h"
+#include "basin/core/sharding/sharded_parameters.h"
 
 #include <algorithm>
 
 #include <ATen/ATen.h>
 #include <torch/nn/module.h>
 
-#include "basin/core/parallel/communication/communicator.h"
+#include "basin/core/communication/communicator.h"
 
 namespace basin {
 
@@ -23,6 +23,15 @@ bool any_placed(const ShardedParameters* shards, const std::vector<at::Tensor>& 
                 const std::function<bool(const ParameterPlacement&)>& test) {
   if (shards == nullptr) return false;
   return std::any_of(params.begin(), params.end(), [&](const at::Tensor& p) { return test(shards->placement(p)); });
+}
+
+bool some_gradient_in_rows(const ShardedParameters* shards, const std::vector<at::Tensor>& params) {
+  return any_placed(shards, params, [](const ParameterPlacement& placed) { return placed.gradient.in_rows(); });
+}
+
+bool some_gradient_not_whole(const ShardedParameters* shards, const std::vector<at::Tensor>& params) {
+  return any_placed(shards, params,
+                    [](const ParameterPlacement& placed) { return !placed.gradient.replicated_everywhere(); });
 }
 
 bool holds_rows_of(const ShardedParameters* shards, torch::nn::Module& model) {

@@ -1,4 +1,4 @@
-#include "basin/core/parallel/communication/peer_watch.h"
+#include "basin/core/communication/peer_watch.h"
 
 #include <atomic>
 #include <condition_variable>

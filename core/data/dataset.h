@@ -6,7 +6,7 @@
 #include <ATen/core/Tensor.h>
 
 #include "basin/core/config/registry.h"
-#include "basin/core/engine/state.h"
+#include "basin/core/data/batch.h"
 
 namespace basin {
 

@@ -3,7 +3,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "basin/core/train/dataset.h"
+#include "basin/core/data/dataset.h"
 
 namespace basin {
 

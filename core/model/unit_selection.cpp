@@ -1,4 +1,4 @@
-#include "basin/core/train/unit_selection.h"
+#include "basin/core/model/unit_selection.h"
 
 #include <algorithm>
 #include <regex>

@@ -6,7 +6,7 @@
 
 #include <ATen/core/Tensor.h>
 
-#include "basin/core/train/dataset.h"
+#include "basin/core/data/dataset.h"
 
 namespace basin {
 

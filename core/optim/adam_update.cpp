@@ -1,7 +1,7 @@
 // The fused Adam update's loop (fused_adam.h), apart from LibTorch's big
 // headers: it compiles with -fno-math-errno (see CMakeLists.txt), so that
 // the compiler turns sqrt into an instruction and vectorizes the loop.
-#include "basin/core/train/adam_update.h"
+#include "basin/core/optim/adam_update.h"
 
 #include <cmath>
 

@@ -7,10 +7,10 @@
 #include <torch/nn/module.h>
 
 #include "basin/core/config/registry.h"
-#include "basin/core/parallel/unit_runner.h"
+#include "basin/core/data/dataset.h"
+#include "basin/core/model/activation_checkpoint.h"
+#include "basin/core/model/unit_runner.h"
 #include "basin/core/serialization/safetensors_file.h"
-#include "basin/core/train/activation_checkpoint.h"
-#include "basin/core/train/dataset.h"
 
 namespace basin {
 
@@ -62,6 +62,8 @@ class Model : public torch::nn::Module {
   /// torch.load(path))); a TorchScript model also writes `model.pt`. Its
   /// parameters must be whole (Trainer::export_model sees to it).
   virtual void export_trained(const std::string& dir);
+  /// The file export_trained writes in its folder, and basin-generate reads.
+  static constexpr const char* kStateDictFile = "state_dict.pt";
   /// Weights in another library's layout, from the directory `dir`
   /// ("init_from": a directory), read into this model's names and shapes;
   /// what disagrees with the model is a ConfigError naming the file. The

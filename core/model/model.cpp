@@ -1,11 +1,11 @@
-#include "basin/core/train/model.h"
+#include "basin/core/model/model.h"
 
 #include <algorithm>
+#include <filesystem>
 #include <stdexcept>
 
 #include <ATen/ATen.h>
 
-#include "basin/core/checkpoint/run_directory.h"
 #include "basin/core/config/config_error.h"
 #include "basin/core/serialization/torch_save_file.h"
 
@@ -95,7 +95,7 @@ void Model::export_trained(const std::string& dir) {
   at::NoGradGuard no_grad;
   for (const auto& p : named_parameters(/*recurse=*/true)) state.insert(p.key(), p.value().detach().cpu().clone());
   for (const auto& b : named_buffers(/*recurse=*/true)) state.insert(b.key(), b.value().detach().cpu().clone());
-  write_torch_save_file(RunDirectory(dir).file(RunDirectory::kStateDict), state);
+  write_torch_save_file((std::filesystem::path(dir) / kStateDictFile).string(), state);
 }
 
 NamedTensors Model::import_pretrained(const std::string& dir) {

@@ -1,4 +1,4 @@
-#include "basin/core/train/sampling.h"
+#include "basin/models/sampling.h"
 
 #include <filesystem>
 #include <stdexcept>
@@ -9,9 +9,9 @@
 #include "basin/core/checkpoint/run_directory.h"
 #include "basin/core/config/config.h"
 #include "basin/core/config/config_error.h"
-#include "basin/core/train/eval_mode.h"
-#include "basin/core/train/initial_weights.h"
-#include "basin/core/train/model.h"
+#include "basin/core/model/eval_mode.h"
+#include "basin/core/model/initial_weights.h"
+#include "basin/core/model/model.h"
 
 namespace basin {
 
@@ -51,7 +51,7 @@ TrainedModel load_trained_model(const std::string& run_dir) {
   Params model(model_keys, "model");
   trained.model = model_registry().create(name, model, trained.info);
   InitialWeights weights;
-  weights.path = run.file(RunDirectory::kStateDict);
+  weights.path = run.file(Model::kStateDictFile);
   load_initial_weights(*trained.model, weights);
   trained.model->eval();
   return trained;
