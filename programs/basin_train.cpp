@@ -159,7 +159,7 @@ int main(int argc, char** argv) {
     reshard = reshard || start.reshard;
     if (!start.note.empty() && writer) basin::console::info(start.note);
     for (const auto& assignment : overrides) basin::apply_override(config, assignment);
-    const basin::RunDirectory run =
+    basin::RunDirectory run =
         run_dir.empty() ? basin::RunDirectory::dated(config_path.empty() ? "resumed" : config_path) : basin::RunDirectory(run_dir);
     if (writer && !start.resumes) run.check_unused(overwrite || start.reuses_directory);
 
@@ -172,6 +172,8 @@ int main(int argc, char** argv) {
     }
     basin::Trainer trainer(config, callbacks, loggers);  // validates everything, writes nothing
     say_what_computes(job);
+    // Rank 0's folder on every rank: without --run-dir each rank dates its own.
+    if (trainer.state().communicator) run = run.agreed(*trainer.state().communicator, trainer.state().device);
     trainer.state().run_dir = run.path();
 
     // Before anything is written: a refused resume leaves the run directory as it was.

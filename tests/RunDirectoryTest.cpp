@@ -14,6 +14,7 @@
 #include "basin/core/checkpoint/checkpoint_file.h"
 #include "basin/core/checkpoint/run_directory.h"
 #include "basin/core/config/config.h"
+#include "distributed_util.h"
 #include "test_util.h"
 
 namespace basin {
@@ -143,6 +144,17 @@ TEST(RunDirectoryTest, TheWorldSizeACheckpointWasSavedAtIsReadInOnePlace) {
   meta.insert("world_size", static_cast<int64_t>(3));
   checkpoint.insert("basin", meta);
   EXPECT_EQ(saved_world_size(checkpoint), 3);
+}
+
+TEST(RunDirectoryTest, RanksAgreeOnRankZerosDatedFolder) {
+  // Each rank dates its folder by its own clock; a second's difference would
+  // scatter a zero3 checkpoint's rank files over two folders.
+  std::vector<std::string> agreed(3);
+  test::run_ranks(3, [&](int rank, std::shared_ptr<Communicator> communicator) {
+    const RunDirectory mine("runs/job-20261205-1200" + std::to_string(rank));
+    agreed[static_cast<std::size_t>(rank)] = mine.agreed(*communicator, c10::Device(c10::kCPU)).path();
+  });
+  for (const auto& path : agreed) EXPECT_EQ(path, "runs/job-20261205-12000") << "every rank takes rank 0's folder";
 }
 
 }  // namespace

@@ -27,6 +27,11 @@ RunDirectory RunDirectory::dated(const std::string& config_path) {
   return RunDirectory("runs/" + fs::path(config_path).stem().string() + "-" + stamp);
 }
 
+RunDirectory RunDirectory::agreed(Communicator& communicator, c10::Device device) const {
+  if (communicator.world_size() < 2) return *this;
+  return RunDirectory(broadcast_bytes(communicator, path_, 0, device));
+}
+
 std::string RunDirectory::file(const std::string& name) const { return (fs::path(path_) / name).string(); }
 
 std::string RunDirectory::resolve(const std::string& dir) const {

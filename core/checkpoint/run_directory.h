@@ -38,6 +38,10 @@ class RunDirectory {
   static RunDirectory dated(const std::string& config_path);
 
   const std::string& path() const { return path_; }
+  /// Rank 0's run directory, on every rank (a collective): a dated folder is
+  /// named by each rank's own clock, and the ranks' checkpoint files must
+  /// land in one folder.
+  RunDirectory agreed(Communicator& communicator, c10::Device device) const;
   /// `name` inside the run directory.
   std::string file(const std::string& name) const;
   /// A folder the config names for the run (the checkpoints'): `dir`
