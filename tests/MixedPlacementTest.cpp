@@ -1,12 +1,14 @@
 // Sharding as placements: a test-only ShardedParameters that places its
-// parameters three ways at once (every rank, optimizer state on an owner,
-// synced gradient on the owner too) runs every SAM-family rule as one
-// process does. No rule knows this way of sharding: they read placements,
-// owners and who counts what in a sum, so a way of sharding made of these
-// placements needs no rule changed. (Rows beside whole parameters are not
-// covered here: rows need zero3's gathering model.)
+// parameters several ways at once runs every SAM-family rule as one process
+// does. No rule knows these ways of sharding: they read placements, owners
+// and who counts what in a sum, so a way of sharding made of these
+// placements needs no rule changed. Two mixes: every rank, optimizer state
+// on an owner and synced gradient there too (all whole, synced or
+// rank-local); and rows beside those whole parameters (the shape of HSDP
+// beside frozen or small parameters), where the ascent is synced.
 #include <gtest/gtest.h>
 
+#include <functional>
 #include <memory>
 #include <stdexcept>
 #include <string>
@@ -29,24 +31,29 @@
 namespace basin {
 namespace {
 
-/// Parameter i is placed by i % 3: 0 replicated (every rank steps it, as
-/// under ddp), 1 its optimizer state on an owner (as under zero1), 2 its
-/// synced gradient there too (as under zero2). Owners take turns by i / 3.
+/// Where parameter i of `world_size` ranks' model is placed.
+using PlacementPlan = std::function<ParameterPlacement(std::size_t i, int world_size)>;
+
+/// Places each parameter as `plan` says. Owners hold whole tensors; where a
+/// parameter is in rows, the optimizer steps this rank's rows of it (a
+/// leaf tensor of its own, stepped()), as zero3 does, and gather_rows()
+/// makes the model's parameter whole from every rank's rows before a pass.
 class MixedShards : public torch::optim::Optimizer, public ShardedParameters {
  public:
-  MixedShards(const std::vector<at::Tensor>& params, const torch::optim::SGDOptions& options,
+  MixedShards(const std::vector<at::Tensor>& params, const PlacementPlan& plan, const torch::optim::SGDOptions& options,
               std::shared_ptr<Communicator> communicator)
-      : Optimizer({torch::optim::OptimizerParamGroup(params)}, std::make_unique<torch::optim::SGDOptions>(options)),
+      : Optimizer({torch::optim::OptimizerParamGroup(stepped_for(params, plan, *communicator))},
+                  std::make_unique<torch::optim::SGDOptions>(options)),
         params_(params),
         communicator_(std::move(communicator)) {
+    const auto& stepped_tensors = param_groups().front().params();
     std::vector<at::Tensor> stepped_here;
     for (std::size_t i = 0; i < params.size(); ++i) {
-      const Placement owner = Placement::owned_by(static_cast<int>(i / 3) % communicator_->world_size());
-      ParameterPlacement placed;
-      if (i % 3 >= 1) placed.optimizer_state = owner;
-      if (i % 3 == 2) placed.gradient = owner;
+      const ParameterPlacement placed = plan(i, communicator_->world_size());
+      stepped_.push_back(stepped_tensors[i]);
       placements_[params[i].unsafeGetTensorImpl()] = placed;
-      if (owns(params[i])) stepped_here.push_back(params[i]);
+      placements_[stepped_tensors[i].unsafeGetTensorImpl()] = placed;
+      if (owns(stepped_tensors[i])) stepped_here.push_back(stepped_tensors[i]);
     }
     local_ = std::make_shared<torch::optim::SGD>(stepped_here, options);
   }
@@ -64,30 +71,46 @@ class MixedShards : public torch::optim::Optimizer, public ShardedParameters {
   }
   bool owns(const at::Tensor& param) const override {
     const Placement state = placement(param).optimizer_state;
-    return state.replicated_everywhere() || state.owner == communicator_->rank();
+    return !state.owned() || state.owner == communicator_->rank();
   }
-  void broadcast_parameters() override {
-    std::vector<at::Tensor> values;
-    for (const auto& p : params_) values.push_back(p.detach());
-    broadcast_from_owners(params_, values);
+  at::Tensor stepped(const at::Tensor& param) const override {
+    for (std::size_t i = 0; i < params_.size(); ++i) {
+      if (params_[i].is_same(param)) return stepped_[i];
+    }
+    return param;
   }
+  void broadcast_parameters() override { broadcast_from_owners(stepped_, stepped_); }
   void broadcast_from_owners(const std::vector<at::Tensor>& params, const std::vector<at::Tensor>& values) override {
     at::NoGradGuard no_grad;
     for (std::size_t i = 0; i < params.size(); ++i) {
       const Placement state = placement(params[i]).optimizer_state;
-      if (state.replicated_everywhere()) continue;  // every rank computed it
-      std::vector<at::Tensor> value{values[i]};
+      if (!state.owned()) continue;  // every rank computed it, or its own rows of it
+      std::vector<at::Tensor> value{values[i].detach()};
       communicator_->broadcast(value, state.owner);
     }
   }
   Communicator& communicator() override { return *communicator_; }
   torch::optim::Optimizer* local_optimizer() override { return local_.get(); }
 
+  /// The model's parameters in rows made whole from every rank's rows (a
+  /// sum of each rank's rows over zeros elsewhere). Collective.
+  void gather_rows() {
+    at::NoGradGuard no_grad;
+    for (std::size_t i = 0; i < params_.size(); ++i) {
+      if (!placement(params_[i]).parameter.in_rows()) continue;
+      std::vector<at::Tensor> whole{at::zeros_like(params_[i])};
+      whole.front().chunk(communicator_->world_size()).at(communicator_->rank()).copy_(stepped_[i]);
+      communicator_->all_reduce_sum(whole);
+      params_[i].copy_(whole.front());
+    }
+  }
+
   /// A synced backward's end, as a data-parallel mode's sync does it: every
   /// gradient that some rank has averaged over ranks (a rank without one
   /// adds zeros), then kept by the owner alone where the gradient's
-  /// placement is an owner. Synced where stepped, a gradient whose state
-  /// another rank owns stays this rank's own (as zero1's does).
+  /// placement is an owner, and each rank's rows where it is in rows.
+  /// Synced where stepped, a gradient whose state another rank owns stays
+  /// this rank's own (as zero1's does).
   void sync_gradients(GradientSync sync) {
     const std::vector<at::Tensor> grads = agreed_gradients(params_, *communicator_);
     for (std::size_t i = 0; i < params_.size(); ++i) {
@@ -100,18 +123,62 @@ class MixedShards : public torch::optim::Optimizer, public ShardedParameters {
       grads[i].div_(communicator_->world_size());
       if (stays_own) grads[i].copy_(own);
     }
-    for (const auto& p : params_) {
-      const Placement gradient = placement(p).gradient;
-      if (gradient.owned() && gradient.owner != communicator_->rank()) at::Tensor(p).mutable_grad() = at::Tensor();
+    for (std::size_t i = 0; i < params_.size(); ++i) {
+      const Placement gradient = placement(params_[i]).gradient;
+      if (gradient.owned() && gradient.owner != communicator_->rank()) at::Tensor(params_[i]).mutable_grad() = at::Tensor();
+      if (gradient.in_rows() && grads[i].defined()) {
+        at::Tensor(stepped_[i]).mutable_grad() =
+            grads[i].chunk(communicator_->world_size()).at(communicator_->rank()).clone();
+      }
     }
   }
 
  private:
+  /// The tensors the optimizer steps: each parameter, or this rank's rows of it.
+  static std::vector<at::Tensor> stepped_for(const std::vector<at::Tensor>& params, const PlacementPlan& plan,
+                                             Communicator& communicator) {
+    std::vector<at::Tensor> stepped;
+    for (std::size_t i = 0; i < params.size(); ++i) {
+      if (!plan(i, communicator.world_size()).parameter.in_rows()) {
+        stepped.push_back(params[i]);
+        continue;
+      }
+      const at::Tensor rows = params[i].detach().chunk(communicator.world_size()).at(communicator.rank());
+      stepped.push_back(rows.clone().requires_grad_(true));
+    }
+    return stepped;
+  }
+
   std::vector<at::Tensor> params_;
+  std::vector<at::Tensor> stepped_;
   std::shared_ptr<Communicator> communicator_;
   std::unordered_map<const c10::TensorImpl*, ParameterPlacement> placements_;
   std::shared_ptr<torch::optim::SGD> local_;
 };
+
+/// Parameter i by i % 3: 0 replicated (every rank steps it, as under ddp),
+/// 1 its optimizer state on an owner (as under zero1), 2 its synced
+/// gradient there too (as under zero2). Owners take turns by i / 3.
+ParameterPlacement whole_mix(std::size_t i, int world_size) {
+  const Placement owner = Placement::owned_by(static_cast<int>(i / 3) % world_size);
+  ParameterPlacement placed;
+  if (i % 3 >= 1) placed.optimizer_state = owner;
+  if (i % 3 == 2) placed.gradient = owner;
+  return placed;
+}
+
+/// The two weights and the second bias in rows (as under zero3), beside a
+/// gradient and its state on rank 0 (first bias), state on rank 1 (out's
+/// weight) and what every rank steps (out's bias, 3 rows for 2 ranks).
+ParameterPlacement rows_beside_whole(std::size_t i, int /*world_size*/) {
+  const Placement rows = Placement::rows();
+  switch (i) {
+    case 0: case 2: case 3: return {rows, rows, rows};
+    case 1: return {Placement::replicated(), Placement::owned_by(0), Placement::owned_by(0)};
+    case 4: return {Placement::replicated(), Placement::replicated(), Placement::owned_by(1)};
+    default: return {};
+  }
+}
 
 struct Net : torch::nn::Module {
   Net()
@@ -137,13 +204,14 @@ State run_state(std::shared_ptr<torch::nn::Module> model, int world_size) {
 }
 
 /// Trains `name` for six steps of 64 samples from `initial`: alone over
-/// plain SGD without a communicator, else over MixedShards, each rank on
+/// plain SGD without a communicator, else over MixedShards placed by
+/// `plan`, each rank on
 /// its half of every batch (`halves`) or on all of it (each rank's
 /// gradient is then the synced one, exactly: what a rank-local ascent, and
 /// a rule that chooses samples or splits the batch by rank, need to equal
 /// one process). Returns the weights.
 test::Weights train(const std::string& name, const Json& keys, const test::Weights& initial,
-                    std::shared_ptr<Communicator> communicator, bool halves = false) {
+                    std::shared_ptr<Communicator> communicator, const PlacementPlan& plan, bool halves = false) {
   auto net = std::make_shared<Net>();
   const auto params = net->parameters();
   {
@@ -154,7 +222,7 @@ test::Weights train(const std::string& name, const Json& keys, const test::Weigh
   std::shared_ptr<MixedShards> mixed;
   std::shared_ptr<torch::optim::Optimizer> base;
   if (communicator) {
-    mixed = std::make_shared<MixedShards>(params, options, communicator);
+    mixed = std::make_shared<MixedShards>(params, plan, options, communicator);
     base = mixed;
   } else {
     base = std::make_shared<torch::optim::SGD>(params, options);
@@ -172,7 +240,11 @@ test::Weights train(const std::string& name, const Json& keys, const test::Weigh
     const Batch batch{inputs.index_select(0, rows), targets.index_select(0, rows), rows};
     sam->step([&] {
       const PassRequest ask = sam->request();
-      if (ask.backward) sam->zero_grad();
+      if (ask.backward) {
+        sam->zero_grad();
+        net->zero_grad();  // the model's parameters in rows are no optimizer's
+      }
+      if (mixed) mixed->gather_rows();
       at::AutoGradMode grad_mode(ask.backward);
       const Batch picked = requested_samples(batch, ask);
       const at::Tensor each =
@@ -184,6 +256,7 @@ test::Weights train(const std::string& name, const Json& keys, const test::Weigh
       return ask.per_sample_losses ? each.detach() : each.mean().detach();
     });
   }
+  if (mixed) mixed->gather_rows();
   test::Weights weights;
   for (const auto& p : params) weights.push_back(p.detach().clone());
   return weights;
@@ -209,15 +282,44 @@ TEST_P(MixedPlacementTest, EqualsOneProcessWithNoRuleChanged) {
     }
     // ESAM chooses samples by rank, mSAM splits each rank's batch: their ranks see it all.
     const bool halves = synced && name != "esam" && name != "msam";
-    const test::Weights alone = train(name, keys, initial, nullptr);
+    const test::Weights alone = train(name, keys, initial, nullptr, whole_mix);
     std::vector<test::Weights> ranks(2);
     test::run_ranks(2, [&](int rank, std::shared_ptr<Communicator> communicator) {
-      ranks[static_cast<std::size_t>(rank)] = train(name, keys, initial, std::move(communicator), halves);
+      ranks[static_cast<std::size_t>(rank)] = train(name, keys, initial, std::move(communicator), whole_mix, halves);
     });
     EXPECT_GT(test::max_difference(alone, initial), 1e-3) << name << ": it trained";
     EXPECT_LE(test::max_difference(ranks[0], alone), 1e-5) << name << (synced ? ", synced" : ", rank-local");
     EXPECT_EQ(test::max_difference(ranks[0], ranks[1]), 0.0) << name << (synced ? ", synced" : ", rank-local");
   }
+}
+
+TEST_P(MixedPlacementTest, RowsBesideWholeParametersEqualOneProcessWithNoRuleChanged) {
+  const auto& [name, given] = GetParam();
+  test::Weights initial;
+  for (const auto& p : Net().parameters()) initial.push_back(p.detach().clone());
+  const Json keys = Json::parse(given);
+  // ESAM chooses samples by rank, mSAM splits each rank's batch: their ranks see it all.
+  const bool halves = name != "esam" && name != "msam";
+  const test::Weights alone = train(name, keys, initial, nullptr, rows_beside_whole);
+  std::vector<test::Weights> ranks(2);
+  test::run_ranks(2, [&](int rank, std::shared_ptr<Communicator> communicator) {
+    ranks[static_cast<std::size_t>(rank)] = train(name, keys, initial, std::move(communicator), rows_beside_whole, halves);
+  });
+  EXPECT_GT(test::max_difference(alone, initial), 1e-3) << name << ": it trained";
+  EXPECT_LE(test::max_difference(ranks[0], alone), 1e-5) << name;
+  EXPECT_EQ(test::max_difference(ranks[0], ranks[1]), 0.0) << name;
+  // No rank holds a gradient in rows whole, so a rank-local ascent is refused, naming the key.
+  Json local = keys;
+  local["sync_ascent"] = false;
+  std::vector<std::string> refusals(2);
+  test::run_ranks(2, [&](int rank, std::shared_ptr<Communicator> communicator) {
+    try {
+      train(name, local, initial, std::move(communicator), rows_beside_whole);
+    } catch (const ConfigError& error) {
+      refusals[static_cast<std::size_t>(rank)] = error.what();
+    }
+  });
+  for (const auto& refusal : refusals) EXPECT_NE(refusal.find("sync_ascent"), std::string::npos) << name << ": " << refusal;
 }
 
 std::vector<std::pair<std::string, std::string>> whole_family() {
