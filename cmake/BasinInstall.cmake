@@ -6,12 +6,14 @@ install(TARGETS basin basin_models basin_datasets basin_launch EXPORT basinTarge
         LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}
         ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
         RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
-foreach(dir core algorithms callbacks schedulers datasets launch)
+foreach(dir core algorithms callbacks schedulers models datasets launch)
   install(DIRECTORY ${PROJECT_SOURCE_DIR}/${dir}/ DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/basin/${dir}
           FILES_MATCHING PATTERN "*.h" PATTERN "precompiled.h" EXCLUDE
           # Headers that only split one part's sources, no API of it:
           PATTERN "fully_sharded_unit.h" EXCLUDE PATTERN "pickle_opcodes.h" EXCLUDE
-          PATTERN "image_decode.h" EXCLUDE PATTERN "node_beat.h" EXCLUDE PATTERN "store_messages.h" EXCLUDE)
+          PATTERN "image_decode.h" EXCLUDE PATTERN "node_beat.h" EXCLUDE PATTERN "store_messages.h" EXCLUDE
+          # The models' parts: a model is used by its registered name.
+          PATTERN "gpt.h" EXCLUDE PATTERN "llama.h" EXCLUDE PATTERN "transformer_layers.h" EXCLUDE)
 endforeach()
 install(FILES ${PROJECT_SOURCE_DIR}/basin.h DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/basin)  # the umbrella
 

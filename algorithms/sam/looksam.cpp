@@ -84,7 +84,8 @@ class LookSAM : public SAM {
     const bool every_parameter = step.ascent_sharded();
     std::vector<at::Tensor> params, orthogonals;
     std::vector<bool> in_rows;  // per listed parameter: its gradient is in rows
-    for (const auto& g : every_parameter ? step.parameter_groups() : groups) {
+    const std::vector<GroupView> all = every_parameter ? step.parameter_groups() : std::vector<GroupView>();
+    for (const auto& g : every_parameter ? all : groups) {
       for (std::size_t j = 0; j < g.params.size(); ++j) {
         const at::Tensor& p = g.params[j];
         const at::Tensor* clean = clean_.of(p);

@@ -16,7 +16,6 @@
 #include "basin/core/engine/state.h"
 #include "basin/core/optim/group_sync.h"
 #include "basin/core/optim/optimizer_state.h"
-#include "basin/core/sharding/placement.h"
 
 namespace basin {
 

@@ -19,11 +19,17 @@ bool ShardedParameters::counted_here(const at::Tensor& param) {
   return (state.owned() ? state.owner : 0) == communicator().rank();
 }
 
+namespace {
+
+/// Whether any of `params` has a placement `test` accepts; false without
+/// `shards` (every tensor replicated).
 bool any_placed(const ShardedParameters* shards, const std::vector<at::Tensor>& params,
                 const std::function<bool(const ParameterPlacement&)>& test) {
   if (shards == nullptr) return false;
   return std::any_of(params.begin(), params.end(), [&](const at::Tensor& p) { return test(shards->placement(p)); });
 }
+
+}  // namespace
 
 bool some_gradient_in_rows(const ShardedParameters* shards, const std::vector<at::Tensor>& params) {
   return any_placed(shards, params, [](const ParameterPlacement& placed) { return placed.gradient.in_rows(); });

@@ -67,11 +67,6 @@ class ShardedParameters {
 /// shards to rules in State::shards); null otherwise.
 ShardedParameters* shards_of(torch::optim::Optimizer& optimizer);
 
-/// Whether any of `params` has a placement `test` accepts; false without
-/// `shards` (every tensor replicated).
-bool any_placed(const ShardedParameters* shards, const std::vector<at::Tensor>& params,
-                const std::function<bool(const ParameterPlacement&)>& test);
-
 /// Whether some synced gradient of `params` is in rows (zero3): no rank
 /// ever holds it whole.
 bool some_gradient_in_rows(const ShardedParameters* shards, const std::vector<at::Tensor>& params);

@@ -19,6 +19,7 @@
 
 #include <basin/basin.h>
 #include <basin/launch/local_ranks.h>
+#include <basin/models/sampling.h>  // installed with basin::models
 
 // docs/sam-family.md's variant of your own (Extending), as written there:
 #include "readme_variant.inc"

@@ -67,9 +67,10 @@ violations=$(
     grep -nE "${inc}[<\"]basin/core/($above_pattern)/" "${files[@]}" /dev/null |
       as_violation "core/${layers[i]}/ includes no layer above it (${above[*]})"
     # Nor names one through a forward declaration, which includes nothing but points up all the same.
-    above_types=$(sources "${above[@]/#/core/}" | xargs -r grep -hoE '^\s*(class|struct)\s+[A-Z][A-Za-z0-9_]*\s*(final\s*)?[:{]' |
-      sed -E 's/^\s*(class|struct)\s+([A-Za-z0-9_]+).*/\2/' | sort -u | paste -sd'|')
-    [ -n "$above_types" ] && grep -nE "^\s*(class|struct)\s+($above_types)\s*;" "${files[@]}" /dev/null |
+    above_types=$(sources "${above[@]/#/core/}" |
+      xargs -r grep -hoE '^\s*(class|struct)\s+(\[\[[^]]*\]\]\s*)?[A-Z][A-Za-z0-9_]*\s*(final\s*)?([:{]|$)' |
+      sed -E 's/^\s*(class|struct)\s+(\[\[[^]]*\]\]\s*)?([A-Za-z0-9_]+).*/\3/' | sort -u | paste -sd'|')
+    [ -n "$above_types" ] && grep -nE "\b(class|struct)\s+($above_types)\s*;" "${files[@]}" /dev/null |
       as_violation "core/${layers[i]}/ declares no type a layer above it defines (${above[*]})"
   done
 

@@ -30,6 +30,7 @@ expected=(
   "$(plant core/checkpoint/checkpoint.cpp '#include "basin/core/parallel/zero/sharded_optimizer.h"'): core/'s layers outside core/parallel/ include no mode's folder: they ask the contracts"
   "$(plant core/data/dataset.h '#include "basin/core/engine/state.h"'): core/data/ includes no layer above it (model optim sharding engine parallel checkpoint train)"
   "$(plant core/optim/loss_scaler.h 'class Trainer;'): core/optim/ declares no type a layer above it defines (sharding engine parallel checkpoint train)"
+  "$(plant core/model/model.h 'namespace basin { class ShardedParameters; }'): core/model/ declares no type a layer above it defines (optim sharding engine parallel checkpoint train)"
   "$(plant core/sharding/placement.h '#include "basin/core/engine/state.h"'): core/sharding/ includes no layer above it (engine parallel checkpoint train)"
   "$(plant models/gpt.cpp '#include "basin/core/train/trainer.h"'): models/ and datasets/ include no core/train/: they implement core/model/'s and core/data/'s contracts"
   "$(plant models/mlp.cpp '#include "basin/datasets/idx_file.h"'): models/ includes core/ and models/ only"
