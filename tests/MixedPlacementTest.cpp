@@ -317,10 +317,14 @@ TEST_P(MixedPlacementTest, RowsBesideWholeParametersEqualOneProcessWithNoRuleCha
   std::vector<std::string> refusals(2);
   test::run_ranks(2, [&](int rank, std::shared_ptr<Communicator> communicator) {
     try {
-      train(name, local, initial, std::move(communicator), rows_beside_whole);
+      train(name, local, initial, communicator, rows_beside_whole);
     } catch (const ConfigError& error) {
       refusals[static_cast<std::size_t>(rank)] = error.what();
     }
+    // Refused before any collective: a rank that left at once could close its connections while the
+    // other still makes its own. One collective keeps both until both are done.
+    std::vector<at::Tensor> done{at::zeros({1})};
+    communicator->all_reduce_sum(done);
   });
   for (const auto& refusal : refusals) {
     EXPECT_NE(refusal.find("sync_ascent"), std::string::npos) << refusal;
