@@ -13,7 +13,8 @@ foreach(dir core algorithms callbacks schedulers models datasets launch)
           PATTERN "fully_sharded_unit.h" EXCLUDE PATTERN "pickle_opcodes.h" EXCLUDE
           PATTERN "image_decode.h" EXCLUDE PATTERN "node_beat.h" EXCLUDE PATTERN "store_messages.h" EXCLUDE
           # The models' parts: a model is used by its registered name.
-          PATTERN "gpt.h" EXCLUDE PATTERN "llama.h" EXCLUDE PATTERN "transformer_layers.h" EXCLUDE)
+          PATTERN "gpt.h" EXCLUDE PATTERN "llama.h" EXCLUDE PATTERN "transformer_layers.h" EXCLUDE
+          PATTERN "hugging_face_files.h" EXCLUDE)
 endforeach()
 install(FILES ${PROJECT_SOURCE_DIR}/basin.h DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/basin)  # the umbrella
 

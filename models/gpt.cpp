@@ -23,11 +23,7 @@ namespace basin::gpt {
 namespace {
 
 Shape shape_from(Params& params, const DatasetInfo& info) {
-  if (info.input_shape.size() != 1 || info.num_classes < 2) {
-    throw ConfigError("config key 'model': \"gpt\" needs token windows (data \"text\" or \"tokens\", or integer "
-                      "x [N, T] with y [N, T]); the data's samples are " + c10::str(at::IntArrayRef(info.input_shape)) +
-                      " in " + std::to_string(info.num_classes) + " classes");
-  }
+  layers::require_token_windows("gpt", info);
   Shape shape{};
   shape.vocab_size = params.integer("vocab_size", info.num_classes, info.num_classes);
   shape.block_size = params.integer("block_size", info.input_shape[0], info.input_shape[0]);

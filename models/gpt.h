@@ -14,6 +14,7 @@
 
 #include "basin/core/base/torch_compat.h"
 #include "basin/core/model/model.h"
+#include "basin/models/transformer_layers.h"
 
 namespace basin::gpt {
 
@@ -26,18 +27,6 @@ struct Shape {
 
 constexpr double kInitStd = 0.02;
 constexpr double kLayerNormEps = 1e-5;  // GPT-2's layer_norm_epsilon
-
-/// y = x W^T (+ b): a linear layer whose bias may be absent ("bias": false).
-class Projection : public torch::nn::Module {
- public:
-  Projection(int64_t in, int64_t out, bool bias, double std) {
-    weight = register_parameter("weight", at::empty({out, in}).normal_(0, std));
-    if (bias) this->bias = register_parameter("bias", at::zeros({out}));
-  }
-  at::Tensor forward(const at::Tensor& x) const { return at::linear(x, weight, bias); }
-
-  at::Tensor weight, bias;
-};
 
 /// LayerNorm over the last dimension, its bias optional (LibTorch 1.13's module has both or neither).
 class LayerNorm : public torch::nn::Module {
@@ -53,17 +42,8 @@ class LayerNorm : public torch::nn::Module {
   at::Tensor weight, bias;
 };
 
-
-/// A table of row vectors: the token and position embeddings.
-class Embedding : public torch::nn::Module {
- public:
-  Embedding(int64_t rows, int64_t width) {
-    weight = register_parameter("weight", at::empty({rows, width}).normal_(0, kInitStd));
-  }
-  at::Tensor forward(const at::Tensor& ids) const { return at::embedding(weight, ids); }
-
-  at::Tensor weight;
-};
+using layers::Embedding;
+using layers::Projection;
 
 class CausalSelfAttention : public torch::nn::Module {
  public:

@@ -12,12 +12,12 @@
 // written with zero biases, which compute the same.
 #include <algorithm>
 #include <filesystem>
-#include <fstream>
 #include <map>
 
 #include "basin/core/config/config_error.h"
 #include "basin/core/config/json.h"
 #include "basin/models/gpt.h"
+#include "basin/models/hugging_face_files.h"
 
 namespace basin::gpt {
 namespace {
@@ -34,18 +34,6 @@ bool conv1d(const std::string& name) {
     if (ends_with(name, tail)) return true;
   }
   return false;
-}
-
-Json read_config(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) throw ConfigError("config key 'init_from': '" + path + "' cannot be read; a Hugging Face GPT-2 directory holds config.json and model.safetensors");
-  try {
-    Json config = Json::parse(in);
-    if (!config.is_object()) throw std::runtime_error("not a JSON object");
-    return config;
-  } catch (const std::exception& error) {
-    throw ConfigError("config key 'init_from': '" + path + "' is not a JSON object: " + error.what());
-  }
 }
 
 /// config.json's sizes against the model's: a difference names both. Returns n_positions.
@@ -95,21 +83,13 @@ int64_t check_config_values(const Json& config, const Shape& shape, const std::s
   return size("n_positions");
 }
 
-int64_t check_config(const Json& config, const Shape& shape, const std::string& path) {
-  try {
-    return check_config_values(config, shape, path);
-  } catch (const ConfigError&) {
-    throw;
-  } catch (const std::exception& error) {  // a key of another type than GPT-2's
-    throw ConfigError("config key 'init_from': '" + path + "' has a value of an unexpected type: " + error.what());
-  }
-}
-
 }  // namespace
 
 NamedTensors read_hugging_face(const Gpt& model, const std::string& dir) {
   const Shape& shape = model.shape();
-  const int64_t positions = check_config(read_config(dir + "/config.json"), shape, dir + "/config.json");
+  const Json config = read_hugging_face_config(dir, "GPT-2");
+  int64_t positions = 0;
+  check_hugging_face_config(dir + "/config.json", [&] { positions = check_config_values(config, shape, dir + "/config.json"); });
   const std::string file = dir + "/model.safetensors";
   const std::string where = "config key 'init_from': '" + file + "'";
   std::map<std::string, at::Tensor> mine;
@@ -196,9 +176,7 @@ void write_hugging_face(Gpt& model, const std::string& dir) {
                     {"bos_token_id", nullptr},
                     {"eos_token_id", nullptr},
                     {"torch_dtype", "float32"}};
-  const std::string path = dir + "/config.json";
-  std::ofstream(path + ".tmp") << config.dump(2) << "\n";
-  std::filesystem::rename(path + ".tmp", path);
+  write_hugging_face_config(dir, config);
 }
 
 }  // namespace basin::gpt

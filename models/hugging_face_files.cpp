@@ -1,0 +1,43 @@
+#include "basin/models/hugging_face_files.h"
+
+#include <filesystem>
+#include <fstream>
+#include <stdexcept>
+
+#include "basin/core/config/config_error.h"
+
+namespace basin {
+
+Json read_hugging_face_config(const std::string& dir, const std::string& layout) {
+  const std::string path = dir + "/config.json";
+  std::ifstream in(path);
+  if (!in) {
+    throw ConfigError("config key 'init_from': '" + path + "' cannot be read; a Hugging Face " + layout +
+                      " directory holds config.json and model.safetensors");
+  }
+  try {
+    Json config = Json::parse(in);
+    if (!config.is_object()) throw std::runtime_error("not a JSON object");
+    return config;
+  } catch (const std::exception& error) {
+    throw ConfigError("config key 'init_from': '" + path + "' is not a JSON object: " + error.what());
+  }
+}
+
+void check_hugging_face_config(const std::string& path, const std::function<void()>& check) {
+  try {
+    check();
+  } catch (const ConfigError&) {
+    throw;
+  } catch (const std::exception& error) {
+    throw ConfigError("config key 'init_from': '" + path + "' has a value of an unexpected type: " + error.what());
+  }
+}
+
+void write_hugging_face_config(const std::string& dir, const Json& config) {
+  const std::string path = dir + "/config.json";
+  std::ofstream(path + ".tmp") << config.dump(2) << "\n";
+  std::filesystem::rename(path + ".tmp", path);
+}
+
+}  // namespace basin

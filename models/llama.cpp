@@ -1,0 +1,174 @@
+// "model": {"name": "llama"}: the Llama architecture (Touvron et al., 2023),
+// the layer of Llama 2 and 3, SmolLM2, TinyLlama and Mistral, over token ids
+// [n, T] to next-token logits [n, T, vocab_size]. Keys are named as in
+// Hugging Face's config.json:
+//
+//     {"name": "llama", "hidden_size": 128, "intermediate_size": 352, "num_hidden_layers": 4,
+//      "num_attention_heads": 4, "num_key_value_heads": 2, "rope_theta": 10000.0,
+//      "rms_norm_eps": 1e-6, "attention_bias": false, "mlp_bias": false, "tie_word_embeddings": false}
+//
+// A token embedding; num_hidden_layers pre-RMSNorm layers of causal
+// self-attention with grouped-query heads and rotary positions, and a
+// SwiGLU MLP, each added to the residual stream; a final RMSNorm; the head,
+// tied to the token embedding or a weight of its own. attention_bias puts a
+// bias on q, k, v and o, mlp_bias on the MLP's three projections. RoPE is
+// unscaled: a "rope_scaling" is refused. "vocab_size" and
+// "max_position_embeddings" default to the data's vocabulary and window
+// (larger ones are allowed); "intermediate_size" to 8/3 hidden_size rounded
+// up to a multiple of 32, "head_dim" to hidden_size / num_attention_heads.
+// Parameters are named as in LlamaForCausalLM without its "model." prefix
+// (embed_tokens, layers.0.self_attn.q_proj, ..., norm, lm_head). Weights
+// start as Hugging Face's do: normal(0, initializer_range), biases zero,
+// norms one.
+//
+// Every decoder layer is a zero3 unit; the embedding, the final norm and the
+// head are the root unit.
+#include "basin/models/llama.h"
+
+#include <stdexcept>
+
+#include "basin/core/base/torch_compat.h"
+#include "basin/core/config/config.h"
+#include "basin/core/config/config_error.h"
+
+namespace basin::llama {
+namespace {
+
+Shape shape_from(Params& params, const DatasetInfo& info) {
+  layers::require_token_windows("llama", info);
+  Shape shape{};
+  shape.vocab_size = params.integer("vocab_size", info.num_classes, info.num_classes);
+  shape.max_position_embeddings = params.integer("max_position_embeddings", info.input_shape[0], info.input_shape[0]);
+  shape.hidden_size = params.integer("hidden_size", 128, 1);
+  shape.intermediate_size = params.integer("intermediate_size", (8 * shape.hidden_size / 3 + 31) / 32 * 32, 1);
+  shape.num_hidden_layers = params.integer("num_hidden_layers", 4, 1);
+  shape.num_attention_heads = params.integer("num_attention_heads", 4, 1);
+  shape.num_key_value_heads = params.integer("num_key_value_heads", shape.num_attention_heads, 1);
+  if (shape.num_attention_heads % shape.num_key_value_heads != 0) {
+    params.fail("num_key_value_heads", "a divisor of num_attention_heads (" +
+                std::to_string(shape.num_attention_heads) + ")", Json(shape.num_key_value_heads));
+  }
+  if (!params.has("head_dim") && shape.hidden_size % shape.num_attention_heads != 0) {
+    params.fail("hidden_size", "a multiple of num_attention_heads (" + std::to_string(shape.num_attention_heads) +
+                ") or a head_dim", Json(shape.hidden_size));
+  }
+  shape.head_dim = params.integer("head_dim", shape.hidden_size / shape.num_attention_heads, 2);
+  if (shape.head_dim % 2 != 0) params.fail("head_dim", "an even number (RoPE rotates pairs)", Json(shape.head_dim));
+  shape.rms_norm_eps = params.positive("rms_norm_eps", 1e-6);
+  shape.rope_theta = params.positive("rope_theta", 10000.0);
+  shape.attention_dropout = params.number("attention_dropout", 0.0, 0.0, 1.0);
+  if (shape.attention_dropout >= 1.0) params.fail("attention_dropout", "a probability below 1", Json(shape.attention_dropout));
+  shape.initializer_range = params.positive("initializer_range", 0.02);
+  shape.attention_bias = params.boolean("attention_bias", false);
+  shape.mlp_bias = params.boolean("mlp_bias", false);
+  shape.tie_word_embeddings = params.boolean("tie_word_embeddings", false);
+  const Json scaling = params.raw("rope_scaling");
+  if (!scaling.is_null()) params.fail("rope_scaling", "null (basin's llama applies RoPE unscaled)", scaling);
+  return shape;
+}
+
+at::Tensor rotate_half(const at::Tensor& x) {
+  const int64_t half = x.size(-1) / 2;
+  return at::cat({-x.narrow(-1, half, half), x.narrow(-1, 0, half)}, -1);
+}
+
+}  // namespace
+
+Rotary Rotary::of(int64_t positions, int64_t head_dim, double theta, const at::TensorOptions& options) {
+  // In fp32, as Llama computes them: theta^(2i/d) as a power of the scalar, then its inverse.
+  const auto fp32 = options.dtype(at::kFloat);
+  const at::Tensor inv_freq = 1.0 / at::pow(theta, at::arange(0, head_dim, 2, fp32) / static_cast<double>(head_dim));
+  const at::Tensor freqs = at::arange(positions, fp32).unsqueeze(1) * inv_freq.unsqueeze(0);
+  const at::Tensor angles = at::cat({freqs, freqs}, -1);
+  return {angles.cos(), angles.sin()};
+}
+
+at::Tensor Rotary::apply(const at::Tensor& x) const {
+  return x * cos.to(x.scalar_type()) + rotate_half(x) * sin.to(x.scalar_type());
+}
+
+Attention::Attention(const Shape& shape)
+    : heads_(shape.num_attention_heads), kv_heads_(shape.num_key_value_heads), head_dim_(shape.head_dim),
+      dropout_(shape.attention_dropout) {
+  const double std = shape.initializer_range;
+  const bool bias = shape.attention_bias;
+  q_proj = register_module("q_proj", std::make_shared<layers::Projection>(shape.hidden_size, heads_ * head_dim_, bias, std));
+  k_proj = register_module("k_proj", std::make_shared<layers::Projection>(shape.hidden_size, kv_heads_ * head_dim_, bias, std));
+  v_proj = register_module("v_proj", std::make_shared<layers::Projection>(shape.hidden_size, kv_heads_ * head_dim_, bias, std));
+  o_proj = register_module("o_proj", std::make_shared<layers::Projection>(heads_ * head_dim_, shape.hidden_size, bias, std));
+}
+
+at::Tensor Attention::forward(const at::Tensor& x, const Rotary& rotary) {
+  const int64_t n = x.size(0), t = x.size(1);
+  auto heads = [&](const at::Tensor& projected, int64_t count) {
+    return projected.view({n, t, count, head_dim_}).transpose(1, 2);  // [n, count, T, head_dim]
+  };
+  const at::Tensor q = rotary.apply(heads(q_proj->forward(x), heads_));
+  // Each key and value head serves heads / kv_heads query heads in a row.
+  const int64_t group = heads_ / kv_heads_;
+  const at::Tensor k = rotary.apply(heads(k_proj->forward(x), kv_heads_)).repeat_interleave(group, 1);
+  const at::Tensor v = heads(v_proj->forward(x), kv_heads_).repeat_interleave(group, 1);
+  const at::Tensor y = compat::causal_attention(q, k, v, is_training() ? dropout_ : 0.0);
+  return o_proj->forward(y.transpose(1, 2).reshape({n, t, heads_ * head_dim_}));
+}
+
+SwiGlu::SwiGlu(const Shape& shape) {
+  const double std = shape.initializer_range;
+  const int64_t width = shape.hidden_size, inner = shape.intermediate_size;
+  gate_proj = register_module("gate_proj", std::make_shared<layers::Projection>(width, inner, shape.mlp_bias, std));
+  up_proj = register_module("up_proj", std::make_shared<layers::Projection>(width, inner, shape.mlp_bias, std));
+  down_proj = register_module("down_proj", std::make_shared<layers::Projection>(inner, width, shape.mlp_bias, std));
+}
+
+DecoderLayer::DecoderLayer(const Shape& shape) {
+  self_attn = register_module("self_attn", std::make_shared<Attention>(shape));
+  mlp = register_module("mlp", std::make_shared<SwiGlu>(shape));
+  input_layernorm = register_module("input_layernorm", std::make_shared<RmsNorm>(shape.hidden_size, shape.rms_norm_eps));
+  post_attention_layernorm =
+      register_module("post_attention_layernorm", std::make_shared<RmsNorm>(shape.hidden_size, shape.rms_norm_eps));
+}
+
+Llama::Llama(Params& params, const DatasetInfo& info) : shape_(shape_from(params, info)) {
+  embed_tokens_ = register_module(
+      "embed_tokens", std::make_shared<layers::Embedding>(shape_.vocab_size, shape_.hidden_size, shape_.initializer_range));
+  auto layers = register_module("layers", torch::nn::ModuleList());
+  for (int64_t i = 0; i < shape_.num_hidden_layers; ++i) {
+    layers_.push_back(std::make_shared<DecoderLayer>(shape_));
+    layers->push_back(layers_.back());
+  }
+  norm_ = register_module("norm", std::make_shared<RmsNorm>(shape_.hidden_size, shape_.rms_norm_eps));
+  if (!shape_.tie_word_embeddings) {
+    lm_head_ = register_module("lm_head", std::make_shared<layers::Projection>(shape_.hidden_size, shape_.vocab_size,
+                                                                               false, shape_.initializer_range));
+  }
+  for (auto& layer : layers_) declare_unit(*layer);  // zero3 gathers one layer at a time
+}
+
+at::Tensor Llama::forward(const at::Tensor& ids) {
+  const int64_t t = ids.size(1);
+  if (t > shape_.max_position_embeddings) {
+    throw std::invalid_argument("llama: a sequence of " + std::to_string(t) + " tokens, past max_position_embeddings " +
+                                std::to_string(shape_.max_position_embeddings));
+  }
+  const Rotary rotary = Rotary::of(t, shape_.head_dim, shape_.rope_theta, at::TensorOptions().device(ids.device()));
+  at::Tensor x = embed_tokens_->forward(ids);
+  // The rotary tables are captured by value: a checkpointed layer runs again after this returns.
+  for (auto& layer : layers_) {
+    x = unit(*layer, x, [layer, rotary](const at::Tensor& in) { return layer->forward(in, rotary); });
+  }
+  const at::Tensor normed = norm_->forward(x);
+  return lm_head_ ? lm_head_->forward(normed) : at::linear(normed, embed_tokens_->weight);
+}
+
+void Llama::export_trained(const std::string& dir) {
+  Model::export_trained(dir);
+  write_hugging_face(*this, dir + "/hf");
+}
+
+NamedTensors Llama::import_pretrained(const std::string& dir) { return read_hugging_face(*this, dir); }
+
+namespace {
+BASIN_REGISTER(model_registry(), "llama", Llama);
+}  // namespace
+
+}  // namespace basin::llama

@@ -1,0 +1,122 @@
+#pragma once
+
+// The "llama" model's parts (models/llama.cpp builds and registers it; the
+// Hugging Face Llama layout is models/llama_hugging_face.cpp). Not
+// installed: the model is used by its registered name.
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <ATen/ATen.h>
+#include <torch/nn/module.h>
+#include <torch/nn/modules/container/modulelist.h>
+
+#include "basin/core/model/model.h"
+#include "basin/models/transformer_layers.h"
+
+namespace basin::llama {
+
+/// What the config sizes, by the names of Hugging Face's LlamaConfig.
+struct Shape {
+  int64_t vocab_size, max_position_embeddings, hidden_size, intermediate_size, num_hidden_layers,
+      num_attention_heads, num_key_value_heads, head_dim;
+  double rms_norm_eps, rope_theta, attention_dropout, initializer_range;
+  bool attention_bias, mlp_bias, tie_word_embeddings;
+};
+
+/// x / sqrt(mean(x^2) + eps) * weight over the last dimension, computed in
+/// fp32 and cast back before the weight, as Llama's RMSNorm does.
+class RmsNorm : public torch::nn::Module {
+ public:
+  RmsNorm(int64_t width, double eps) : eps_(eps) { weight = register_parameter("weight", at::ones({width})); }
+  at::Tensor forward(const at::Tensor& x) const {
+    const at::Tensor wide = x.to(at::kFloat);
+    const at::Tensor normed = wide * at::rsqrt(wide.pow(2).mean(-1, /*keepdim=*/true) + eps_);
+    return weight * normed.to(x.scalar_type());
+  }
+
+  at::Tensor weight;
+
+ private:
+  double eps_;
+};
+
+/// Rotary position embeddings (Su et al., 2021) as Llama applies them: the
+/// cosines and sines of positions 0..T-1 at frequencies theta^(-2i/d), each
+/// repeated for both halves of a head, [T, head_dim].
+struct Rotary {
+  at::Tensor cos, sin;
+  static Rotary of(int64_t positions, int64_t head_dim, double theta, const at::TensorOptions& options);
+  /// x [n, heads, T, head_dim] rotated: x cos + rotate_half(x) sin.
+  at::Tensor apply(const at::Tensor& x) const;
+};
+
+/// Causal self-attention with grouped-query heads: num_key_value_heads key
+/// and value heads, each shared by num_attention_heads / num_key_value_heads
+/// query heads; queries and keys rotated by position.
+class Attention : public torch::nn::Module {
+ public:
+  explicit Attention(const Shape& shape);
+  at::Tensor forward(const at::Tensor& x, const Rotary& rotary);
+
+  std::shared_ptr<layers::Projection> q_proj, k_proj, v_proj, o_proj;
+
+ private:
+  int64_t heads_, kv_heads_, head_dim_;
+  double dropout_;
+};
+
+/// down(silu(gate(x)) * up(x)).
+class SwiGlu : public torch::nn::Module {
+ public:
+  explicit SwiGlu(const Shape& shape);
+  at::Tensor forward(const at::Tensor& x) const {
+    return down_proj->forward(at::silu(gate_proj->forward(x)) * up_proj->forward(x));
+  }
+
+  std::shared_ptr<layers::Projection> gate_proj, up_proj, down_proj;
+};
+
+/// x + attention(norm(x)), then + mlp(norm(.)).
+class DecoderLayer : public torch::nn::Module {
+ public:
+  explicit DecoderLayer(const Shape& shape);
+  at::Tensor forward(const at::Tensor& x, const Rotary& rotary) {
+    const at::Tensor h = x + self_attn->forward(input_layernorm->forward(x), rotary);
+    return h + mlp->forward(post_attention_layernorm->forward(h));
+  }
+
+  std::shared_ptr<Attention> self_attn;
+  std::shared_ptr<SwiGlu> mlp;
+  std::shared_ptr<RmsNorm> input_layernorm, post_attention_layernorm;
+};
+
+/// Llama: token embedding, decoder layers, a final RMSNorm, the head (tied
+/// to the token embedding, or a weight of its own).
+class Llama : public Model {
+ public:
+  Llama(Params& params, const DatasetInfo& info);
+
+  at::Tensor forward(const at::Tensor& ids) override;
+  /// state_dict.pt, and `dir`/hf in Hugging Face's Llama layout.
+  void export_trained(const std::string& dir) override;
+  /// A Hugging Face Llama directory (config.json, model.safetensors).
+  NamedTensors import_pretrained(const std::string& dir) override;
+
+  const Shape& shape() const { return shape_; }
+
+ private:
+  Shape shape_;
+  std::shared_ptr<layers::Embedding> embed_tokens_;
+  std::vector<std::shared_ptr<DecoderLayer>> layers_;
+  std::shared_ptr<RmsNorm> norm_;
+  std::shared_ptr<layers::Projection> lm_head_;  // null when tied
+};
+
+/// This model's parameters as Hugging Face's LlamaForCausalLM names them,
+/// and back: models/llama_hugging_face.cpp.
+void write_hugging_face(Llama& model, const std::string& dir);
+NamedTensors read_hugging_face(const Llama& model, const std::string& dir);
+
+}  // namespace basin::llama

@@ -1,0 +1,163 @@
+// The llama's weights in Hugging Face's Llama layout, both ways: a directory
+// of config.json and model.safetensors, as LlamaForCausalLM.save_pretrained
+// writes it and from_pretrained reads it.
+//
+// Names are basin's with "model." before them, but the head's (lm_head); a
+// tied head is not stored (a file's lm_head.weight must then equal the
+// embedding). Tensors of any floating dtype are read as fp32 master weights
+// and written as fp32. config.json's sizes must be the model's: a difference
+// names the key to set. RoPE's theta is read from "rope_theta" (transformers
+// 4) or "rope_parameters" (transformers 5) and written as both; any RoPE but
+// the default one is refused, naming its key. Not yet read: a checkpoint
+// split over several files (model.safetensors.index.json), refused naming it.
+#include <algorithm>
+#include <filesystem>
+
+#include "basin/core/config/config_error.h"
+#include "basin/core/config/json.h"
+#include "basin/core/serialization/safetensors_file.h"
+#include "basin/models/hugging_face_files.h"
+#include "basin/models/llama.h"
+
+namespace basin::llama {
+namespace {
+
+const std::string kPrefix = "model.";
+
+/// RoPE's theta and type, from either generation's keys.
+std::pair<double, std::string> rope_of(const Json& config) {
+  const Json parameters = config.value("rope_parameters", Json());
+  const Json scaling = config.value("rope_scaling", Json());
+  double theta = config.value("rope_theta", 10000.0);
+  std::string type = "default";
+  if (parameters.is_object()) {
+    theta = parameters.value("rope_theta", theta);
+    type = parameters.value("rope_type", type);
+  }
+  if (scaling.is_object()) type = scaling.value("rope_type", scaling.value("type", std::string("scaled")));
+  return {theta, type};
+}
+
+void check_config_values(const Json& config, const Shape& shape, const std::string& path) {
+  const std::string where = "config key 'init_from': '" + path + "'";
+  const Json architectures = config.value("architectures", Json::array({"LlamaForCausalLM"}));
+  if (config.value("model_type", std::string("llama")) != "llama" || architectures != Json::array({"LlamaForCausalLM"})) {
+    throw ConfigError(where + " has architectures " + architectures.dump() + " (model_type \"" +
+                      config.value("model_type", std::string()) + "\"); \"llama\" reads LlamaForCausalLM");
+  }
+  auto expect = [&](const char* key, const Json& found, const Json& mine) {
+    if (found != mine) {
+      throw ConfigError(where + " has " + key + " " + found.dump() + ", and the model's is " + mine.dump() +
+                        "; set model." + key + " to " + found.dump());
+    }
+  };
+  auto size = [&](const char* key, int64_t mine) {
+    if (!config.contains(key) || !config.at(key).is_number_integer()) {
+      throw ConfigError(where + " has no integer \"" + key + "\"; expected Llama's config");
+    }
+    expect(key, config.at(key), Json(mine));
+  };
+  size("vocab_size", shape.vocab_size);
+  size("hidden_size", shape.hidden_size);
+  size("intermediate_size", shape.intermediate_size);
+  size("num_hidden_layers", shape.num_hidden_layers);
+  size("num_attention_heads", shape.num_attention_heads);
+  expect("num_key_value_heads", config.value("num_key_value_heads", config.at("num_attention_heads")),
+         Json(shape.num_key_value_heads));
+  const Json head_dim = config.value("head_dim", Json());
+  if (!head_dim.is_null()) expect("head_dim", head_dim, Json(shape.head_dim));
+  expect("attention_bias", config.value("attention_bias", Json(false)), Json(shape.attention_bias));
+  expect("mlp_bias", config.value("mlp_bias", Json(false)), Json(shape.mlp_bias));
+  expect("tie_word_embeddings", config.value("tie_word_embeddings", Json(false)), Json(shape.tie_word_embeddings));
+  const double eps = config.value("rms_norm_eps", 1e-6);
+  if (eps != shape.rms_norm_eps) expect("rms_norm_eps", Json(eps), Json(shape.rms_norm_eps));
+  const auto [theta, type] = rope_of(config);
+  if (type != "default") {
+    throw ConfigError(where + " has RoPE of type \"" + type + "\" (rope_scaling, rope_parameters); \"llama\" "
+                      "applies the default, unscaled one");
+  }
+  if (theta != shape.rope_theta) expect("rope_theta", Json(theta), Json(shape.rope_theta));
+  const std::string activation = config.value("hidden_act", std::string("silu"));
+  if (activation != "silu") {
+    throw ConfigError(where + " has hidden_act \"" + activation + "\"; \"llama\"'s MLP is SwiGLU (\"silu\")");
+  }
+}
+
+}  // namespace
+
+NamedTensors read_hugging_face(const Llama& model, const std::string& dir) {
+  const Shape& shape = model.shape();
+  const Json config = read_hugging_face_config(dir, "Llama");
+  check_hugging_face_config(dir + "/config.json", [&] { check_config_values(config, shape, dir + "/config.json"); });
+  if (std::filesystem::exists(dir + "/model.safetensors.index.json")) {
+    throw ConfigError("config key 'init_from': '" + dir + "/model.safetensors.index.json' splits the weights over "
+                      "several files, which \"llama\" does not read yet; join them into model.safetensors");
+  }
+  const std::string file = dir + "/model.safetensors";
+  const std::string where = "config key 'init_from': '" + file + "'";
+  NamedTensors tensors;
+  at::Tensor head;
+  for (auto& [stored, tensor] : read_safetensors_file(file, "init_from")) {
+    if (!at::isFloatingType(tensor.scalar_type())) {
+      throw ConfigError(where + ": tensor '" + stored + "' holds " + std::string(c10::toString(tensor.scalar_type())) +
+                        ", not floating-point weights");
+    }
+    const std::string name = stored.rfind(kPrefix, 0) == 0 ? stored.substr(kPrefix.size()) : stored;
+    at::Tensor value = tensor.to(at::kFloat);
+    if (name == "lm_head.weight" && shape.tie_word_embeddings) {
+      head = value;  // what an untied writer stored beside a tied model: it must equal the embedding
+      continue;
+    }
+    tensors.emplace_back(name, value);
+  }
+  if (head.defined()) {
+    const auto embedding = std::find_if(tensors.begin(), tensors.end(), [](const auto& t) { return t.first == "embed_tokens.weight"; });
+    if (embedding == tensors.end() || !head.equal(embedding->second)) {
+      throw ConfigError(where + "'s lm_head.weight differs from model.embed_tokens.weight, and the model ties them "
+                        "(tie_word_embeddings true); set model.tie_word_embeddings to false");
+    }
+  }
+  return tensors;
+}
+
+void write_hugging_face(Llama& model, const std::string& dir) {
+  const Shape& shape = model.shape();
+  std::filesystem::create_directories(dir);
+  NamedTensors tensors;
+  at::NoGradGuard no_grad;
+  for (const auto& item : model.named_parameters(true)) {
+    const std::string& name = item.key();
+    const std::string stored = name.rfind("lm_head.", 0) == 0 ? name : kPrefix + name;
+    tensors.emplace_back(stored, item.value().detach().to(at::kCPU, at::kFloat).contiguous());
+  }
+  write_safetensors_file(dir + "/model.safetensors", tensors, {{"format", "pt"}});
+  const Json config{{"architectures", {"LlamaForCausalLM"}},
+                    {"model_type", "llama"},
+                    {"vocab_size", shape.vocab_size},
+                    {"max_position_embeddings", shape.max_position_embeddings},
+                    {"hidden_size", shape.hidden_size},
+                    {"intermediate_size", shape.intermediate_size},
+                    {"num_hidden_layers", shape.num_hidden_layers},
+                    {"num_attention_heads", shape.num_attention_heads},
+                    {"num_key_value_heads", shape.num_key_value_heads},
+                    {"head_dim", shape.head_dim},
+                    {"hidden_act", "silu"},
+                    {"rms_norm_eps", shape.rms_norm_eps},
+                    // transformers 4 reads the first, 5 the second.
+                    {"rope_theta", shape.rope_theta},
+                    {"rope_parameters", {{"rope_theta", shape.rope_theta}, {"rope_type", "default"}}},
+                    {"rope_scaling", nullptr},
+                    {"attention_bias", shape.attention_bias},
+                    {"attention_dropout", shape.attention_dropout},
+                    {"mlp_bias", shape.mlp_bias},
+                    {"tie_word_embeddings", shape.tie_word_embeddings},
+                    {"initializer_range", shape.initializer_range},
+                    // A basin run has no special tokens: without these keys transformers takes LlamaConfig's 1
+                    // and 2, which name tokens of the run's vocabulary.
+                    {"bos_token_id", nullptr},
+                    {"eos_token_id", nullptr},
+                    {"torch_dtype", "float32"}};
+  write_hugging_face_config(dir, config);
+}
+
+}  // namespace basin::llama

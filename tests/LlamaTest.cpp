@@ -1,0 +1,278 @@
+// The "llama" model: its forward against the same arithmetic written out
+// with plain LibTorch ops (RMSNorm, rotary positions, grouped-query heads,
+// SwiGLU, a tied or untied head); every parallel mode equal to ddp on it
+// under SAM; and Hugging Face Llama directories both ways (refusals without
+// Python, and with PyPI's transformers where installed: basin's logits
+// equal LlamaForCausalLM's, and the model basin trained loads back into it).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+#include <map>
+#include <string>
+
+#include <ATen/ATen.h>
+
+#include "basin/core/config/config.h"
+#include "basin/core/model/model.h"
+#include "basin/core/serialization/torch_save_file.h"
+#include "basin/core/train/trainer.h"
+#include "distributed_util.h"
+#include "hugging_face_python.h"
+#include "test_util.h"
+
+namespace basin {
+namespace {
+
+std::shared_ptr<Model> make_llama(const Json& keys, int64_t vocabulary, int64_t tokens) {
+  Params params(keys, "model");
+  auto model = model_registry().create("llama", params, DatasetInfo{{tokens}, vocabulary});
+  params.finish();
+  return model;
+}
+
+at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps) {
+  return x / (x.pow(2).mean(-1, true) + eps).sqrt() * weight;
+}
+
+/// Rotates each pair (i, i + d/2) of every head's features by the angle
+/// position * theta^(-2i/d), frequencies taken in double.
+at::Tensor rotate(const at::Tensor& x, double theta) {
+  const int64_t t = x.size(2), d = x.size(3), half = d / 2;
+  std::vector<float> cosines, sines;
+  for (int64_t p = 0; p < t; ++p) {
+    for (int64_t i = 0; i < half; ++i) {
+      const double angle = static_cast<double>(p) / std::pow(theta, 2.0 * static_cast<double>(i) / static_cast<double>(d));
+      cosines.push_back(static_cast<float>(std::cos(angle)));
+      sines.push_back(static_cast<float>(std::sin(angle)));
+    }
+  }
+  const at::Tensor c = at::tensor(cosines).view({t, half}), s = at::tensor(sines).view({t, half});
+  const at::Tensor first = x.narrow(3, 0, half), second = x.narrow(3, half, half);
+  return at::cat({first * c - second * s, second * c + first * s}, 3);
+}
+
+/// Llama (Touvron et al. 2023) from its parameters, op by op.
+at::Tensor reference_logits(std::map<std::string, at::Tensor> p, const at::Tensor& ids, int64_t layers, int64_t heads,
+                            int64_t kv_heads, double theta, double eps, bool bias) {
+  const int64_t n = ids.size(0), t = ids.size(1), c = p["embed_tokens.weight"].size(1), d = c / heads;
+  auto linear = [&](const at::Tensor& x, const std::string& name) {
+    const at::Tensor y = at::matmul(x, p[name + ".weight"].t());
+    return bias && p.count(name + ".bias") ? y + p[name + ".bias"] : y;
+  };
+  at::Tensor x = p["embed_tokens.weight"].index_select(0, ids.flatten()).view({n, t, c});
+  const at::Tensor future = at::ones({t, t}).triu(1).to(at::kBool);
+  for (int64_t l = 0; l < layers; ++l) {
+    const std::string h = "layers." + std::to_string(l) + ".";
+    const at::Tensor a = rms_norm(x, p[h + "input_layernorm.weight"], eps);
+    auto split = [&](const at::Tensor& y, int64_t count) { return y.view({n, t, count, d}).transpose(1, 2); };
+    const at::Tensor q = rotate(split(linear(a, h + "self_attn.q_proj"), heads), theta);
+    const at::Tensor k = rotate(split(linear(a, h + "self_attn.k_proj"), kv_heads), theta);
+    const at::Tensor v = split(linear(a, h + "self_attn.v_proj"), kv_heads);
+    std::vector<at::Tensor> outputs;
+    for (int64_t head = 0; head < heads; ++head) {  // query head `head` reads key/value head head / (heads / kv_heads)
+      const int64_t shared = head / (heads / kv_heads);
+      const at::Tensor scores = at::matmul(q.select(1, head), k.select(1, shared).transpose(-2, -1)) / std::sqrt(static_cast<double>(d));
+      outputs.push_back(at::matmul(scores.masked_fill(future, -INFINITY).softmax(-1), v.select(1, shared)));
+    }
+    x = x + linear(at::stack(outputs, 2).reshape({n, t, c}), h + "self_attn.o_proj");
+    const at::Tensor m = rms_norm(x, p[h + "post_attention_layernorm.weight"], eps);
+    const at::Tensor gate = linear(m, h + "mlp.gate_proj");
+    x = x + linear(gate * at::sigmoid(gate) * linear(m, h + "mlp.up_proj"), h + "mlp.down_proj");
+  }
+  const at::Tensor head = p.count("lm_head.weight") ? p["lm_head.weight"] : p["embed_tokens.weight"];
+  return at::matmul(rms_norm(x, p["norm.weight"], eps), head.t());
+}
+
+TEST(LlamaTest, ForwardIsLlamaOpByOpWithGroupedHeadsRotaryPositionsAndEitherHead) {
+  at::manual_seed(0);
+  const int64_t v = 50, t = 12, c = 16, f = 40;
+  for (const bool tied : {false, true}) {
+    const bool bias = !tied;
+    const int64_t kv_heads = tied ? 4 : 2;
+    const double theta = tied ? 10000.0 : 500.0;
+    const Json keys{{"hidden_size", c},          {"intermediate_size", f},   {"num_hidden_layers", 2},
+                    {"num_attention_heads", 4},  {"num_key_value_heads", kv_heads}, {"rope_theta", theta},
+                    {"rms_norm_eps", 1e-5},      {"attention_bias", bias},   {"tie_word_embeddings", tied}};
+    auto model = make_llama(keys, v, t);
+    model->eval();
+    std::map<std::string, at::Tensor> params;
+    int64_t count = 0;
+    for (const auto& item : model->named_parameters(true)) {
+      params.emplace(item.key(), item.value().detach().normal_(0, 0.3));  // norms and biases too, to see them used
+      count += item.value().numel();
+    }
+    // Parameters by Llama's formula: q and o of C^2, k and v of C * kv C / heads, the MLP's 3 C F, two norms, per layer.
+    const int64_t kv = c * kv_heads / 4;
+    const int64_t per_layer = 2 * c * c + 2 * c * kv + 3 * c * f + 2 * c + (bias ? 2 * c + 2 * kv : 0);
+    EXPECT_EQ(count, v * c + 2 * per_layer + c + (tied ? 0 : v * c)) << "tied " << tied;
+    EXPECT_EQ(params.count("lm_head.weight"), tied ? 0u : 1u);
+    EXPECT_EQ(model->units().size(), 2u) << "every decoder layer is a unit";
+    const at::Tensor ids = at::randint(0, v, {3, t}, at::kLong);
+    at::NoGradGuard no_grad;
+    const at::Tensor logits = model->forward(ids);
+    ASSERT_EQ(logits.sizes(), (std::vector<int64_t>{3, t, v}));
+    EXPECT_LT((logits - reference_logits(params, ids, 2, 4, kv_heads, theta, 1e-5, bias)).abs().max().item<double>(),
+              1e-5) << "tied " << tied;
+    // A later token changes no earlier position's logits, and changes its own.
+    at::Tensor changed = ids.clone();
+    changed[1][7] = (ids[1][7].item<int64_t>() + 1) % v;
+    const at::Tensor after = model->forward(changed);
+    EXPECT_TRUE(after.slice(1, 0, 7).equal(logits.slice(1, 0, 7)));
+    EXPECT_GT((after[1][7] - logits[1][7]).abs().max().item<double>(), 1e-4);
+    EXPECT_THROW(model->forward(at::zeros({1, t + 1}, at::kLong)), std::invalid_argument);
+  }
+}
+
+TEST(LlamaTest, BadSizesAreRefusedNamingTheKey) {
+  auto refused = [](const Json& keys, const std::string& word) {
+    test::expect_config_error([&] { make_llama(keys, 50, 12); }, {word}, keys.dump());
+  };
+  refused({{"num_attention_heads", 4}, {"num_key_value_heads", 3}}, "model.num_key_value_heads");
+  refused({{"hidden_size", 30}, {"num_attention_heads", 4}}, "model.hidden_size");
+  refused({{"head_dim", 7}}, "model.head_dim");
+  refused({{"vocab_size", 10}}, "model.vocab_size");
+  refused({{"rope_scaling", {{"rope_type", "llama3"}, {"factor", 8.0}}}}, "model.rope_scaling");
+  refused({{"n_layer", 2}}, "n_layer");
+}
+
+Json llama_job(const std::string& ids, const std::string& mode, const Json& extra = Json::object()) {
+  Json config = Json::parse(R"({"seed": 4, "threads": 1, "max_steps": 3,
+    "model": {"name": "llama", "hidden_size": 16, "intermediate_size": 24, "num_hidden_layers": 2,
+              "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 300},
+    "optimizer": {"name": "adamw", "lr": 0.01, "weight_decay": 0.1},
+    "algorithms": {"sam": {"rho": 0.05, "sync_ascent": true}}})");
+  config["data"] = {{"name", "tokens"}, {"train", ids}, {"block_size", 16}, {"batch_size", 8}, {"microbatches", 2}};
+  config["parallel"] = {{"mode", mode}, {"timeout_seconds", 60}};
+  config["model"].update(extra);
+  return config;
+}
+
+std::string random_ids(const test::TempDir& dir) {
+  at::manual_seed(11);
+  write_torch_save_file(dir.file("ids.pt"), at::randint(0, 300, {2000}, at::kLong));
+  return dir.file("ids.pt");
+}
+
+TEST(LlamaTest, EveryModeEqualsDdpUnderSam) {
+  test::TempDir dir;
+  const std::string ids = random_ids(dir);
+  const auto ddp = test::train_on_ranks(2, llama_job(ids, "ddp"));
+  EXPECT_EQ(test::max_difference(ddp[0], ddp[1]), 0.0) << "replicas drifted under ddp";
+  for (const std::string mode : {"zero1", "zero2", "zero3"}) {
+    const auto sharded = test::train_on_ranks(2, llama_job(ids, mode));
+    for (int rank = 0; rank < 2; ++rank) {
+      EXPECT_LT(test::max_difference(sharded[static_cast<std::size_t>(rank)], ddp[0]), 1e-5)
+          << mode << " against ddp, rank " << rank;
+    }
+  }
+}
+
+Json hf_job(const std::string& ids, const std::string& init_from, const Json& extra = Json::object()) {
+  Json config = llama_job(ids, "none", extra);
+  config.erase("parallel");
+  config["data"].erase("microbatches");
+  if (!init_from.empty()) config["init_from"] = init_from;
+  return config;
+}
+
+// basin's own export read back (no Python needed), and a directory whose
+// config.json is not one the model can take refused naming the file and the key.
+TEST(LlamaTest, HuggingFaceDirectoriesRoundTripAndWhatDisagreesIsRefused) {
+  test::TempDir dir;
+  const std::string ids = random_ids(dir), out = dir.file("run");
+  std::filesystem::create_directories(out);
+  const at::Tensor sample = at::randint(0, 300, {2, 16}, at::kLong);
+  at::Tensor before;
+  {
+    Trainer trainer(hf_job(ids, ""));
+    trainer.fit();
+    trainer.export_model(out);
+    trainer.model().eval();
+    at::NoGradGuard no_grad;
+    before = trainer.model().forward(sample);
+  }
+  ASSERT_TRUE(std::filesystem::exists(out + "/hf/model.safetensors"));
+  {
+    Trainer trainer(hf_job(ids, out + "/hf"));
+    trainer.model().eval();
+    at::NoGradGuard no_grad;
+    EXPECT_TRUE(trainer.model().forward(sample).equal(before)) << "what basin wrote, basin reads to the bit";
+  }
+  const std::string path = out + "/hf/config.json";
+  const Json written = Json::parse(test::read_text(path));
+  auto refused_with = [&](const std::function<void(Json&)>& change, const std::vector<std::string>& words) {
+    Json config = written;
+    change(config);
+    test::write_text(path, config.dump());
+    test::expect_config_error([&] { Trainer trainer(hf_job(ids, out + "/hf")); }, words, config.dump());
+  };
+  refused_with([](Json& c) { c["hidden_size"] = 32; }, {"config.json", "hidden_size 32", "model.hidden_size"});
+  refused_with([](Json& c) { c["num_key_value_heads"] = 4; }, {"config.json", "num_key_value_heads"});
+  refused_with([](Json& c) { c["architectures"] = {"Qwen2ForCausalLM"}; }, {"config.json", "architectures"});
+  refused_with([](Json& c) { c["rope_scaling"] = {{"rope_type", "llama3"}, {"factor", 8.0}}; },
+               {"config.json", "llama3", "rope_scaling"});
+  refused_with([](Json& c) { c["rope_parameters"]["rope_theta"] = 500000.0; }, {"config.json", "rope_theta"});
+  refused_with([](Json& c) { c["tie_word_embeddings"] = true; }, {"config.json", "tie_word_embeddings"});
+  test::write_text(path, written.dump());
+  test::write_text(out + "/hf/model.safetensors.index.json", "{}");
+  test::expect_config_error([&] { Trainer trainer(hf_job(ids, out + "/hf")); }, {"model.safetensors.index.json"},
+                            "a split checkpoint");
+}
+
+// With PyPI's transformers: random LlamaForCausalLMs saved by Python (grouped
+// heads, an untied head, biases and another theta; then plain heads and a
+// tied head, in bf16) give basin the same logits; basin trains each a few SAM steps;
+// Python loads what basin wrote and gets basin's logits.
+TEST(LlamaTest, LlamaWeightsFromHuggingFaceTrainAndGoBack) {
+  const std::string python = test::hugging_face_python();
+  if (python.empty()) {
+    GTEST_SKIP() << "no Python with PyPI's transformers and safetensors: run scripts/hf-python.sh (or set BASIN_HF_PYTHON)";
+  }
+  test::TempDir dir;
+  const std::string ids = random_ids(dir);
+  const std::vector<Json> shapes{
+      Json{{"num_key_value_heads", 2}, {"attention_bias", true}, {"rope_theta", 500.0}, {"tie_word_embeddings", false}},
+      Json{{"num_key_value_heads", 4}, {"attention_bias", false}, {"rope_theta", 10000.0}, {"tie_word_embeddings", true}}};
+  for (const Json& shape : shapes) {
+    // The tied one is stored in bf16: read as fp32 master weights, it computes what bf16's values do in fp32.
+    const bool bf16 = shape["tie_word_embeddings"].get<bool>();
+    const std::string python_keys = "vocab_size=300, hidden_size=16, intermediate_size=24, num_hidden_layers=2, "
+                                    "num_attention_heads=4, num_key_value_heads=" + shape["num_key_value_heads"].dump() +
+                                    ", attention_bias=" + (shape["attention_bias"].get<bool>() ? "True" : "False") +
+                                    ", rope_theta=" + shape["rope_theta"].dump() + ", tie_word_embeddings=" +
+                                    (shape["tie_word_embeddings"].get<bool>() ? "True" : "False") + ", rms_norm_eps=1e-6";
+    const auto made = test::run_command(
+        "env -C " + dir.path().string() + " " + python + " -c \"import torch, transformers\n"
+        "torch.manual_seed(0)\n"
+        "model = transformers.LlamaForCausalLM(transformers.LlamaConfig(" + python_keys + ")).eval()\n"
+        "with torch.no_grad():\n"
+        "    for p in model.parameters(): p.normal_(0, 0.3)\n" +  // norms and biases too, to see them used
+        // bf16's values, computed in fp32 (the model's own cast would round RoPE's frequencies too).
+        (bf16 ? "    for p in model.parameters(): p.copy_(p.bfloat16().float())\n" : "") +
+        "ids = torch.randint(0, 300, (3, 16))\n"
+        "with torch.no_grad(): logits = model(ids).logits\n"
+        "torch.save({'ids': ids, 'logits': logits}, 'reference.pt')\n" +
+        (bf16 ? "model = model.to(torch.bfloat16)\n" : "") +
+        "model.save_pretrained('hf_in')\n"
+        "import safetensors.torch\n"
+        "dtypes = {t.dtype for t in safetensors.torch.load_file('hf_in/model.safetensors').values()}\n"
+        "assert dtypes == {" + (bf16 ? "torch.bfloat16" : "torch.float32") + "}, dtypes\"", 300);
+    ASSERT_EQ(made.exit_code, 0) << made.output;
+    const auto reference = read_torch_save_file(dir.file("reference.pt"), "test").toGenericDict();
+    const at::Tensor sample = reference.at("ids").toTensor();
+    Trainer trainer(hf_job(ids, dir.file("hf_in"), shape));
+    {
+      trainer.model().eval();
+      at::NoGradGuard no_grad;
+      EXPECT_LT((trainer.model().forward(sample) - reference.at("logits").toTensor()).abs().max().item<double>(), 1e-5)
+          << "basin's logits against LlamaForCausalLM's, " << shape.dump();
+      trainer.model().train();
+    }
+    test::expect_trained_model_loads_in_transformers(trainer, python, dir, "LlamaForCausalLM", sample,
+                                                     reference.at("logits").toTensor());
+  }
+}
+
+}  // namespace
+}  // namespace basin
