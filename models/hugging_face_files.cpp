@@ -36,7 +36,12 @@ void check_hugging_face_config(const std::string& path, const std::function<void
 
 void write_hugging_face_config(const std::string& dir, const Json& config) {
   const std::string path = dir + "/config.json";
-  std::ofstream(path + ".tmp") << config.dump(2) << "\n";
+  {
+    std::ofstream out(path + ".tmp");
+    out << config.dump(2) << "\n";
+    out.flush();
+    if (!out) throw std::runtime_error("cannot write '" + path + ".tmp'");
+  }
   std::filesystem::rename(path + ".tmp", path);
 }
 

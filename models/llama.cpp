@@ -1,5 +1,5 @@
 // "model": {"name": "llama"}: the Llama architecture (Touvron et al., 2023),
-// the layer of Llama 2 and 3, SmolLM2, TinyLlama and Mistral, over token ids
+// the layer of Llama 2 and 3, SmolLM2 and TinyLlama, over token ids
 // [n, T] to next-token logits [n, T, vocab_size]. Keys are named as in
 // Hugging Face's config.json:
 //
@@ -15,7 +15,8 @@
 // unscaled: a "rope_scaling" is refused. "vocab_size" and
 // "max_position_embeddings" default to the data's vocabulary and window
 // (larger ones are allowed); "intermediate_size" to 8/3 hidden_size rounded
-// up to a multiple of 32, "head_dim" to hidden_size / num_attention_heads.
+// up to a multiple of 32, "head_dim" to hidden_size / num_attention_heads
+// (hidden_size a multiple of it, as LlamaConfig requires).
 // Parameters are named as in LlamaForCausalLM without its "model." prefix
 // (embed_tokens, layers.0.self_attn.q_proj, ..., norm, lm_head). Weights
 // start as Hugging Face's do: normal(0, initializer_range), biases zero,
@@ -26,6 +27,8 @@
 #include "basin/models/llama.h"
 
 #include <stdexcept>
+
+#include <torch/nn/modules/container/modulelist.h>
 
 #include "basin/core/base/torch_compat.h"
 #include "basin/core/config/config.h"
@@ -48,17 +51,25 @@ Shape shape_from(Params& params, const DatasetInfo& info) {
     params.fail("num_key_value_heads", "a divisor of num_attention_heads (" +
                 std::to_string(shape.num_attention_heads) + ")", Json(shape.num_key_value_heads));
   }
-  if (!params.has("head_dim") && shape.hidden_size % shape.num_attention_heads != 0) {
-    params.fail("hidden_size", "a multiple of num_attention_heads (" + std::to_string(shape.num_attention_heads) +
-                ") or a head_dim", Json(shape.hidden_size));
+  // As LlamaConfig requires it (from_pretrained refuses a config without it), head_dim given or not.
+  if (shape.hidden_size % shape.num_attention_heads != 0) {
+    params.fail("hidden_size", "a multiple of num_attention_heads (" + std::to_string(shape.num_attention_heads) + ")",
+                Json(shape.hidden_size));
   }
-  shape.head_dim = params.integer("head_dim", shape.hidden_size / shape.num_attention_heads, 2);
-  if (shape.head_dim % 2 != 0) params.fail("head_dim", "an even number (RoPE rotates pairs)", Json(shape.head_dim));
+  const bool head_dim_given = params.has("head_dim");
+  shape.head_dim = params.integer("head_dim", shape.hidden_size / shape.num_attention_heads, 1);
+  if (shape.head_dim % 2 != 0) {
+    const std::string expected = "an even number (RoPE rotates pairs)";
+    if (head_dim_given) params.fail("head_dim", expected, Json(shape.head_dim));
+    params.fail("num_attention_heads", "a count that leaves hidden_size / num_attention_heads " + expected + ", or a head_dim",
+                Json(shape.num_attention_heads));
+  }
   shape.rms_norm_eps = params.positive("rms_norm_eps", 1e-6);
   shape.rope_theta = params.positive("rope_theta", 10000.0);
   shape.attention_dropout = params.number("attention_dropout", 0.0, 0.0, 1.0);
   if (shape.attention_dropout >= 1.0) params.fail("attention_dropout", "a probability below 1", Json(shape.attention_dropout));
-  shape.initializer_range = params.positive("initializer_range", 0.02);
+  shape.initializer_range = params.number("initializer_range", 0.02, 0.0, 1.0);  // LlamaConfig's bounds
+  if (!(shape.initializer_range > 0)) params.fail("initializer_range", "a number in (0, 1]", Json(shape.initializer_range));
   shape.attention_bias = params.boolean("attention_bias", false);
   shape.mlp_bias = params.boolean("mlp_bias", false);
   shape.tie_word_embeddings = params.boolean("tie_word_embeddings", false);
@@ -80,12 +91,10 @@ Rotary Rotary::of(int64_t positions, int64_t head_dim, double theta, const at::T
   const at::Tensor inv_freq = 1.0 / at::pow(theta, at::arange(0, head_dim, 2, fp32) / static_cast<double>(head_dim));
   const at::Tensor freqs = at::arange(positions, fp32).unsqueeze(1) * inv_freq.unsqueeze(0);
   const at::Tensor angles = at::cat({freqs, freqs}, -1);
-  return {angles.cos(), angles.sin()};
+  return {angles.cos().to(options.dtype()), angles.sin().to(options.dtype())};
 }
 
-at::Tensor Rotary::apply(const at::Tensor& x) const {
-  return x * cos.to(x.scalar_type()) + rotate_half(x) * sin.to(x.scalar_type());
-}
+at::Tensor Rotary::apply(const at::Tensor& x) const { return x * cos + rotate_half(x) * sin; }
 
 Attention::Attention(const Shape& shape)
     : heads_(shape.num_attention_heads), kv_heads_(shape.num_key_value_heads), head_dim_(shape.head_dim),
@@ -150,8 +159,8 @@ at::Tensor Llama::forward(const at::Tensor& ids) {
     throw std::invalid_argument("llama: a sequence of " + std::to_string(t) + " tokens, past max_position_embeddings " +
                                 std::to_string(shape_.max_position_embeddings));
   }
-  const Rotary rotary = Rotary::of(t, shape_.head_dim, shape_.rope_theta, at::TensorOptions().device(ids.device()));
   at::Tensor x = embed_tokens_->forward(ids);
+  const Rotary rotary = Rotary::of(t, shape_.head_dim, shape_.rope_theta, x.options());
   // The rotary tables are captured by value: a checkpointed layer runs again after this returns.
   for (auto& layer : layers_) {
     x = unit(*layer, x, [layer, rotary](const at::Tensor& in) { return layer->forward(in, rotary); });

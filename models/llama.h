@@ -10,7 +10,6 @@
 
 #include <ATen/ATen.h>
 #include <torch/nn/module.h>
-#include <torch/nn/modules/container/modulelist.h>
 
 #include "basin/core/model/model.h"
 #include "basin/models/transformer_layers.h"
@@ -47,8 +46,11 @@ class RmsNorm : public torch::nn::Module {
 /// repeated for both halves of a head, [T, head_dim].
 struct Rotary {
   at::Tensor cos, sin;
+  /// The tables computed in fp32, then cast to `options`' dtype: the residual
+  /// stream's, as Llama casts them (fp32 under autocast, where the rotation
+  /// of bf16 queries and keys is then done in fp32 too).
   static Rotary of(int64_t positions, int64_t head_dim, double theta, const at::TensorOptions& options);
-  /// x [n, heads, T, head_dim] rotated: x cos + rotate_half(x) sin.
+  /// x [n, heads, T, head_dim] rotated: x cos + rotate_half(x) sin, in the wider of the two dtypes.
   at::Tensor apply(const at::Tensor& x) const;
 };
 

@@ -8,8 +8,11 @@
 // and written as fp32. config.json's sizes must be the model's: a difference
 // names the key to set. RoPE's theta is read from "rope_theta" (transformers
 // 4) or "rope_parameters" (transformers 5) and written as both; any RoPE but
-// the default one is refused, naming its key. Not yet read: a checkpoint
-// split over several files (model.safetensors.index.json), refused naming it.
+// the default one is refused, naming its key. max_position_embeddings is
+// the model's on the way out (set model.max_position_embeddings to the
+// checkpoint's to carry it through); on the way in it must be at least the
+// model's. Not yet read: a checkpoint split over several files
+// (model.safetensors.index.json), refused naming it.
 #include <algorithm>
 #include <filesystem>
 
@@ -24,23 +27,35 @@ namespace {
 
 const std::string kPrefix = "model.";
 
-/// RoPE's theta and type, from either generation's keys.
+/// A key whose null means absent, as transformers reads it.
+Json value_or(const Json& config, const char* key, const Json& absent) {
+  const auto found = config.find(key);
+  return found == config.end() || found->is_null() ? absent : *found;
+}
+
+/// RoPE's type in `scaling` (either spelling); `fallback` when it names none.
+std::string rope_type(const Json& scaling, const std::string& fallback) {
+  if (!scaling.is_object()) return fallback;
+  return scaling.value("rope_type", scaling.value("type", fallback));
+}
+
+/// RoPE's theta and type, from either generation's keys (transformers 4:
+/// rope_theta and rope_scaling; 5: rope_parameters).
 std::pair<double, std::string> rope_of(const Json& config) {
-  const Json parameters = config.value("rope_parameters", Json());
-  const Json scaling = config.value("rope_scaling", Json());
-  double theta = config.value("rope_theta", 10000.0);
+  const Json parameters = value_or(config, "rope_parameters", Json());
+  double theta = value_or(config, "rope_theta", Json(10000.0)).get<double>();
   std::string type = "default";
   if (parameters.is_object()) {
-    theta = parameters.value("rope_theta", theta);
-    type = parameters.value("rope_type", type);
+    theta = value_or(parameters, "rope_theta", Json(theta)).get<double>();
+    type = rope_type(parameters, type);
   }
-  if (scaling.is_object()) type = scaling.value("rope_type", scaling.value("type", std::string("scaled")));
+  type = rope_type(value_or(config, "rope_scaling", Json()), type);
   return {theta, type};
 }
 
 void check_config_values(const Json& config, const Shape& shape, const std::string& path) {
   const std::string where = "config key 'init_from': '" + path + "'";
-  const Json architectures = config.value("architectures", Json::array({"LlamaForCausalLM"}));
+  const Json architectures = value_or(config, "architectures", Json::array({"LlamaForCausalLM"}));
   if (config.value("model_type", std::string("llama")) != "llama" || architectures != Json::array({"LlamaForCausalLM"})) {
     throw ConfigError(where + " has architectures " + architectures.dump() + " (model_type \"" +
                       config.value("model_type", std::string()) + "\"); \"llama\" reads LlamaForCausalLM");
@@ -62,10 +77,17 @@ void check_config_values(const Json& config, const Shape& shape, const std::stri
   size("intermediate_size", shape.intermediate_size);
   size("num_hidden_layers", shape.num_hidden_layers);
   size("num_attention_heads", shape.num_attention_heads);
-  expect("num_key_value_heads", config.value("num_key_value_heads", config.at("num_attention_heads")),
+  expect("num_key_value_heads", value_or(config, "num_key_value_heads", config.at("num_attention_heads")),
          Json(shape.num_key_value_heads));
-  const Json head_dim = config.value("head_dim", Json());
-  if (!head_dim.is_null()) expect("head_dim", head_dim, Json(shape.head_dim));
+  expect("head_dim", value_or(config, "head_dim", Json(shape.hidden_size / shape.num_attention_heads)),
+         Json(shape.head_dim));
+  // No weight depends on it, but a model meant for fewer positions than its windows is refused.
+  const Json positions = value_or(config, "max_position_embeddings", Json(shape.max_position_embeddings));
+  if (!positions.is_number_integer() || positions.get<int64_t>() < shape.max_position_embeddings) {
+    throw ConfigError(where + " has max_position_embeddings " + positions.dump() + ", fewer than model." +
+                      "max_position_embeddings " + std::to_string(shape.max_position_embeddings) +
+                      " (the data's window unless set)");
+  }
   expect("attention_bias", config.value("attention_bias", Json(false)), Json(shape.attention_bias));
   expect("mlp_bias", config.value("mlp_bias", Json(false)), Json(shape.mlp_bias));
   expect("tie_word_embeddings", config.value("tie_word_embeddings", Json(false)), Json(shape.tie_word_embeddings));
@@ -77,8 +99,8 @@ void check_config_values(const Json& config, const Shape& shape, const std::stri
                       "applies the default, unscaled one");
   }
   if (theta != shape.rope_theta) expect("rope_theta", Json(theta), Json(shape.rope_theta));
-  const std::string activation = config.value("hidden_act", std::string("silu"));
-  if (activation != "silu") {
+  const std::string activation = value_or(config, "hidden_act", Json("silu")).get<std::string>();
+  if (activation != "silu" && activation != "swish") {
     throw ConfigError(where + " has hidden_act \"" + activation + "\"; \"llama\"'s MLP is SwiGLU (\"silu\")");
   }
 }
@@ -97,12 +119,18 @@ NamedTensors read_hugging_face(const Llama& model, const std::string& dir) {
   const std::string where = "config key 'init_from': '" + file + "'";
   NamedTensors tensors;
   at::Tensor head;
+  const std::string frequencies = "rotary_emb.inv_freq";
   for (auto& [stored, tensor] : read_safetensors_file(file, "init_from")) {
+    const std::string name = stored.rfind(kPrefix, 0) == 0 ? stored.substr(kPrefix.size()) : stored;
+    // RoPE's frequencies, which older checkpoints stored: computed from rope_theta here.
+    if (name.size() >= frequencies.size() &&
+        name.compare(name.size() - frequencies.size(), frequencies.size(), frequencies) == 0) {
+      continue;
+    }
     if (!at::isFloatingType(tensor.scalar_type())) {
       throw ConfigError(where + ": tensor '" + stored + "' holds " + std::string(c10::toString(tensor.scalar_type())) +
                         ", not floating-point weights");
     }
-    const std::string name = stored.rfind(kPrefix, 0) == 0 ? stored.substr(kPrefix.size()) : stored;
     at::Tensor value = tensor.to(at::kFloat);
     if (name == "lm_head.weight" && shape.tie_word_embeddings) {
       head = value;  // what an untied writer stored beside a tied model: it must equal the embedding
@@ -112,7 +140,7 @@ NamedTensors read_hugging_face(const Llama& model, const std::string& dir) {
   }
   if (head.defined()) {
     const auto embedding = std::find_if(tensors.begin(), tensors.end(), [](const auto& t) { return t.first == "embed_tokens.weight"; });
-    if (embedding == tensors.end() || !head.equal(embedding->second)) {
+    if (embedding != tensors.end() && !head.equal(embedding->second)) {
       throw ConfigError(where + "'s lm_head.weight differs from model.embed_tokens.weight, and the model ties them "
                         "(tie_word_embeddings true); set model.tie_word_embeddings to false");
     }

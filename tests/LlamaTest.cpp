@@ -54,11 +54,12 @@ at::Tensor rotate(const at::Tensor& x, double theta) {
 
 /// Llama (Touvron et al. 2023) from its parameters, op by op.
 at::Tensor reference_logits(std::map<std::string, at::Tensor> p, const at::Tensor& ids, int64_t layers, int64_t heads,
-                            int64_t kv_heads, double theta, double eps, bool bias) {
-  const int64_t n = ids.size(0), t = ids.size(1), c = p["embed_tokens.weight"].size(1), d = c / heads;
+                            int64_t kv_heads, double theta, double eps) {
+  const int64_t n = ids.size(0), t = ids.size(1), c = p["embed_tokens.weight"].size(1);
+  const int64_t d = p["layers.0.self_attn.q_proj.weight"].size(0) / heads;  // head_dim, given or c / heads
   auto linear = [&](const at::Tensor& x, const std::string& name) {
     const at::Tensor y = at::matmul(x, p[name + ".weight"].t());
-    return bias && p.count(name + ".bias") ? y + p[name + ".bias"] : y;
+    return p.count(name + ".bias") ? y + p[name + ".bias"] : y;
   };
   at::Tensor x = p["embed_tokens.weight"].index_select(0, ids.flatten()).view({n, t, c});
   const at::Tensor future = at::ones({t, t}).triu(1).to(at::kBool);
@@ -75,7 +76,7 @@ at::Tensor reference_logits(std::map<std::string, at::Tensor> p, const at::Tenso
       const at::Tensor scores = at::matmul(q.select(1, head), k.select(1, shared).transpose(-2, -1)) / std::sqrt(static_cast<double>(d));
       outputs.push_back(at::matmul(scores.masked_fill(future, -INFINITY).softmax(-1), v.select(1, shared)));
     }
-    x = x + linear(at::stack(outputs, 2).reshape({n, t, c}), h + "self_attn.o_proj");
+    x = x + linear(at::stack(outputs, 2).reshape({n, t, heads * d}), h + "self_attn.o_proj");
     const at::Tensor m = rms_norm(x, p[h + "post_attention_layernorm.weight"], eps);
     const at::Tensor gate = linear(m, h + "mlp.gate_proj");
     x = x + linear(gate * at::sigmoid(gate) * linear(m, h + "mlp.up_proj"), h + "mlp.down_proj");
@@ -84,16 +85,25 @@ at::Tensor reference_logits(std::map<std::string, at::Tensor> p, const at::Tenso
   return at::matmul(rms_norm(x, p["norm.weight"], eps), head.t());
 }
 
+struct ForwardCase {
+  int64_t kv_heads, head_dim;
+  double theta;
+  bool attention_bias, mlp_bias, tied;
+};
+
 TEST(LlamaTest, ForwardIsLlamaOpByOpWithGroupedHeadsRotaryPositionsAndEitherHead) {
   at::manual_seed(0);
-  const int64_t v = 50, t = 12, c = 16, f = 40;
-  for (const bool tied : {false, true}) {
-    const bool bias = !tied;
-    const int64_t kv_heads = tied ? 4 : 2;
-    const double theta = tied ? 10000.0 : 500.0;
-    const Json keys{{"hidden_size", c},          {"intermediate_size", f},   {"num_hidden_layers", 2},
-                    {"num_attention_heads", 4},  {"num_key_value_heads", kv_heads}, {"rope_theta", theta},
-                    {"rms_norm_eps", 1e-5},      {"attention_bias", bias},   {"tie_word_embeddings", tied}};
+  const int64_t v = 50, t = 12, c = 16, f = 40, heads = 4;
+  // Grouped heads with attention biases and another theta; plain heads and a tied head; a head_dim
+  // of its own with the MLP's biases.
+  for (const ForwardCase& shape : {ForwardCase{2, 4, 500.0, true, false, false}, ForwardCase{4, 4, 10000.0, false, false, true},
+                                   ForwardCase{2, 6, 10000.0, false, true, false}}) {
+    Json keys{{"hidden_size", c},   {"intermediate_size", f},         {"num_hidden_layers", 2},
+              {"num_attention_heads", heads}, {"num_key_value_heads", shape.kv_heads}, {"rope_theta", shape.theta},
+              {"rms_norm_eps", 1e-5}, {"attention_bias", shape.attention_bias}, {"mlp_bias", shape.mlp_bias},
+              {"tie_word_embeddings", shape.tied}};
+    if (shape.head_dim != c / heads) keys["head_dim"] = shape.head_dim;
+    const std::string which = keys.dump();
     auto model = make_llama(keys, v, t);
     model->eval();
     std::map<std::string, at::Tensor> params;
@@ -102,24 +112,26 @@ TEST(LlamaTest, ForwardIsLlamaOpByOpWithGroupedHeadsRotaryPositionsAndEitherHead
       params.emplace(item.key(), item.value().detach().normal_(0, 0.3));  // norms and biases too, to see them used
       count += item.value().numel();
     }
-    // Parameters by Llama's formula: q and o of C^2, k and v of C * kv C / heads, the MLP's 3 C F, two norms, per layer.
-    const int64_t kv = c * kv_heads / 4;
-    const int64_t per_layer = 2 * c * c + 2 * c * kv + 3 * c * f + 2 * c + (bias ? 2 * c + 2 * kv : 0);
-    EXPECT_EQ(count, v * c + 2 * per_layer + c + (tied ? 0 : v * c)) << "tied " << tied;
-    EXPECT_EQ(params.count("lm_head.weight"), tied ? 0u : 1u);
+    // Parameters by Llama's formula, per layer: q and o of C H d, k and v of C K d, the MLP's 3 C F, two
+    // norms, and the biases asked for.
+    const int64_t d = shape.head_dim, q = heads * d, kv = shape.kv_heads * d;
+    const int64_t per_layer = 2 * c * q + 2 * c * kv + 3 * c * f + 2 * c + (shape.attention_bias ? q + 2 * kv + c : 0) +
+                              (shape.mlp_bias ? 2 * f + c : 0);
+    EXPECT_EQ(count, v * c + 2 * per_layer + c + (shape.tied ? 0 : v * c)) << which;
+    EXPECT_EQ(params.count("lm_head.weight"), shape.tied ? 0u : 1u) << which;
     EXPECT_EQ(model->units().size(), 2u) << "every decoder layer is a unit";
     const at::Tensor ids = at::randint(0, v, {3, t}, at::kLong);
     at::NoGradGuard no_grad;
     const at::Tensor logits = model->forward(ids);
     ASSERT_EQ(logits.sizes(), (std::vector<int64_t>{3, t, v}));
-    EXPECT_LT((logits - reference_logits(params, ids, 2, 4, kv_heads, theta, 1e-5, bias)).abs().max().item<double>(),
-              1e-5) << "tied " << tied;
+    EXPECT_LT((logits - reference_logits(params, ids, 2, heads, shape.kv_heads, shape.theta, 1e-5)).abs().max().item<double>(),
+              1e-5) << which;
     // A later token changes no earlier position's logits, and changes its own.
     at::Tensor changed = ids.clone();
     changed[1][7] = (ids[1][7].item<int64_t>() + 1) % v;
     const at::Tensor after = model->forward(changed);
-    EXPECT_TRUE(after.slice(1, 0, 7).equal(logits.slice(1, 0, 7)));
-    EXPECT_GT((after[1][7] - logits[1][7]).abs().max().item<double>(), 1e-4);
+    EXPECT_TRUE(after.slice(1, 0, 7).equal(logits.slice(1, 0, 7))) << which;
+    EXPECT_GT((after[1][7] - logits[1][7]).abs().max().item<double>(), 1e-4) << which;
     EXPECT_THROW(model->forward(at::zeros({1, t + 1}, at::kLong)), std::invalid_argument);
   }
 }
@@ -131,6 +143,8 @@ TEST(LlamaTest, BadSizesAreRefusedNamingTheKey) {
   refused({{"num_attention_heads", 4}, {"num_key_value_heads", 3}}, "model.num_key_value_heads");
   refused({{"hidden_size", 30}, {"num_attention_heads", 4}}, "model.hidden_size");
   refused({{"head_dim", 7}}, "model.head_dim");
+  refused({{"hidden_size", 12}, {"num_attention_heads", 12}}, "model.num_attention_heads");  // head size 1, odd
+  refused({{"initializer_range", 2.0}}, "model.initializer_range");
   refused({{"vocab_size", 10}}, "model.vocab_size");
   refused({{"rope_scaling", {{"rope_type", "llama3"}, {"factor", 8.0}}}}, "model.rope_scaling");
   refused({{"n_layer", 2}}, "n_layer");
@@ -201,6 +215,9 @@ TEST(LlamaTest, HuggingFaceDirectoriesRoundTripAndWhatDisagreesIsRefused) {
   }
   const std::string path = out + "/hf/config.json";
   const Json written = Json::parse(test::read_text(path));
+  EXPECT_EQ(written.value("rope_theta", 0.0), 10000.0) << "transformers 4 reads theta there";
+  EXPECT_TRUE(written.at("bos_token_id").is_null() && written.at("eos_token_id").is_null())
+      << "no special tokens of LlamaConfig's defaults, which would name the run's ids";
   auto refused_with = [&](const std::function<void(Json&)>& change, const std::vector<std::string>& words) {
     Json config = written;
     change(config);
@@ -214,6 +231,8 @@ TEST(LlamaTest, HuggingFaceDirectoriesRoundTripAndWhatDisagreesIsRefused) {
                {"config.json", "llama3", "rope_scaling"});
   refused_with([](Json& c) { c["rope_parameters"]["rope_theta"] = 500000.0; }, {"config.json", "rope_theta"});
   refused_with([](Json& c) { c["tie_word_embeddings"] = true; }, {"config.json", "tie_word_embeddings"});
+  refused_with([](Json& c) { c["max_position_embeddings"] = 8; }, {"config.json", "max_position_embeddings"});
+  refused_with([](Json& c) { c["rope_parameters"] = {{"type", "linear"}, {"factor", 2.0}}; }, {"config.json", "linear"});
   test::write_text(path, written.dump());
   test::write_text(out + "/hf/model.safetensors.index.json", "{}");
   test::expect_config_error([&] { Trainer trainer(hf_job(ids, out + "/hf")); }, {"model.safetensors.index.json"},
@@ -221,8 +240,9 @@ TEST(LlamaTest, HuggingFaceDirectoriesRoundTripAndWhatDisagreesIsRefused) {
 }
 
 // With PyPI's transformers: random LlamaForCausalLMs saved by Python (grouped
-// heads, an untied head, biases and another theta; then plain heads and a
-// tied head, in bf16) give basin the same logits; basin trains each a few SAM steps;
+// heads, an untied head, biases and another theta; plain heads and a tied
+// head, in bf16; a head_dim of its own and the MLP's biases) give basin the
+// same logits; basin trains each a few SAM steps;
 // Python loads what basin wrote and gets basin's logits.
 TEST(LlamaTest, LlamaWeightsFromHuggingFaceTrainAndGoBack) {
   const std::string python = test::hugging_face_python();
@@ -233,15 +253,16 @@ TEST(LlamaTest, LlamaWeightsFromHuggingFaceTrainAndGoBack) {
   const std::string ids = random_ids(dir);
   const std::vector<Json> shapes{
       Json{{"num_key_value_heads", 2}, {"attention_bias", true}, {"rope_theta", 500.0}, {"tie_word_embeddings", false}},
-      Json{{"num_key_value_heads", 4}, {"attention_bias", false}, {"rope_theta", 10000.0}, {"tie_word_embeddings", true}}};
+      Json{{"num_key_value_heads", 4}, {"attention_bias", false}, {"rope_theta", 10000.0}, {"tie_word_embeddings", true}},
+      Json{{"num_key_value_heads", 2}, {"head_dim", 6}, {"mlp_bias", true}, {"tie_word_embeddings", false}}};
   for (const Json& shape : shapes) {
     // The tied one is stored in bf16: read as fp32 master weights, it computes what bf16's values do in fp32.
     const bool bf16 = shape["tie_word_embeddings"].get<bool>();
-    const std::string python_keys = "vocab_size=300, hidden_size=16, intermediate_size=24, num_hidden_layers=2, "
-                                    "num_attention_heads=4, num_key_value_heads=" + shape["num_key_value_heads"].dump() +
-                                    ", attention_bias=" + (shape["attention_bias"].get<bool>() ? "True" : "False") +
-                                    ", rope_theta=" + shape["rope_theta"].dump() + ", tie_word_embeddings=" +
-                                    (shape["tie_word_embeddings"].get<bool>() ? "True" : "False") + ", rms_norm_eps=1e-6";
+    std::string python_keys = "vocab_size=300, hidden_size=16, intermediate_size=24, num_hidden_layers=2, "
+                              "num_attention_heads=4, rms_norm_eps=1e-6";
+    for (const auto& [key, value] : shape.items()) {
+      python_keys += ", " + key + "=" + (value.is_boolean() ? (value.get<bool>() ? "True" : "False") : value.dump());
+    }
     const auto made = test::run_command(
         "env -C " + dir.path().string() + " " + python + " -c \"import torch, transformers\n"
         "torch.manual_seed(0)\n"

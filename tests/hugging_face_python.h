@@ -34,7 +34,7 @@ inline std::string hugging_face_python() {
 }
 
 /// Trains `trainer` (started from Hugging Face weights that gave `reference`
-/// on `ids`, both saved in `dir`/reference.pt), exports it to `dir`/run, and
+/// on `ids`), exports it to `dir`/run, and
 /// checks that transformers' `model_class`, loaded from `dir`/run/hf, computes
 /// basin's trained logits on `ids` to 1e-5; `checks` is Python run on the
 /// loaded `model` first.
@@ -50,14 +50,15 @@ inline void expect_trained_model_loads_in_transformers(Trainer& trainer, const s
   const at::Tensor trained = trainer.model().forward(ids);
   EXPECT_GT((trained - reference).abs().max().item<double>(), 1e-3) << "training moved nothing";
   c10::Dict<std::string, at::Tensor> saved;
+  saved.insert("ids", ids);
   saved.insert("logits", trained);
   write_torch_save_file(dir.file("trained.pt"), saved);
   const auto loaded = run_command(
       "env -C " + dir.path().string() + " " + python + " -c \"import torch, transformers\n"
       "model = transformers." + model_class + ".from_pretrained('run/hf').eval()\n" + checks +
-      "ids = torch.load('reference.pt')['ids']\n"
-      "with torch.no_grad(): logits = model(ids).logits\n"
-      "difference = (logits - torch.load('trained.pt')['logits']).abs().max().item()\n"
+      "trained = torch.load('trained.pt')\n"
+      "with torch.no_grad(): logits = model(trained['ids']).logits\n"
+      "difference = (logits - trained['logits']).abs().max().item()\n"
       "print('python: largest difference from basin', difference)\n"
       "assert difference < 1e-5, difference\"", 300);
   EXPECT_EQ(loaded.exit_code, 0) << loaded.output;
