@@ -1,6 +1,7 @@
 // The llama's weights in Hugging Face's Llama layout, both ways: a directory
-// of config.json and model.safetensors, as LlamaForCausalLM.save_pretrained
-// writes it and from_pretrained reads it.
+// of config.json and model.safetensors (or the files
+// model.safetensors.index.json splits them over), as
+// LlamaForCausalLM.save_pretrained writes it and from_pretrained reads it.
 //
 // Names are basin's with "model." before them, but the head's (lm_head); a
 // tied head is not stored (a file's lm_head.weight must then equal the
@@ -11,13 +12,14 @@
 // the default one is refused, naming its key. max_position_embeddings is
 // the model's on the way out (set model.max_position_embeddings to the
 // checkpoint's to carry it through); on the way in it must be at least the
-// model's. Not yet read: a checkpoint split over several files
-// (model.safetensors.index.json), refused naming it.
+// model's. A checkpoint split over several files is read through its
+// index (read_safetensors_checkpoint); one is written whole.
 #include <algorithm>
 #include <filesystem>
 
 #include "basin/core/config/config_error.h"
 #include "basin/core/config/json.h"
+#include "basin/core/serialization/safetensors_checkpoint.h"
 #include "basin/core/serialization/safetensors_file.h"
 #include "basin/models/hugging_face_files.h"
 #include "basin/models/llama.h"
@@ -111,16 +113,11 @@ NamedTensors read_hugging_face(const Llama& model, const std::string& dir) {
   const Shape& shape = model.shape();
   const Json config = read_hugging_face_config(dir, "Llama");
   check_hugging_face_config(dir + "/config.json", [&] { check_config_values(config, shape, dir + "/config.json"); });
-  if (std::filesystem::exists(dir + "/model.safetensors.index.json")) {
-    throw ConfigError("config key 'init_from': '" + dir + "/model.safetensors.index.json' splits the weights over "
-                      "several files, which \"llama\" does not read yet; join them into model.safetensors");
-  }
-  const std::string file = dir + "/model.safetensors";
-  const std::string where = "config key 'init_from': '" + file + "'";
+  const std::string where = "config key 'init_from': '" + dir + "'";
   NamedTensors tensors;
   at::Tensor head;
   const std::string frequencies = "rotary_emb.inv_freq";
-  for (auto& [stored, tensor] : read_safetensors_file(file, "init_from")) {
+  for (auto& [stored, tensor] : read_safetensors_checkpoint(dir, "init_from")) {
     const std::string name = stored.rfind(kPrefix, 0) == 0 ? stored.substr(kPrefix.size()) : stored;
     // RoPE's frequencies, which older checkpoints stored: computed from rope_theta here.
     if (name.size() >= frequencies.size() &&

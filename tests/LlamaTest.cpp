@@ -234,15 +234,16 @@ TEST(LlamaTest, HuggingFaceDirectoriesRoundTripAndWhatDisagreesIsRefused) {
   refused_with([](Json& c) { c["max_position_embeddings"] = 8; }, {"config.json", "max_position_embeddings"});
   refused_with([](Json& c) { c["rope_parameters"] = {{"type", "linear"}, {"factor", 2.0}}; }, {"config.json", "linear"});
   test::write_text(path, written.dump());
+  // An index beside the file is what is read (SafetensorsTest has its lies); one that maps nothing is refused.
   test::write_text(out + "/hf/model.safetensors.index.json", "{}");
-  test::expect_config_error([&] { Trainer trainer(hf_job(ids, out + "/hf")); }, {"model.safetensors.index.json"},
-                            "a split checkpoint");
+  test::expect_config_error([&] { Trainer trainer(hf_job(ids, out + "/hf")); },
+                            {"model.safetensors.index.json", "weight_map"}, "an index of nothing");
 }
 
 // With PyPI's transformers: random LlamaForCausalLMs saved by Python (grouped
-// heads, an untied head, biases and another theta; plain heads and a tied
-// head, in bf16; a head_dim of its own and the MLP's biases) give basin the
-// same logits; basin trains each a few SAM steps;
+// heads, an untied head, biases and another theta, split over several
+// files; plain heads and a tied head, in bf16; a head_dim of its own and the
+// MLP's biases) give basin the same logits; basin trains each a few SAM steps;
 // Python loads what basin wrote and gets basin's logits.
 TEST(LlamaTest, LlamaWeightsFromHuggingFaceTrainAndGoBack) {
   const std::string python = test::hugging_face_python();
@@ -258,6 +259,7 @@ TEST(LlamaTest, LlamaWeightsFromHuggingFaceTrainAndGoBack) {
   for (const Json& shape : shapes) {
     // The tied one is stored in bf16: read as fp32 master weights, it computes what bf16's values do in fp32.
     const bool bf16 = shape["tie_word_embeddings"].get<bool>();
+    const bool split = &shape == &shapes.front();
     std::string python_keys = "vocab_size=300, hidden_size=16, intermediate_size=24, num_hidden_layers=2, "
                               "num_attention_heads=4, rms_norm_eps=1e-6";
     for (const auto& [key, value] : shape.items()) {
@@ -275,9 +277,15 @@ TEST(LlamaTest, LlamaWeightsFromHuggingFaceTrainAndGoBack) {
         "with torch.no_grad(): logits = model(ids).logits\n"
         "torch.save({'ids': ids, 'logits': logits}, 'reference.pt')\n" +
         (bf16 ? "model = model.to(torch.bfloat16)\n" : "") +
-        "model.save_pretrained('hf_in')\n"
-        "import safetensors.torch\n"
-        "dtypes = {t.dtype for t in safetensors.torch.load_file('hf_in/model.safetensors').values()}\n"
+        "import glob, os, shutil, safetensors.torch\n"
+        "shutil.rmtree('hf_in', ignore_errors=True)\n" +
+        // The first one split over several files, as larger checkpoints come.
+        (split ? "model.save_pretrained('hf_in', max_shard_size='8KB')\n"
+                 "assert os.path.exists('hf_in/model.safetensors.index.json')\n"
+                 "assert len(glob.glob('hf_in/*.safetensors')) > 2\n"
+               : "model.save_pretrained('hf_in')\n"
+                 "assert not os.path.exists('hf_in/model.safetensors.index.json')\n") +
+        "dtypes = {t.dtype for f in glob.glob('hf_in/*.safetensors') for t in safetensors.torch.load_file(f).values()}\n"
         "assert dtypes == {" + (bf16 ? "torch.bfloat16" : "torch.float32") + "}, dtypes\"", 300);
     ASSERT_EQ(made.exit_code, 0) << made.output;
     const auto reference = read_torch_save_file(dir.file("reference.pt"), "test").toGenericDict();

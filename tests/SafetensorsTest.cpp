@@ -4,13 +4,16 @@
 // tensor, before a byte is trusted.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdint>
+#include <filesystem>
 #include <fstream>
 #include <string>
 
 #include <ATen/ATen.h>
 
 #include "basin/core/config/config_error.h"
+#include "basin/core/serialization/safetensors_checkpoint.h"
 #include "basin/core/serialization/safetensors_file.h"
 #include "test_util.h"
 
@@ -95,6 +98,68 @@ TEST(SafetensorsTest, AHeaderThatLiesIsRefusedNamingTheFileAndTheTensor) {
   std::ofstream(file("tiny"), std::ios::binary) << "abc";
   expect_refused(file("tiny"), {"tiny", "3 bytes long"});
   expect_refused(file("missing"), {"missing", "cannot be read"});
+}
+
+// A checkpoint split over files, as save_pretrained(max_shard_size=...)
+// writes it: read through its index, the same tensors whichever way they are
+// split and listed; an index that lies is refused naming the index and what
+// it lies about.
+TEST(SafetensorsTest, ACheckpointSplitOverFilesReadsTheSameWhateverTheSplitAndALyingIndexIsRefused) {
+  test::TempDir dir;
+  at::manual_seed(0);
+  const at::Tensor a = at::randn({3, 4}), b = at::randn({5}).to(at::kBFloat16), c = at::randn({2, 2});
+  std::filesystem::create_directories(dir.file("whole"));
+  write_safetensors_file(dir.file("whole/model.safetensors"), {{"c", c}, {"a", a}, {"b", b}});
+  const NamedTensors whole = read_safetensors_checkpoint(dir.file("whole"), "init_from");
+  ASSERT_EQ(whole.size(), 3u);
+  // One split, and another with other files and the index's entries in another order.
+  auto split = [&](const std::string& name, const NamedTensors& first, const NamedTensors& second, const std::string& index) {
+    std::filesystem::create_directories(dir.file(name));
+    write_safetensors_file(dir.file(name + "/one.safetensors"), first);
+    write_safetensors_file(dir.file(name + "/two.safetensors"), second);
+    test::write_text(dir.file(name + "/model.safetensors.index.json"), index);
+    return dir.file(name);
+  };
+  const std::string one = split("one", {{"a", a}, {"c", c}}, {{"b", b}},
+                                R"({"metadata": {}, "weight_map": {"a": "one.safetensors", "b": "two.safetensors", "c": "one.safetensors"}})");
+  const std::string other = split("other", {{"b", b}}, {{"c", c}, {"a", a}},
+                                  R"({"weight_map": {"c": "two.safetensors", "b": "one.safetensors", "a": "two.safetensors"}})");
+  for (const std::string& checkpoint : {one, other}) {
+    const NamedTensors read = read_safetensors_checkpoint(checkpoint, "init_from");
+    ASSERT_EQ(read.size(), 3u) << checkpoint;
+    for (std::size_t i = 0; i < read.size(); ++i) {
+      EXPECT_EQ(read[i].first, std::string(1, static_cast<char>('a' + i))) << "sorted by name, " << checkpoint;
+      const auto same = std::find_if(whole.begin(), whole.end(), [&](const auto& t) { return t.first == read[i].first; });
+      ASSERT_NE(same, whole.end());
+      EXPECT_EQ(read[i].second.scalar_type(), same->second.scalar_type());
+      EXPECT_TRUE(read[i].second.equal(same->second)) << read[i].first << ", " << checkpoint;
+    }
+  }
+  const std::string index = one + "/model.safetensors.index.json";
+  auto lies = [&](const std::string& text, const std::vector<std::string>& words) {
+    test::write_text(index, text);
+    std::vector<std::string> named = words;
+    named.push_back("model.safetensors.index.json");
+    named.push_back("init_from");
+    test::expect_config_error([&] { read_safetensors_checkpoint(one, "init_from"); }, named, text);
+  };
+  lies(R"({"weight_map": {"a": "../whole/model.safetensors", "b": "two.safetensors", "c": "one.safetensors"}})",
+       {"'a'", "../whole/model.safetensors", "own directory"});
+  lies(R"({"weight_map": {"a": "/etc/passwd", "b": "two.safetensors", "c": "one.safetensors"}})", {"/etc/passwd"});
+  lies(R"({"weight_map": {"a": "three.safetensors", "b": "two.safetensors", "c": "one.safetensors"}})",
+       {"three.safetensors", "does not exist"});
+  lies(R"({"weight_map": {"a": "one.safetensors", "b": "two.safetensors"}})", {"'c'", "names no file for it"});
+  lies(R"({"weight_map": {"a": "one.safetensors", "b": "one.safetensors", "c": "one.safetensors"}})",
+       {"'b'", "one.safetensors", "lacks it"});
+  lies(R"({"weight_map": {"a": "one.safetensors", "b": "two.safetensors", "c": "one.safetensors", "d": "two.safetensors"}})",
+       {"'d'", "lacks it"});
+  lies(R"({"weight_map": {"a": "one.safetensors", "b": "two.safetensors", "c": 3}})", {"'c'", "not a file name"});
+  lies(R"({"metadata": {}})", {"weight_map"});
+  lies("{", {"not JSON"});
+  // A tensor in two files: the one its index does not name it in says so.
+  write_safetensors_file(one + "/two.safetensors", {{"b", b}, {"a", a}});
+  lies(R"({"weight_map": {"a": "one.safetensors", "b": "two.safetensors", "c": "one.safetensors"}})",
+       {"'a'", "two.safetensors", "one.safetensors"});
 }
 
 }  // namespace
