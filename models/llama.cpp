@@ -22,6 +22,12 @@
 // start as Hugging Face's do: normal(0, initializer_range), biases zero,
 // norms one.
 //
+// "qwen2" and "mistral" are the same layer with those checkpoints' biases
+// and keys: Qwen2 has a bias on q, k and v (not o; no attention_bias or
+// mlp_bias key) and "use_sliding_window" false; Mistral has no bias, and a
+// "sliding_window" null or at least max_position_embeddings (basin's
+// attention sees the whole window).
+//
 // Every decoder layer is a zero3 unit; the embedding, the final norm and the
 // head are the root unit.
 #include "basin/models/llama.h"
@@ -37,9 +43,18 @@
 namespace basin::llama {
 namespace {
 
-Shape shape_from(Params& params, const DatasetInfo& info) {
-  layers::require_token_windows("llama", info);
+/// A sliding window ("sliding_window"): null, or at least the model's positions, where it changes nothing.
+void check_sliding_window(Params& params, int64_t positions) {
+  const Json window = params.raw("sliding_window");
+  if (window.is_null() || (window.is_number_integer() && window.get<int64_t>() >= positions)) return;
+  params.fail("sliding_window", "null or at least max_position_embeddings (" + std::to_string(positions) +
+              "): basin's attention sees the whole window", window);
+}
+
+Shape shape_from(Params& params, const DatasetInfo& info, Family family) {
+  layers::require_token_windows(name_of(family), info);
   Shape shape{};
+  shape.family = family;
   shape.vocab_size = params.integer("vocab_size", info.num_classes, info.num_classes);
   shape.max_position_embeddings = params.integer("max_position_embeddings", info.input_shape[0], info.input_shape[0]);
   shape.hidden_size = params.integer("hidden_size", 128, 1);
@@ -70,8 +85,21 @@ Shape shape_from(Params& params, const DatasetInfo& info) {
   if (shape.attention_dropout >= 1.0) params.fail("attention_dropout", "a probability below 1", Json(shape.attention_dropout));
   shape.initializer_range = params.number("initializer_range", 0.02, 0.0, 1.0);  // LlamaConfig's bounds
   if (!(shape.initializer_range > 0)) params.fail("initializer_range", "a number in (0, 1]", Json(shape.initializer_range));
-  shape.attention_bias = params.boolean("attention_bias", false);
-  shape.mlp_bias = params.boolean("mlp_bias", false);
+  switch (family) {
+    case Family::kLlama:
+      shape.qkv_bias = shape.o_bias = params.boolean("attention_bias", false);
+      shape.mlp_bias = params.boolean("mlp_bias", false);
+      break;
+    case Family::kQwen2:
+      shape.qkv_bias = true;
+      if (params.boolean("use_sliding_window", false)) {
+        params.fail("use_sliding_window", "false: basin's attention sees the whole window", Json(true));
+      }
+      break;
+    case Family::kMistral:
+      check_sliding_window(params, shape.max_position_embeddings);
+      break;
+  }
   shape.tie_word_embeddings = params.boolean("tie_word_embeddings", false);
   const Json scaling = params.raw("rope_scaling");
   if (!scaling.is_null()) params.fail("rope_scaling", "null (basin's llama applies RoPE unscaled)", scaling);
@@ -100,11 +128,12 @@ Attention::Attention(const Shape& shape)
     : heads_(shape.num_attention_heads), kv_heads_(shape.num_key_value_heads), head_dim_(shape.head_dim),
       dropout_(shape.attention_dropout) {
   const double std = shape.initializer_range;
-  const bool bias = shape.attention_bias;
+  const bool bias = shape.qkv_bias;
   q_proj = register_module("q_proj", std::make_shared<layers::Projection>(shape.hidden_size, heads_ * head_dim_, bias, std));
   k_proj = register_module("k_proj", std::make_shared<layers::Projection>(shape.hidden_size, kv_heads_ * head_dim_, bias, std));
   v_proj = register_module("v_proj", std::make_shared<layers::Projection>(shape.hidden_size, kv_heads_ * head_dim_, bias, std));
-  o_proj = register_module("o_proj", std::make_shared<layers::Projection>(heads_ * head_dim_, shape.hidden_size, bias, std));
+  o_proj = register_module("o_proj",
+                           std::make_shared<layers::Projection>(heads_ * head_dim_, shape.hidden_size, shape.o_bias, std));
 }
 
 at::Tensor Attention::forward(const at::Tensor& x, const Rotary& rotary) {
@@ -137,7 +166,23 @@ DecoderLayer::DecoderLayer(const Shape& shape) {
       register_module("post_attention_layernorm", std::make_shared<RmsNorm>(shape.hidden_size, shape.rms_norm_eps));
 }
 
-Llama::Llama(Params& params, const DatasetInfo& info) : shape_(shape_from(params, info)) {
+const char* name_of(Family family) {
+  switch (family) {
+    case Family::kQwen2: return "qwen2";
+    case Family::kMistral: return "mistral";
+    default: return "llama";
+  }
+}
+
+const char* architecture_of(Family family) {
+  switch (family) {
+    case Family::kQwen2: return "Qwen2ForCausalLM";
+    case Family::kMistral: return "MistralForCausalLM";
+    default: return "LlamaForCausalLM";
+  }
+}
+
+Llama::Llama(Params& params, const DatasetInfo& info, Family family) : shape_(shape_from(params, info, family)) {
   embed_tokens_ = register_module(
       "embed_tokens", std::make_shared<layers::Embedding>(shape_.vocab_size, shape_.hidden_size, shape_.initializer_range));
   auto layers = register_module("layers", torch::nn::ModuleList());
@@ -156,7 +201,7 @@ Llama::Llama(Params& params, const DatasetInfo& info) : shape_(shape_from(params
 at::Tensor Llama::forward(const at::Tensor& ids) {
   const int64_t t = ids.size(1);
   if (t > shape_.max_position_embeddings) {
-    throw std::invalid_argument("llama: a sequence of " + std::to_string(t) + " tokens, past max_position_embeddings " +
+    throw std::invalid_argument(std::string(name_of(shape_.family)) + ": a sequence of " + std::to_string(t) + " tokens, past max_position_embeddings " +
                                 std::to_string(shape_.max_position_embeddings));
   }
   at::Tensor x = embed_tokens_->forward(ids);
@@ -178,6 +223,11 @@ NamedTensors Llama::import_pretrained(const std::string& dir) { return read_hugg
 
 namespace {
 BASIN_REGISTER(model_registry(), "llama", Llama);
+// The same layer with Qwen2's and Mistral's biases, names and checks.
+[[maybe_unused]] const bool qwen2_registered = model_registry().add(
+    "qwen2", [](Params& params, const DatasetInfo& info) { return std::make_shared<Llama>(params, info, Family::kQwen2); });
+[[maybe_unused]] const bool mistral_registered = model_registry().add(
+    "mistral", [](Params& params, const DatasetInfo& info) { return std::make_shared<Llama>(params, info, Family::kMistral); });
 }  // namespace
 
 }  // namespace basin::llama

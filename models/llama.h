@@ -16,12 +16,23 @@
 
 namespace basin::llama {
 
-/// What the config sizes, by the names of Hugging Face's LlamaConfig.
+/// The checkpoints made of Llama's layer, told apart by their biases: Llama
+/// (attention_bias on q, k, v and o; mlp_bias), Qwen2 (a bias on q, k and v
+/// alone) and Mistral (none).
+enum class Family { kLlama, kQwen2, kMistral };
+
+/// The model's registered name ("llama", "qwen2", "mistral"), which is also
+/// config.json's model_type, and Hugging Face's class for it.
+const char* name_of(Family family);
+const char* architecture_of(Family family);
+
+/// What the config sizes, by the names of Hugging Face's configs.
 struct Shape {
+  Family family;
   int64_t vocab_size, max_position_embeddings, hidden_size, intermediate_size, num_hidden_layers,
       num_attention_heads, num_key_value_heads, head_dim;
   double rms_norm_eps, rope_theta, attention_dropout, initializer_range;
-  bool attention_bias, mlp_bias, tie_word_embeddings;
+  bool qkv_bias, o_bias, mlp_bias, tie_word_embeddings;
 };
 
 /// x / sqrt(mean(x^2) + eps) * weight over the last dimension, computed in
@@ -95,15 +106,15 @@ class DecoderLayer : public torch::nn::Module {
 };
 
 /// Llama: token embedding, decoder layers, a final RMSNorm, the head (tied
-/// to the token embedding, or a weight of its own).
+/// to the token embedding, or a weight of its own); Qwen2 and Mistral too.
 class Llama : public Model {
  public:
-  Llama(Params& params, const DatasetInfo& info);
+  Llama(Params& params, const DatasetInfo& info, Family family = Family::kLlama);
 
   at::Tensor forward(const at::Tensor& ids) override;
   /// state_dict.pt, and `dir`/hf in Hugging Face's Llama layout.
   void export_trained(const std::string& dir) override;
-  /// A Hugging Face Llama directory (config.json, model.safetensors).
+  /// A Hugging Face directory of the model's family (config.json, model.safetensors).
   NamedTensors import_pretrained(const std::string& dir) override;
 
   const Shape& shape() const { return shape_; }

@@ -1,7 +1,8 @@
-// The llama's weights in Hugging Face's Llama layout, both ways: a directory
-// of config.json and model.safetensors (or the files
-// model.safetensors.index.json splits them over), as
-// LlamaForCausalLM.save_pretrained writes it and from_pretrained reads it.
+// The llama's weights (and the qwen2's and the mistral's) in Hugging Face's
+// layout, both ways: a directory of config.json and model.safetensors (or
+// the files model.safetensors.index.json splits them over), as
+// LlamaForCausalLM (Qwen2ForCausalLM, MistralForCausalLM).save_pretrained
+// writes it and from_pretrained reads it.
 //
 // Names are basin's with "model." before them, but the head's (lm_head); a
 // tied head is not stored (a file's lm_head.weight must then equal the
@@ -57,10 +58,12 @@ std::pair<double, std::string> rope_of(const Json& config) {
 
 void check_config_values(const Json& config, const Shape& shape, const std::string& path) {
   const std::string where = "config key 'init_from': '" + path + "'";
-  const Json architectures = value_or(config, "architectures", Json::array({"LlamaForCausalLM"}));
-  if (config.value("model_type", std::string("llama")) != "llama" || architectures != Json::array({"LlamaForCausalLM"})) {
-    throw ConfigError(where + " has architectures " + architectures.dump() + " (model_type \"" +
-                      config.value("model_type", std::string()) + "\"); \"llama\" reads LlamaForCausalLM");
+  const std::string name = name_of(shape.family), architecture = architecture_of(shape.family);
+  const Json architectures = value_or(config, "architectures", Json::array({architecture}));
+  const std::string model_type = value_or(config, "model_type", Json(name)).get<std::string>();
+  if (model_type != name || architectures != Json::array({architecture})) {
+    throw ConfigError(where + " has architectures " + architectures.dump() + " (model_type \"" + model_type + "\"); \"" +
+                      name + "\" reads " + architecture + " (\"llama\", \"qwen2\" and \"mistral\" read theirs)");
   }
   auto expect = [&](const char* key, const Json& found, const Json& mine) {
     if (found != mine) {
@@ -90,20 +93,32 @@ void check_config_values(const Json& config, const Shape& shape, const std::stri
                       "max_position_embeddings " + std::to_string(shape.max_position_embeddings) +
                       " (the data's window unless set)");
   }
-  expect("attention_bias", config.value("attention_bias", Json(false)), Json(shape.attention_bias));
-  expect("mlp_bias", config.value("mlp_bias", Json(false)), Json(shape.mlp_bias));
+  if (shape.family == Family::kLlama) {
+    expect("attention_bias", value_or(config, "attention_bias", Json(false)), Json(shape.qkv_bias));
+    expect("mlp_bias", value_or(config, "mlp_bias", Json(false)), Json(shape.mlp_bias));
+  }
+  if (shape.family == Family::kQwen2 && value_or(config, "use_sliding_window", Json(false)) != Json(false)) {
+    throw ConfigError(where + " has use_sliding_window true; basin's attention sees the whole window");
+  }
+  const Json window = value_or(config, "sliding_window", Json());
+  if (shape.family == Family::kMistral && !window.is_null() &&
+      !(window.is_number_integer() && window.get<int64_t>() >= shape.max_position_embeddings)) {
+    throw ConfigError(where + " has sliding_window " + window.dump() + ", fewer positions than model." +
+                      "max_position_embeddings " + std::to_string(shape.max_position_embeddings) +
+                      ": basin's attention sees the whole window (shorten the data's block_size to it)");
+  }
   expect("tie_word_embeddings", config.value("tie_word_embeddings", Json(false)), Json(shape.tie_word_embeddings));
   const double eps = config.value("rms_norm_eps", 1e-6);
   if (eps != shape.rms_norm_eps) expect("rms_norm_eps", Json(eps), Json(shape.rms_norm_eps));
   const auto [theta, type] = rope_of(config);
   if (type != "default") {
-    throw ConfigError(where + " has RoPE of type \"" + type + "\" (rope_scaling, rope_parameters); \"llama\" "
-                      "applies the default, unscaled one");
+    throw ConfigError(where + " has RoPE of type \"" + type + "\" (rope_scaling, rope_parameters); \"" + name +
+                      "\" applies the default, unscaled one");
   }
   if (theta != shape.rope_theta) expect("rope_theta", Json(theta), Json(shape.rope_theta));
   const std::string activation = value_or(config, "hidden_act", Json("silu")).get<std::string>();
   if (activation != "silu" && activation != "swish") {
-    throw ConfigError(where + " has hidden_act \"" + activation + "\"; \"llama\"'s MLP is SwiGLU (\"silu\")");
+    throw ConfigError(where + " has hidden_act \"" + activation + "\"; \"" + name + "\"'s MLP is SwiGLU (\"silu\")");
   }
 }
 
@@ -156,32 +171,43 @@ void write_hugging_face(Llama& model, const std::string& dir) {
     tensors.emplace_back(stored, item.value().detach().to(at::kCPU, at::kFloat).contiguous());
   }
   write_safetensors_file(dir + "/model.safetensors", tensors, {{"format", "pt"}});
-  const Json config{{"architectures", {"LlamaForCausalLM"}},
-                    {"model_type", "llama"},
-                    {"vocab_size", shape.vocab_size},
-                    {"max_position_embeddings", shape.max_position_embeddings},
-                    {"hidden_size", shape.hidden_size},
-                    {"intermediate_size", shape.intermediate_size},
-                    {"num_hidden_layers", shape.num_hidden_layers},
-                    {"num_attention_heads", shape.num_attention_heads},
-                    {"num_key_value_heads", shape.num_key_value_heads},
-                    {"head_dim", shape.head_dim},
-                    {"hidden_act", "silu"},
-                    {"rms_norm_eps", shape.rms_norm_eps},
-                    // transformers 4 reads the first, 5 the second.
-                    {"rope_theta", shape.rope_theta},
-                    {"rope_parameters", {{"rope_theta", shape.rope_theta}, {"rope_type", "default"}}},
-                    {"rope_scaling", nullptr},
-                    {"attention_bias", shape.attention_bias},
-                    {"attention_dropout", shape.attention_dropout},
-                    {"mlp_bias", shape.mlp_bias},
-                    {"tie_word_embeddings", shape.tie_word_embeddings},
-                    {"initializer_range", shape.initializer_range},
-                    // A basin run has no special tokens: without these keys transformers takes LlamaConfig's 1
-                    // and 2, which name tokens of the run's vocabulary.
-                    {"bos_token_id", nullptr},
-                    {"eos_token_id", nullptr},
-                    {"torch_dtype", "float32"}};
+  Json config{{"architectures", {architecture_of(shape.family)}},
+              {"model_type", name_of(shape.family)},
+              {"vocab_size", shape.vocab_size},
+              {"max_position_embeddings", shape.max_position_embeddings},
+              {"hidden_size", shape.hidden_size},
+              {"intermediate_size", shape.intermediate_size},
+              {"num_hidden_layers", shape.num_hidden_layers},
+              {"num_attention_heads", shape.num_attention_heads},
+              {"num_key_value_heads", shape.num_key_value_heads},
+              {"head_dim", shape.head_dim},
+              {"hidden_act", "silu"},
+              {"rms_norm_eps", shape.rms_norm_eps},
+              // transformers 4 reads the first, 5 the second.
+              {"rope_theta", shape.rope_theta},
+              {"rope_parameters", {{"rope_theta", shape.rope_theta}, {"rope_type", "default"}}},
+              {"rope_scaling", nullptr},
+              {"attention_dropout", shape.attention_dropout},
+              {"tie_word_embeddings", shape.tie_word_embeddings},
+              {"initializer_range", shape.initializer_range},
+              // A basin run has no special tokens: without these keys transformers takes its configs'
+              // defaults, which name tokens of the run's vocabulary.
+              {"bos_token_id", nullptr},
+              {"eos_token_id", nullptr},
+              {"torch_dtype", "float32"}};
+  switch (shape.family) {
+    case Family::kLlama:
+      config["attention_bias"] = shape.qkv_bias;
+      config["mlp_bias"] = shape.mlp_bias;
+      break;
+    case Family::kQwen2:
+      config["use_sliding_window"] = false;
+      config["sliding_window"] = nullptr;
+      break;
+    case Family::kMistral:
+      config["sliding_window"] = nullptr;
+      break;
+  }
   write_hugging_face_config(dir, config);
 }
 

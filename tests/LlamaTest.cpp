@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <map>
 #include <string>
+#include <tuple>
 
 #include <ATen/ATen.h>
 
@@ -24,9 +25,9 @@
 namespace basin {
 namespace {
 
-std::shared_ptr<Model> make_llama(const Json& keys, int64_t vocabulary, int64_t tokens) {
+std::shared_ptr<Model> make_llama(const Json& keys, int64_t vocabulary, int64_t tokens, const std::string& name = "llama") {
   Params params(keys, "model");
-  auto model = model_registry().create("llama", params, DatasetInfo{{tokens}, vocabulary});
+  auto model = model_registry().create(name, params, DatasetInfo{{tokens}, vocabulary});
   params.finish();
   return model;
 }
@@ -89,22 +90,28 @@ struct ForwardCase {
   int64_t kv_heads, head_dim;
   double theta;
   bool attention_bias, mlp_bias, tied;
+  std::string name = "llama";  // "qwen2": a bias on q, k and v alone, whatever attention_bias says here
 };
 
 TEST(LlamaTest, ForwardIsLlamaOpByOpWithGroupedHeadsRotaryPositionsAndEitherHead) {
   at::manual_seed(0);
   const int64_t v = 50, t = 12, c = 16, f = 40, heads = 4;
   // Grouped heads with attention biases and another theta; plain heads and a tied head; a head_dim
-  // of its own with the MLP's biases.
+  // of its own with the MLP's biases; Qwen2's biases.
   for (const ForwardCase& shape : {ForwardCase{2, 4, 500.0, true, false, false}, ForwardCase{4, 4, 10000.0, false, false, true},
-                                   ForwardCase{2, 6, 10000.0, false, true, false}}) {
+                                   ForwardCase{2, 6, 10000.0, false, true, false},
+                                   ForwardCase{2, 4, 10000.0, false, false, false, "qwen2"}}) {
+    const bool qwen2 = shape.name == "qwen2";
     Json keys{{"hidden_size", c},   {"intermediate_size", f},         {"num_hidden_layers", 2},
               {"num_attention_heads", heads}, {"num_key_value_heads", shape.kv_heads}, {"rope_theta", shape.theta},
-              {"rms_norm_eps", 1e-5}, {"attention_bias", shape.attention_bias}, {"mlp_bias", shape.mlp_bias},
-              {"tie_word_embeddings", shape.tied}};
+              {"rms_norm_eps", 1e-5}, {"tie_word_embeddings", shape.tied}};
+    if (!qwen2) {
+      keys["attention_bias"] = shape.attention_bias;
+      keys["mlp_bias"] = shape.mlp_bias;
+    }
     if (shape.head_dim != c / heads) keys["head_dim"] = shape.head_dim;
-    const std::string which = keys.dump();
-    auto model = make_llama(keys, v, t);
+    const std::string which = shape.name + " " + keys.dump();
+    auto model = make_llama(keys, v, t, shape.name);
     model->eval();
     std::map<std::string, at::Tensor> params;
     int64_t count = 0;
@@ -116,7 +123,7 @@ TEST(LlamaTest, ForwardIsLlamaOpByOpWithGroupedHeadsRotaryPositionsAndEitherHead
     // norms, and the biases asked for.
     const int64_t d = shape.head_dim, q = heads * d, kv = shape.kv_heads * d;
     const int64_t per_layer = 2 * c * q + 2 * c * kv + 3 * c * f + 2 * c + (shape.attention_bias ? q + 2 * kv + c : 0) +
-                              (shape.mlp_bias ? 2 * f + c : 0);
+                              (qwen2 ? q + 2 * kv : 0) + (shape.mlp_bias ? 2 * f + c : 0);
     EXPECT_EQ(count, v * c + 2 * per_layer + c + (shape.tied ? 0 : v * c)) << which;
     EXPECT_EQ(params.count("lm_head.weight"), shape.tied ? 0u : 1u) << which;
     EXPECT_EQ(model->units().size(), 2u) << "every decoder layer is a unit";
@@ -148,6 +155,15 @@ TEST(LlamaTest, BadSizesAreRefusedNamingTheKey) {
   refused({{"vocab_size", 10}}, "model.vocab_size");
   refused({{"rope_scaling", {{"rope_type", "llama3"}, {"factor", 8.0}}}}, "model.rope_scaling");
   refused({{"n_layer", 2}}, "n_layer");
+  // Qwen2's biases and Mistral's are fixed; a window that would slide is refused.
+  auto refused_as = [](const std::string& name, const Json& keys, const std::string& word) {
+    test::expect_config_error([&] { make_llama(keys, 50, 12, name); }, {word}, name + " " + keys.dump());
+  };
+  refused_as("qwen2", {{"attention_bias", true}}, "attention_bias");
+  refused_as("qwen2", {{"use_sliding_window", true}}, "model.use_sliding_window");
+  refused_as("mistral", {{"mlp_bias", true}}, "mlp_bias");
+  refused_as("mistral", {{"sliding_window", 4}}, "model.sliding_window");
+  EXPECT_NO_THROW(make_llama({{"sliding_window", 12}}, 50, 12, "mistral")) << "a window as long as the model's slides nowhere";
 }
 
 Json llama_job(const std::string& ids, const std::string& mode, const Json& extra = Json::object()) {
@@ -252,14 +268,17 @@ TEST(LlamaTest, LlamaWeightsFromHuggingFaceTrainAndGoBack) {
   }
   test::TempDir dir;
   const std::string ids = random_ids(dir);
-  const std::vector<Json> shapes{
-      Json{{"num_key_value_heads", 2}, {"attention_bias", true}, {"rope_theta", 500.0}, {"tie_word_embeddings", false}},
-      Json{{"num_key_value_heads", 4}, {"attention_bias", false}, {"rope_theta", 10000.0}, {"tie_word_embeddings", true}},
-      Json{{"num_key_value_heads", 2}, {"head_dim", 6}, {"mlp_bias", true}, {"tie_word_embeddings", false}}};
-  for (const Json& shape : shapes) {
-    // The tied one is stored in bf16: read as fp32 master weights, it computes what bf16's values do in fp32.
-    const bool bf16 = shape["tie_word_embeddings"].get<bool>();
-    const bool split = &shape == &shapes.front();
+  // Each as basin names it, and Hugging Face's config and model classes.
+  const std::vector<std::tuple<std::string, std::string, Json>> shapes{
+      {"llama", "Llama", Json{{"num_key_value_heads", 2}, {"attention_bias", true}, {"rope_theta", 500.0}, {"tie_word_embeddings", false}}},
+      {"llama", "Llama", Json{{"num_key_value_heads", 4}, {"attention_bias", false}, {"rope_theta", 10000.0}, {"tie_word_embeddings", true}}},
+      {"llama", "Llama", Json{{"num_key_value_heads", 2}, {"head_dim", 6}, {"mlp_bias", true}, {"tie_word_embeddings", false}}},
+      {"qwen2", "Qwen2", Json{{"num_key_value_heads", 2}, {"rope_theta", 1000000.0}, {"tie_word_embeddings", true}}},
+      {"mistral", "Mistral", Json{{"num_key_value_heads", 2}, {"sliding_window", 4096}, {"tie_word_embeddings", false}}}};
+  for (const auto& [name, hf_name, shape] : shapes) {
+    // The tied llama is stored in bf16: read as fp32 master weights, it computes what bf16's values do in fp32.
+    const bool bf16 = name == "llama" && shape["tie_word_embeddings"].get<bool>();
+    const bool split = &shape == &std::get<2>(shapes.front());
     std::string python_keys = "vocab_size=300, hidden_size=16, intermediate_size=24, num_hidden_layers=2, "
                               "num_attention_heads=4, rms_norm_eps=1e-6";
     for (const auto& [key, value] : shape.items()) {
@@ -268,7 +287,7 @@ TEST(LlamaTest, LlamaWeightsFromHuggingFaceTrainAndGoBack) {
     const auto made = test::run_command(
         "env -C " + dir.path().string() + " " + python + " -c \"import torch, transformers\n"
         "torch.manual_seed(0)\n"
-        "model = transformers.LlamaForCausalLM(transformers.LlamaConfig(" + python_keys + ")).eval()\n"
+        "model = transformers." + hf_name + "ForCausalLM(transformers." + hf_name + "Config(" + python_keys + ")).eval()\n"
         "with torch.no_grad():\n"
         "    for p in model.parameters(): p.normal_(0, 0.3)\n" +  // norms and biases too, to see them used
         // bf16's values, computed in fp32 (the model's own cast would round RoPE's frequencies too).
@@ -290,15 +309,17 @@ TEST(LlamaTest, LlamaWeightsFromHuggingFaceTrainAndGoBack) {
     ASSERT_EQ(made.exit_code, 0) << made.output;
     const auto reference = read_torch_save_file(dir.file("reference.pt"), "test").toGenericDict();
     const at::Tensor sample = reference.at("ids").toTensor();
-    Trainer trainer(hf_job(ids, dir.file("hf_in"), shape));
+    Json job = hf_job(ids, dir.file("hf_in"), shape);
+    job["model"]["name"] = name;
+    Trainer trainer(job);
     {
       trainer.model().eval();
       at::NoGradGuard no_grad;
       EXPECT_LT((trainer.model().forward(sample) - reference.at("logits").toTensor()).abs().max().item<double>(), 1e-5)
-          << "basin's logits against LlamaForCausalLM's, " << shape.dump();
+          << "basin's logits against " << hf_name << "ForCausalLM's, " << shape.dump();
       trainer.model().train();
     }
-    test::expect_trained_model_loads_in_transformers(trainer, python, dir, "LlamaForCausalLM", sample,
+    test::expect_trained_model_loads_in_transformers(trainer, python, dir, hf_name + "ForCausalLM", sample,
                                                      reference.at("logits").toTensor());
   }
 }
