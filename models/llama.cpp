@@ -43,14 +43,6 @@
 namespace basin::llama {
 namespace {
 
-/// A sliding window ("sliding_window"): null, or at least the model's positions, where it changes nothing.
-void check_sliding_window(Params& params, int64_t positions) {
-  const Json window = params.raw("sliding_window");
-  if (window.is_null() || (window.is_number_integer() && window.get<int64_t>() >= positions)) return;
-  params.fail("sliding_window", "null or at least max_position_embeddings (" + std::to_string(positions) +
-              "): basin's attention sees the whole window", window);
-}
-
 Shape shape_from(Params& params, const DatasetInfo& info, Family family) {
   layers::require_token_windows(name_of(family), info);
   Shape shape{};
@@ -97,12 +89,17 @@ Shape shape_from(Params& params, const DatasetInfo& info, Family family) {
       }
       break;
     case Family::kMistral:
-      check_sliding_window(params, shape.max_position_embeddings);
+      shape.sliding_window = params.raw("sliding_window");
+      if (window_slides(shape.sliding_window, shape.max_position_embeddings)) {
+        params.fail("sliding_window", "null or at least max_position_embeddings (" +
+                    std::to_string(shape.max_position_embeddings) + "): basin's attention sees the whole window",
+                    shape.sliding_window);
+      }
       break;
   }
   shape.tie_word_embeddings = params.boolean("tie_word_embeddings", false);
   const Json scaling = params.raw("rope_scaling");
-  if (!scaling.is_null()) params.fail("rope_scaling", "null (basin's llama applies RoPE unscaled)", scaling);
+  if (!scaling.is_null()) params.fail("rope_scaling", "null (basin applies RoPE unscaled)", scaling);
   return shape;
 }
 
@@ -168,18 +165,25 @@ DecoderLayer::DecoderLayer(const Shape& shape) {
 
 const char* name_of(Family family) {
   switch (family) {
+    case Family::kLlama: break;
     case Family::kQwen2: return "qwen2";
     case Family::kMistral: return "mistral";
-    default: return "llama";
   }
+  return "llama";
 }
 
 const char* architecture_of(Family family) {
   switch (family) {
+    case Family::kLlama: break;
     case Family::kQwen2: return "Qwen2ForCausalLM";
     case Family::kMistral: return "MistralForCausalLM";
-    default: return "LlamaForCausalLM";
   }
+  return "LlamaForCausalLM";
+}
+
+bool window_slides(const Json& window, int64_t positions) {
+  // A query at position q sees keys past q - window: all of them while window >= positions.
+  return !window.is_null() && !(window.is_number_integer() && window.get<int64_t>() >= positions);
 }
 
 Llama::Llama(Params& params, const DatasetInfo& info, Family family) : shape_(shape_from(params, info, family)) {

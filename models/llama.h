@@ -11,6 +11,7 @@
 #include <ATen/ATen.h>
 #include <torch/nn/module.h>
 
+#include "basin/core/config/json.h"
 #include "basin/core/model/model.h"
 #include "basin/models/transformer_layers.h"
 
@@ -26,6 +27,10 @@ enum class Family { kLlama, kQwen2, kMistral };
 const char* name_of(Family family);
 const char* architecture_of(Family family);
 
+/// Whether attention limited to the last `window` positions (null: none)
+/// differs from causal attention over `positions`: basin's sees them all.
+bool window_slides(const Json& window, int64_t positions);
+
 /// What the config sizes, by the names of Hugging Face's configs.
 struct Shape {
   Family family;
@@ -33,6 +38,7 @@ struct Shape {
       num_attention_heads, num_key_value_heads, head_dim;
   double rms_norm_eps, rope_theta, attention_dropout, initializer_range;
   bool qkv_bias, o_bias, mlp_bias, tie_word_embeddings;
+  Json sliding_window;  // Mistral's, null or one that never slides (written back as given)
 };
 
 /// x / sqrt(mean(x^2) + eps) * weight over the last dimension, computed in

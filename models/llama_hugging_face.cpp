@@ -73,7 +73,7 @@ void check_config_values(const Json& config, const Shape& shape, const std::stri
   };
   auto size = [&](const char* key, int64_t mine) {
     if (!config.contains(key) || !config.at(key).is_number_integer()) {
-      throw ConfigError(where + " has no integer \"" + key + "\"; expected Llama's config");
+      throw ConfigError(where + " has no integer \"" + key + "\"; expected " + architecture + "'s config");
     }
     expect(key, config.at(key), Json(mine));
   };
@@ -82,8 +82,11 @@ void check_config_values(const Json& config, const Shape& shape, const std::stri
   size("intermediate_size", shape.intermediate_size);
   size("num_hidden_layers", shape.num_hidden_layers);
   size("num_attention_heads", shape.num_attention_heads);
-  expect("num_key_value_heads", value_or(config, "num_key_value_heads", config.at("num_attention_heads")),
-         Json(shape.num_key_value_heads));
+  // Where config.json leaves a key out, the family's config class has its own default.
+  const Json kv_default = shape.family == Family::kMistral ? Json(8)
+                          : shape.family == Family::kQwen2 ? Json(32)
+                                                           : config.at("num_attention_heads");
+  expect("num_key_value_heads", value_or(config, "num_key_value_heads", kv_default), Json(shape.num_key_value_heads));
   expect("head_dim", value_or(config, "head_dim", Json(shape.hidden_size / shape.num_attention_heads)),
          Json(shape.head_dim));
   // No weight depends on it, but a model meant for fewer positions than its windows is refused.
@@ -97,15 +100,21 @@ void check_config_values(const Json& config, const Shape& shape, const std::stri
     expect("attention_bias", value_or(config, "attention_bias", Json(false)), Json(shape.qkv_bias));
     expect("mlp_bias", value_or(config, "mlp_bias", Json(false)), Json(shape.mlp_bias));
   }
-  if (shape.family == Family::kQwen2 && value_or(config, "use_sliding_window", Json(false)) != Json(false)) {
-    throw ConfigError(where + " has use_sliding_window true; basin's attention sees the whole window");
+  // A window that slides over the model's positions: Mistral's everywhere (4096 where the key is left
+  // out), Qwen2's in its sliding layers (those of layer_types, else the layers from max_window_layers on
+  // where use_sliding_window says so).
+  const Json window = value_or(config, "sliding_window", shape.family == Family::kMistral ? Json(4096) : Json());
+  bool sliding_layers = shape.family == Family::kMistral;
+  if (shape.family == Family::kQwen2) {
+    const Json types = value_or(config, "layer_types", Json());
+    sliding_layers = types.is_array() ? types.dump().find("sliding_attention") != std::string::npos
+                                      : value_or(config, "use_sliding_window", Json(false)) == Json(true) &&
+                                            value_or(config, "max_window_layers", Json(28)) < Json(shape.num_hidden_layers);
   }
-  const Json window = value_or(config, "sliding_window", Json());
-  if (shape.family == Family::kMistral && !window.is_null() &&
-      !(window.is_number_integer() && window.get<int64_t>() >= shape.max_position_embeddings)) {
-    throw ConfigError(where + " has sliding_window " + window.dump() + ", fewer positions than model." +
-                      "max_position_embeddings " + std::to_string(shape.max_position_embeddings) +
-                      ": basin's attention sees the whole window (shorten the data's block_size to it)");
+  if (sliding_layers && window_slides(window, shape.max_position_embeddings)) {
+    throw ConfigError(where + " has sliding_window " + window.dump() + (shape.family == Family::kQwen2 ? " in sliding layers" : "") +
+                      ", and basin's attention sees the whole window: set model.max_position_embeddings (and the "
+                      "data's block_size with it) to at most " + window.dump());
   }
   expect("tie_word_embeddings", config.value("tie_word_embeddings", Json(false)), Json(shape.tie_word_embeddings));
   const double eps = config.value("rms_norm_eps", 1e-6);
@@ -126,13 +135,14 @@ void check_config_values(const Json& config, const Shape& shape, const std::stri
 
 NamedTensors read_hugging_face(const Llama& model, const std::string& dir) {
   const Shape& shape = model.shape();
-  const Json config = read_hugging_face_config(dir, "Llama");
+  const Json config = read_hugging_face_config(dir, architecture_of(shape.family));
   check_hugging_face_config(dir + "/config.json", [&] { check_config_values(config, shape, dir + "/config.json"); });
   const std::string where = "config key 'init_from': '" + dir + "'";
   NamedTensors tensors;
   at::Tensor head;
   const std::string frequencies = "rotary_emb.inv_freq";
-  for (auto& [stored, tensor] : read_safetensors_checkpoint(dir, "init_from")) {
+  NamedTensors stored_tensors = read_safetensors_checkpoint(dir, "init_from");
+  for (auto& [stored, tensor] : stored_tensors) {
     const std::string name = stored.rfind(kPrefix, 0) == 0 ? stored.substr(kPrefix.size()) : stored;
     // RoPE's frequencies, which older checkpoints stored: computed from rope_theta here.
     if (name.size() >= frequencies.size() &&
@@ -144,6 +154,7 @@ NamedTensors read_hugging_face(const Llama& model, const std::string& dir) {
                         ", not floating-point weights");
     }
     at::Tensor value = tensor.to(at::kFloat);
+    tensor = at::Tensor();  // the file's copy goes as its fp32 one comes: a bf16 checkpoint peaks near 2x, not 3x
     if (name == "lm_head.weight" && shape.tie_word_embeddings) {
       head = value;  // what an untied writer stored beside a tied model: it must equal the embedding
       continue;
@@ -205,7 +216,7 @@ void write_hugging_face(Llama& model, const std::string& dir) {
       config["sliding_window"] = nullptr;
       break;
     case Family::kMistral:
-      config["sliding_window"] = nullptr;
+      config["sliding_window"] = shape.sliding_window;  // the model's (null: the key's absence would mean 4096)
       break;
   }
   write_hugging_face_config(dir, config);

@@ -250,10 +250,59 @@ TEST(LlamaTest, HuggingFaceDirectoriesRoundTripAndWhatDisagreesIsRefused) {
   refused_with([](Json& c) { c["max_position_embeddings"] = 8; }, {"config.json", "max_position_embeddings"});
   refused_with([](Json& c) { c["rope_parameters"] = {{"type", "linear"}, {"factor", 2.0}}; }, {"config.json", "linear"});
   test::write_text(path, written.dump());
-  // An index beside the file is what is read (SafetensorsTest has its lies); one that maps nothing is refused.
+  // Without the whole file, the index is read (SafetensorsTest has its lies): one that maps nothing is refused.
+  std::filesystem::remove(out + "/hf/model.safetensors");
   test::write_text(out + "/hf/model.safetensors.index.json", "{}");
   test::expect_config_error([&] { Trainer trainer(hf_job(ids, out + "/hf")); },
                             {"model.safetensors.index.json", "weight_map"}, "an index of nothing");
+}
+
+// Qwen2's and Mistral's windows as their config classes read them: a window
+// that would slide over the model's positions is refused naming the key and
+// what to set; one that never slides, or layers that never use it, are read.
+TEST(LlamaTest, QwenAndMistralWindowsAreReadAsTransformersReadsThem) {
+  test::TempDir dir;
+  const std::string ids = random_ids(dir);
+  for (const std::string name : {"qwen2", "mistral"}) {
+    const std::string out = dir.file(name);
+    std::filesystem::create_directories(out);
+    Json job = hf_job(ids, "");
+    job["model"]["name"] = name;
+    if (name == "mistral") job["model"]["sliding_window"] = 4096;
+    {
+      Trainer trainer(job);
+      trainer.export_model(out);
+    }
+    const std::string path = out + "/hf/config.json";
+    const Json written = Json::parse(test::read_text(path));
+    job["init_from"] = out + "/hf";
+    auto read_with = [&](const std::function<void(Json&)>& change) {
+      Json config = written;
+      change(config);
+      test::write_text(path, config.dump());
+      Trainer trainer(job);
+    };
+    auto refused_with = [&](const std::function<void(Json&)>& change, const std::vector<std::string>& words) {
+      test::expect_config_error([&] { read_with(change); }, words, name);
+    };
+    if (name == "mistral") {
+      EXPECT_EQ(written.at("sliding_window"), 4096) << "the model's window, written back";
+      EXPECT_NO_THROW(read_with([](Json& c) { c["sliding_window"] = nullptr; }));
+      EXPECT_NO_THROW(read_with([](Json& c) { c.erase("sliding_window"); })) << "absent is MistralConfig's 4096";
+      refused_with([](Json& c) { c["sliding_window"] = 8; }, {"config.json", "sliding_window 8", "model.max_position_embeddings"});
+      refused_with([](Json& c) { c.erase("num_key_value_heads"); }, {"num_key_value_heads 8"});  // MistralConfig's default
+    } else {
+      EXPECT_NO_THROW(read_with([](Json& c) { c["use_sliding_window"] = true; c["sliding_window"] = 8; c["max_window_layers"] = 2; }))
+          << "no layer at or past max_window_layers slides";
+      EXPECT_NO_THROW(read_with([](Json& c) { c["use_sliding_window"] = true; c["sliding_window"] = 64; c["max_window_layers"] = 0; }))
+          << "a window longer than the model's positions";
+      refused_with([](Json& c) { c["use_sliding_window"] = true; c["sliding_window"] = 8; c["max_window_layers"] = 1; },
+                   {"config.json", "sliding_window 8", "sliding layers"});
+      refused_with([](Json& c) { c["layer_types"] = {"full_attention", "sliding_attention"}; c["sliding_window"] = 8; },
+                   {"sliding_window 8", "sliding layers"});
+      refused_with([](Json& c) { c.erase("num_key_value_heads"); }, {"num_key_value_heads 32"});  // Qwen2Config's default
+    }
+  }
 }
 
 // With PyPI's transformers: random LlamaForCausalLMs saved by Python (grouped

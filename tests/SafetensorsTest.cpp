@@ -101,9 +101,9 @@ TEST(SafetensorsTest, AHeaderThatLiesIsRefusedNamingTheFileAndTheTensor) {
 }
 
 // A checkpoint split over files, as save_pretrained(max_shard_size=...)
-// writes it: read through its index, the same tensors whichever way they are
-// split and listed; an index that lies is refused naming the index and what
-// it lies about.
+// writes it: read through its index (where no whole file is beside it), the
+// same tensors whichever way they are split and listed; an index that lies
+// is refused naming the index and what it lies about.
 TEST(SafetensorsTest, ACheckpointSplitOverFilesReadsTheSameWhateverTheSplitAndALyingIndexIsRefused) {
   test::TempDir dir;
   at::manual_seed(0);
@@ -145,17 +145,31 @@ TEST(SafetensorsTest, ACheckpointSplitOverFilesReadsTheSameWhateverTheSplitAndAL
   };
   lies(R"({"weight_map": {"a": "../whole/model.safetensors", "b": "two.safetensors", "c": "one.safetensors"}})",
        {"'a'", "../whole/model.safetensors", "own directory"});
-  lies(R"({"weight_map": {"a": "/etc/passwd", "b": "two.safetensors", "c": "one.safetensors"}})", {"/etc/passwd"});
+  lies(R"({"weight_map": {"a": "/etc/passwd", "b": "two.safetensors", "c": "one.safetensors"}})",
+       {"/etc/passwd", "own directory"});
+  lies(R"({"weight_map": {"a": "one/../one.safetensors", "b": "two.safetensors", "c": "one.safetensors"}})",
+       {"one/../one.safetensors", "own directory"});
+  lies(R"({"weight_map": {"a": "", "b": "two.safetensors", "c": "one.safetensors"}})", {"''", "own directory"});
   lies(R"({"weight_map": {"a": "three.safetensors", "b": "two.safetensors", "c": "one.safetensors"}})",
-       {"three.safetensors", "does not exist"});
+       {"three.safetensors", "no file of"});
+  lies(R"({"weight_map": {"a": ".", "b": "two.safetensors", "c": "one.safetensors"}})", {"'.'", "own directory"});
   lies(R"({"weight_map": {"a": "one.safetensors", "b": "two.safetensors"}})", {"'c'", "names no file for it"});
   lies(R"({"weight_map": {"a": "one.safetensors", "b": "one.safetensors", "c": "one.safetensors"}})",
        {"'b'", "one.safetensors", "lacks it"});
   lies(R"({"weight_map": {"a": "one.safetensors", "b": "two.safetensors", "c": "one.safetensors", "d": "two.safetensors"}})",
        {"'d'", "lacks it"});
-  lies(R"({"weight_map": {"a": "one.safetensors", "b": "two.safetensors", "c": 3}})", {"'c'", "not a file name"});
+  lies(R"({"weight_map": {"a": "one.safetensors", "b": "two.safetensors", "c": 3}})", {"'c'", "no file name"});
   lies(R"({"metadata": {}})", {"weight_map"});
-  lies("{", {"not JSON"});
+  lies(R"({"weight_map": {}})", {"maps 0 tensors", "expected 1 to"});
+  lies(R"({"weight_map": {"a": {"b": {"c": "one.safetensors"}}}})", {"nested deeper"});
+  lies("{", {"not an index's JSON"});
+  // Beside a whole file the index is not read, as transformers reads neither then.
+  test::write_text(index, R"({"weight_map": {"a": "one.safetensors", "b": "two.safetensors", "c": "one.safetensors"}})");
+  write_safetensors_file(one + "/model.safetensors", {{"c", c}});
+  const NamedTensors beside = read_safetensors_checkpoint(one, "init_from");
+  ASSERT_EQ(beside.size(), 1u);
+  EXPECT_EQ(beside[0].first, "c");
+  std::filesystem::remove(one + "/model.safetensors");
   // A tensor in two files: the one its index does not name it in says so.
   write_safetensors_file(one + "/two.safetensors", {{"b", b}, {"a", a}});
   lies(R"({"weight_map": {"a": "one.safetensors", "b": "two.safetensors", "c": "one.safetensors"}})",
