@@ -2,7 +2,7 @@
 include(GNUInstallDirs)
 include(CMakePackageConfigHelpers)
 
-install(TARGETS basin basin_models basin_datasets basin_launch EXPORT basinTargets
+install(TARGETS basin basin_tokenizer basin_models basin_datasets basin_launch EXPORT basinTargets
         LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}
         ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
         RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
@@ -17,6 +17,8 @@ foreach(dir core algorithms callbacks schedulers models datasets launch)
           PATTERN "hugging_face_files.h" EXCLUDE)
 endforeach()
 install(FILES ${PROJECT_SOURCE_DIR}/basin.h DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/basin)  # the umbrella
+# The tokenizer's API is the Tokenizer; its components are read from the file, never built by hand.
+install(FILES ${PROJECT_SOURCE_DIR}/tokenizer/tokenizer.h DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/basin/tokenizer)
 
 set(config_dir ${CMAKE_INSTALL_LIBDIR}/cmake/basin)
 install(EXPORT basinTargets NAMESPACE basin:: DESTINATION ${config_dir})

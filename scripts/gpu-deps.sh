@@ -25,6 +25,7 @@ packages=(
   zlib1g-dev zlib1g
   libpng-dev libpng16-16 libturbojpeg0-dev libturbojpeg0  # data "image_folder"'s decoders
   libgloo-dev
+  libpcre2-dev libpcre2-8-0 libutf8proc-dev libutf8proc2  # tokenizer/: regexes, Unicode normal forms
   dataset-fashion-mnist
 )
 

@@ -16,6 +16,7 @@ packages=(
   zlib1g-dev libspdlog-dev libcli11-dev libbenchmark-dev
   libpng-dev libturbojpeg0-dev  # data "image_folder": PNG and JPEG decoding
   dataset-fashion-mnist
+  libpcre2-dev libutf8proc-dev  # tokenizer/: the pre-tokenizers' regexes, Unicode normal forms
   fortunes       # the language-model example's corpus (examples/configs/fortunes_gpt_sam.json), 2.6 MB of text
   python3-torch  # the tests open checkpoints with Python's torch.load
   python3-pil    # ... and read the image-folder test's images in Python

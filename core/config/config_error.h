@@ -4,13 +4,14 @@
 #include <cstdio>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 
 namespace basin {
 
 /// Length of the well-formed UTF-8 sequence that starts at `text[pos]`, or 0
 /// where the bytes there are not UTF-8: a stray continuation byte, an overlong
 /// form, a surrogate, a code point above U+10FFFF, or a sequence cut short.
-inline std::size_t utf8_sequence_length(const std::string& text, std::size_t pos) {
+inline std::size_t utf8_sequence_length(std::string_view text, std::size_t pos) {
   const auto byte = [&](std::size_t i) { return static_cast<unsigned char>(text[i]); };
   const unsigned char lead = byte(pos);
   if (lead < 0x80) return 1;

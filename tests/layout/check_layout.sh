@@ -23,8 +23,10 @@
 #                           parallel/, and their own folder (its subfolders
 #                           included: algorithms/sam/) only: never a
 #                           parallel mode's, nor core/train/
-#   models/, datasets/, launch/ (the library parts on top)
-#                           include core/ and their own folder only;
+#   tokenizer/, models/, datasets/, launch/ (the library parts on top)
+#                           include core/ and their own folder only,
+#                           datasets/ the tokenizer/ too (text data is
+#                           tokenized as it is read);
 #                           models/ and datasets/ never core/train/ (they
 #                           implement core/model/'s and core/data/'s contracts)
 #   core/ and the plug-ins  include no library part
@@ -101,14 +103,16 @@ violations=$(
       as_violation "$plugin/ includes only core/'s layers up to checkpoint/ but parallel/, and $plugin/"
   done
 
-  parts=(models datasets launch)
+  parts=(tokenizer models datasets launch)
   part_pattern=$(IFS='|'; echo "${parts[*]}")
   for part in "${parts[@]}"; do
     mapfile -t files < <(sources "$part")
     [ ${#files[@]} -gt 0 ] || continue
+    allowed=$part rule="$part/ includes core/ and $part/ only"
+    [ "$part" = datasets ] && allowed="datasets|tokenizer" rule="datasets/ includes core/, tokenizer/ and datasets/ only"
     grep -nE "${inc}[<\"]basin/" "${files[@]}" /dev/null |
-      grep -vE "${inc}[<\"]basin/(core|$part)/" |
-      as_violation "$part/ includes core/ and $part/ only"
+      grep -vE "${inc}[<\"]basin/(core|$allowed)/" |
+      as_violation "$rule"
   done
   mapfile -t contract_parts < <(sources models datasets)
   grep -nE "${inc}[<\"]basin/core/train/" "${contract_parts[@]}" /dev/null |

@@ -6,7 +6,7 @@ source_root=$(cd "${1:?usage: self_test.sh SOURCE_ROOT}" && pwd)
 checker=$(cd "$(dirname "$0")" && pwd)/check_layout.sh
 scratch=$(mktemp -d)
 trap 'rm -rf "$scratch"' EXIT
-cp -r "$source_root"/{core,algorithms,callbacks,schedulers,models,datasets,launch,programs} "$scratch"
+cp -r "$source_root"/{core,algorithms,callbacks,schedulers,tokenizer,models,datasets,launch,programs} "$scratch"
 
 plant() {  # file, line to append; prints the file:line it lands on
   echo "$2" >> "$scratch/$1"
@@ -35,9 +35,11 @@ expected=(
   "$(plant models/gpt.cpp '#include "basin/core/train/trainer.h"'): models/ and datasets/ include no core/train/: they implement core/model/'s and core/data/'s contracts"
   "$(plant models/mlp.cpp '#include "basin/datasets/idx_file.h"'): models/ includes core/ and models/ only"
   "$(plant launch/coordinator.cpp '#include "basin/algorithms/sam/sam.h"'): launch/ includes core/ and launch/ only"
-  "$(plant core/data/dataset.cpp '#include "basin/datasets/image_folder.h"'): core/ and the plug-ins include no library part (models datasets launch)"
+  "$(plant tokenizer/bpe.cpp '#include "basin/datasets/token_windows.h"'): tokenizer/ includes core/ and tokenizer/ only"
+  "$(plant datasets/text_corpus.cpp '#include "basin/models/sampling.h"'): datasets/ includes core/, tokenizer/ and datasets/ only"
+  "$(plant core/data/dataset.cpp '#include "basin/datasets/image_folder.h"'): core/ and the plug-ins include no library part (tokenizer models datasets launch)"
   "$callbacks_plant: callbacks/ includes only core/'s layers up to checkpoint/ but parallel/, and callbacks/"
-  "$callbacks_plant: core/ and the plug-ins include no library part (models datasets launch)"
+  "$callbacks_plant: core/ and the plug-ins include no library part (tokenizer models datasets launch)"
   "$(plant core/base/blas.cpp '#include "basin/programs/memory_reuse.h"'): nothing includes programs/: its files are mains"
   "$(seq 401 | sed 's|^|// line |' > "$scratch/programs/long.cpp"; echo programs/long.cpp:1): 401 lines, over 400: split it by concern"
   "$(plant core/optim/group_sync.cpp 'basin::GradScaler* planted = nullptr;'): core names the plug-in type GradScaler"

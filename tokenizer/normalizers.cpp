@@ -1,0 +1,106 @@
+#include "basin/tokenizer/normalizers.h"
+
+#include <cstdlib>
+#include <vector>
+
+#include <utf8proc.h>
+
+namespace basin::tokenizer {
+namespace {
+
+class UnicodeNormalForm final : public Normalizer {
+ public:
+  explicit UnicodeNormalForm(utf8proc_option_t options) : options_(options) {}
+  std::string normalize(std::string_view text) const override {
+    // Plain ASCII is in every normal form already.
+    bool ascii = true;
+    for (const char c : text) ascii = ascii && static_cast<unsigned char>(c) < 0x80;
+    if (ascii) return std::string(text);
+    utf8proc_uint8_t* mapped = nullptr;
+    const utf8proc_ssize_t length = utf8proc_map(reinterpret_cast<const utf8proc_uint8_t*>(text.data()),
+                                                 static_cast<utf8proc_ssize_t>(text.size()), &mapped, options_);
+    if (length < 0) throw std::runtime_error(std::string("utf8proc: ") + utf8proc_errmsg(length));
+    std::string out(reinterpret_cast<const char*>(mapped), static_cast<std::size_t>(length));
+    std::free(mapped);
+    return out;
+  }
+
+ private:
+  utf8proc_option_t options_;
+};
+
+class Prepend final : public Normalizer {
+ public:
+  explicit Prepend(std::string prefix) : prefix_(std::move(prefix)) {}
+  std::string normalize(std::string_view text) const override {
+    return text.empty() ? std::string() : prefix_ + std::string(text);
+  }
+
+ private:
+  std::string prefix_;
+};
+
+class Replace final : public Normalizer {
+ public:
+  Replace(std::string from, std::string to) : from_(std::move(from)), to_(std::move(to)) {}
+  std::string normalize(std::string_view text) const override {
+    std::string out;
+    std::size_t at = 0;
+    for (std::size_t found; (found = text.find(from_, at)) != std::string_view::npos; at = found + from_.size()) {
+      out.append(text.substr(at, found - at)) += to_;
+    }
+    return out.append(text.substr(at));
+  }
+
+ private:
+  std::string from_, to_;
+};
+
+class Sequence final : public Normalizer {
+ public:
+  explicit Sequence(std::vector<std::unique_ptr<Normalizer>> steps) : steps_(std::move(steps)) {}
+  std::string normalize(std::string_view text) const override {
+    std::string out(text);
+    for (const auto& step : steps_) out = step->normalize(out);
+    return out;
+  }
+
+ private:
+  std::vector<std::unique_ptr<Normalizer>> steps_;
+};
+
+}  // namespace
+
+std::unique_ptr<Normalizer> normalizer_from_json(const nlohmann::json& json, const JsonPlace& place) {
+  if (json.is_null()) return nullptr;
+  const std::string type = place.type(json);
+  const auto stable = static_cast<utf8proc_option_t>(UTF8PROC_STABLE);
+  if (type == "NFC") return std::make_unique<UnicodeNormalForm>(static_cast<utf8proc_option_t>(stable | UTF8PROC_COMPOSE));
+  if (type == "NFD") return std::make_unique<UnicodeNormalForm>(static_cast<utf8proc_option_t>(stable | UTF8PROC_DECOMPOSE));
+  if (type == "NFKC") {
+    return std::make_unique<UnicodeNormalForm>(static_cast<utf8proc_option_t>(stable | UTF8PROC_COMPOSE | UTF8PROC_COMPAT));
+  }
+  if (type == "NFKD") {
+    return std::make_unique<UnicodeNormalForm>(static_cast<utf8proc_option_t>(stable | UTF8PROC_DECOMPOSE | UTF8PROC_COMPAT));
+  }
+  if (type == "Prepend") return std::make_unique<Prepend>(place.string(json, "prepend"));
+  if (type == "Replace") {
+    const nlohmann::json& pattern = place.child(json, "pattern", [](const nlohmann::json& v) { return v.is_object(); }, "an object");
+    if (!pattern.contains("String")) throw (place / "pattern").error("only a {\"String\": ...} pattern is supported here, not " + pattern.dump().substr(0, 80));
+    const std::string from = (place / "pattern").string(pattern, "String");
+    if (from.empty()) throw (place / "pattern").error("the string to replace is empty");
+    return std::make_unique<Replace>(from, place.string(json, "content"));
+  }
+  if (type == "Sequence") {
+    const JsonPlace list = place / "normalizers";
+    const nlohmann::json& items = place.child(json, "normalizers", [](const nlohmann::json& v) { return v.is_array(); }, "a list");
+    std::vector<std::unique_ptr<Normalizer>> steps;
+    for (std::size_t i = 0; i < items.size(); ++i) {
+      if (auto step = normalizer_from_json(items[i], list[i])) steps.push_back(std::move(step));
+    }
+    return std::make_unique<Sequence>(std::move(steps));
+  }
+  throw (place / "type").error("normalizer '" + type + "' is not supported (basin reads NFC, NFD, NFKC, NFKD, Prepend, Replace and Sequence)");
+}
+
+}  // namespace basin::tokenizer
