@@ -30,6 +30,12 @@
 //
 // Every decoder layer is a zero3 unit; the embedding, the final norm and the
 // head are the root unit.
+//
+// At the end of a run hf/ holds the model in its Hugging Face layout:
+// "export_dtype" float32 (the default), bfloat16, float16, or "init_from"
+// (the dtype the checkpoint it started from was stored in), split into
+// several files above "export_max_shard_size" (bytes, or "500MB", "5GB",
+// "2GiB"; default "5GB", as save_pretrained's).
 #include "basin/models/llama.h"
 
 #include <stdexcept>
@@ -39,6 +45,7 @@
 #include "basin/core/base/torch_compat.h"
 #include "basin/core/config/config.h"
 #include "basin/core/config/config_error.h"
+#include "basin/core/serialization/safetensors_checkpoint.h"
 
 namespace basin::llama {
 namespace {
@@ -187,6 +194,16 @@ bool window_slides(const Json& window, int64_t positions) {
 }
 
 Llama::Llama(Params& params, const DatasetInfo& info, Family family) : shape_(shape_from(params, info, family)) {
+  const std::string dtype = params.choice("export_dtype", "float32", {"float32", "bfloat16", "float16", "init_from"});
+  export_dtype_ = dtype == "bfloat16" ? at::kBFloat16 : dtype == "float16" ? at::kHalf : dtype == "init_from" ? at::ScalarType::Undefined : at::kFloat;
+  const Json shard_size = params.raw("export_max_shard_size");
+  try {
+    export_max_shard_bytes_ = shard_size.is_null() ? parse_byte_size("5GB")
+                              : shard_size.is_number_unsigned() && shard_size.get<uint64_t>() > 0 ? shard_size.get<uint64_t>()
+                              : parse_byte_size(shard_size.is_string() ? shard_size.get<std::string>() : shard_size.dump());
+  } catch (const std::invalid_argument& bad) {
+    params.fail("export_max_shard_size", "a size in bytes, or a string such as \"500MB\" or \"5GB\"", shard_size);
+  }
   embed_tokens_ = register_module(
       "embed_tokens", std::make_shared<layers::Embedding>(shape_.vocab_size, shape_.hidden_size, shape_.initializer_range));
   auto layers = register_module("layers", torch::nn::ModuleList());
@@ -223,7 +240,7 @@ void Llama::export_trained(const std::string& dir) {
   write_hugging_face(*this, dir + "/hf");
 }
 
-NamedTensors Llama::import_pretrained(const std::string& dir) { return read_hugging_face(*this, dir); }
+NamedTensors Llama::import_pretrained(const std::string& dir) { return read_hugging_face(*this, dir, loaded_dtype_); }
 
 namespace {
 BASIN_REGISTER(model_registry(), "llama", Llama);

@@ -124,9 +124,16 @@ class Llama : public Model {
   NamedTensors import_pretrained(const std::string& dir) override;
 
   const Shape& shape() const { return shape_; }
+  /// The dtype hf/ is written in ("export_dtype": float32 by default, or the
+  /// checkpoint init_from read's) and the size above which it is split.
+  at::ScalarType export_dtype() const { return export_dtype_ == at::ScalarType::Undefined ? loaded_dtype_ : export_dtype_; }
+  std::uintmax_t export_max_shard_bytes() const { return export_max_shard_bytes_; }
 
  private:
   Shape shape_;
+  at::ScalarType export_dtype_ = at::kFloat;  // kUndefined: as loaded
+  at::ScalarType loaded_dtype_ = at::kFloat;  // the init_from checkpoint's weights' dtype
+  std::uintmax_t export_max_shard_bytes_ = 0;
   std::shared_ptr<layers::Embedding> embed_tokens_;
   std::vector<std::shared_ptr<DecoderLayer>> layers_;
   std::shared_ptr<RmsNorm> norm_;
@@ -136,6 +143,7 @@ class Llama : public Model {
 /// This model's parameters as Hugging Face's LlamaForCausalLM names them,
 /// and back: models/llama_hugging_face.cpp.
 void write_hugging_face(Llama& model, const std::string& dir);
-NamedTensors read_hugging_face(const Llama& model, const std::string& dir);
+/// `stored_dtype` becomes the dtype the checkpoint's embedding was stored in.
+NamedTensors read_hugging_face(const Llama& model, const std::string& dir, at::ScalarType& stored_dtype);
 
 }  // namespace basin::llama

@@ -7,14 +7,15 @@
 // Names are basin's with "model." before them, but the head's (lm_head); a
 // tied head is not stored (a file's lm_head.weight must then equal the
 // embedding). Tensors of any floating dtype are read as fp32 master weights
-// and written as fp32. config.json's sizes must be the model's: a difference
+// and written as the model's export_dtype says (fp32 by default). config.json's sizes must be the model's: a difference
 // names the key to set. RoPE's theta is read from "rope_theta" (transformers
 // 4) or "rope_parameters" (transformers 5) and written as both; any RoPE but
 // the default one is refused, naming its key. max_position_embeddings is
 // the model's on the way out (set model.max_position_embeddings to the
 // checkpoint's to carry it through); on the way in it must be at least the
 // model's. A checkpoint split over several files is read through its
-// index (read_safetensors_checkpoint); one is written whole.
+// index (read_safetensors_checkpoint); one is written whole up to
+// export_max_shard_size, and split as save_pretrained splits it above.
 #include <algorithm>
 #include <filesystem>
 
@@ -27,6 +28,11 @@
 
 namespace basin::llama {
 namespace {
+
+/// config.json's torch_dtype for the dtype hf/ is written in.
+const char* torch_dtype_name(at::ScalarType dtype) {
+  return dtype == at::kBFloat16 ? "bfloat16" : dtype == at::kHalf ? "float16" : "float32";
+}
 
 const std::string kPrefix = "model.";
 
@@ -133,7 +139,7 @@ void check_config_values(const Json& config, const Shape& shape, const std::stri
 
 }  // namespace
 
-NamedTensors read_hugging_face(const Llama& model, const std::string& dir) {
+NamedTensors read_hugging_face(const Llama& model, const std::string& dir, at::ScalarType& stored_dtype) {
   const Shape& shape = model.shape();
   const Json config = read_hugging_face_config(dir, architecture_of(shape.family));
   check_hugging_face_config(dir + "/config.json", [&] { check_config_values(config, shape, dir + "/config.json"); });
@@ -153,6 +159,7 @@ NamedTensors read_hugging_face(const Llama& model, const std::string& dir) {
       throw ConfigError(where + ": tensor '" + stored + "' holds " + std::string(c10::toString(tensor.scalar_type())) +
                         ", not floating-point weights");
     }
+    if (name == "embed_tokens.weight") stored_dtype = tensor.scalar_type();
     at::Tensor value = tensor.to(at::kFloat);
     tensor = at::Tensor();  // the file's copy goes as its fp32 one comes: a bf16 checkpoint peaks near 2x, not 3x
     if (name == "lm_head.weight" && shape.tie_word_embeddings) {
@@ -179,9 +186,9 @@ void write_hugging_face(Llama& model, const std::string& dir) {
   for (const auto& item : model.named_parameters(true)) {
     const std::string& name = item.key();
     const std::string stored = name.rfind("lm_head.", 0) == 0 ? name : kPrefix + name;
-    tensors.emplace_back(stored, item.value().detach().to(at::kCPU, at::kFloat).contiguous());
+    tensors.emplace_back(stored, item.value().detach().to(at::kCPU, model.export_dtype()).contiguous());
   }
-  write_safetensors_file(dir + "/model.safetensors", tensors, {{"format", "pt"}});
+  write_safetensors_checkpoint(dir, tensors, model.export_max_shard_bytes(), {{"format", "pt"}});
   Json config{{"architectures", {architecture_of(shape.family)}},
               {"model_type", name_of(shape.family)},
               {"vocab_size", shape.vocab_size},
@@ -205,7 +212,7 @@ void write_hugging_face(Llama& model, const std::string& dir) {
               // defaults, which name tokens of the run's vocabulary.
               {"bos_token_id", nullptr},
               {"eos_token_id", nullptr},
-              {"torch_dtype", "float32"}};
+              {"torch_dtype", torch_dtype_name(model.export_dtype())}};
   switch (shape.family) {
     case Family::kLlama:
       config["attention_bias"] = shape.qkv_bias;

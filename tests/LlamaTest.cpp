@@ -16,6 +16,7 @@
 
 #include "basin/core/config/config.h"
 #include "basin/core/model/model.h"
+#include "basin/core/serialization/safetensors_checkpoint.h"
 #include "basin/core/serialization/torch_save_file.h"
 #include "basin/core/train/trainer.h"
 #include "distributed_util.h"
@@ -255,6 +256,87 @@ TEST(LlamaTest, HuggingFaceDirectoriesRoundTripAndWhatDisagreesIsRefused) {
   test::write_text(out + "/hf/model.safetensors.index.json", "{}");
   test::expect_config_error([&] { Trainer trainer(hf_job(ids, out + "/hf")); },
                             {"model.safetensors.index.json", "weight_map"}, "an index of nothing");
+}
+
+// hf/ in the dtype asked (bf16 here, or the one init_from's checkpoint came
+// in) and split above the shard size as save_pretrained splits; an export
+// in the other layout replaces the earlier one whole; transformers loads
+// the split bf16 export with basin's weights after the same cast.
+TEST(LlamaTest, ExportIsSplitAboveTheShardSizeInTheDtypeAsked) {
+  test::TempDir dir;
+  const std::string ids = random_ids(dir), out = dir.file("run"), again = dir.file("again");
+  std::filesystem::create_directories(out);
+  std::filesystem::create_directories(again);
+  c10::Dict<std::string, at::Tensor> trained;  // basin's weights by Hugging Face's names, in fp32
+  {
+    Trainer trainer(hf_job(ids, "", {{"export_dtype", "bfloat16"}, {"export_max_shard_size", "8KB"}}));
+    trainer.fit();
+    trainer.export_model(out);
+    for (const auto& item : trainer.model().named_parameters()) {
+      trained.insert(item.key().rfind("lm_head.", 0) == 0 ? item.key() : "model." + item.key(), item.value().detach().clone());
+    }
+  }
+  const std::string hf = out + "/hf";
+  EXPECT_FALSE(std::filesystem::exists(hf + "/model.safetensors"));
+  ASSERT_TRUE(std::filesystem::exists(hf + "/model.safetensors.index.json"));
+  const Json index = Json::parse(test::read_text(hf + "/model.safetensors.index.json"));
+  std::map<std::string, std::pair<int64_t, int64_t>> files;  // file: its tensors and their bytes
+  int64_t total = 0;
+  const NamedTensors written = read_safetensors_checkpoint(hf, "test");
+  ASSERT_EQ(written.size(), trained.size());
+  for (const auto& [name, tensor] : written) {
+    EXPECT_EQ(tensor.scalar_type(), at::kBFloat16) << name;
+    EXPECT_TRUE(tensor.equal(trained.at(name).to(at::kBFloat16))) << name << ": basin's weight, cast";
+    auto& file = files[index["weight_map"][name].get<std::string>()];
+    file.first += 1, file.second += static_cast<int64_t>(tensor.nbytes());
+    total += static_cast<int64_t>(tensor.nbytes());
+  }
+  EXPECT_GE(files.size(), 3u);
+  for (const auto& [file, contents] : files) {
+    EXPECT_TRUE(contents.second <= 8000 || contents.first == 1) << file << ": past 8 KB with more than one tensor";
+    EXPECT_EQ(file.rfind("model-", 0), 0u) << file;
+  }
+  EXPECT_EQ(index["metadata"]["total_size"].get<int64_t>(), total);
+  EXPECT_EQ(Json::parse(test::read_text(hf + "/config.json"))["torch_dtype"], "bfloat16");
+
+  // Started from the bf16 export, "init_from" writes bf16 again; into the same folder, as one file.
+  {
+    Trainer trainer(hf_job(ids, hf, {{"export_dtype", "init_from"}}));
+    trainer.export_model(again);
+    trainer.export_model(out);
+  }
+  for (const std::string& folder : {again + "/hf", hf}) {
+    EXPECT_TRUE(std::filesystem::exists(folder + "/model.safetensors")) << folder;
+    for (const auto& entry : std::filesystem::directory_iterator(folder)) {
+      EXPECT_TRUE(entry.path().filename() == "model.safetensors" || entry.path().extension() == ".json") << entry.path();
+    }
+    for (const auto& [name, tensor] : read_safetensors_checkpoint(folder, "test")) {
+      EXPECT_TRUE(tensor.equal(trained.at(name).to(at::kBFloat16))) << name << " in " << folder << ": bf16 to fp32 and back is exact";
+    }
+  }
+  test::expect_config_error([&] { Trainer trainer(hf_job(ids, "", {{"export_max_shard_size", "5 parsecs"}})); },
+                            {"model.export_max_shard_size", "5 parsecs"}, "a size of no unit");
+  test::expect_config_error([&] { Trainer trainer(hf_job(ids, "", {{"export_dtype", "int8"}})); },
+                            {"model.export_dtype", "int8"}, "a dtype no export has");
+
+  const std::string python = test::hugging_face_python();
+  if (python.empty()) GTEST_SKIP() << "no Python with PyPI's transformers: the files were checked, transformers' reading of them is not";
+  std::filesystem::remove_all(hf);
+  {
+    Trainer trainer(hf_job(ids, "", {{"export_dtype", "bfloat16"}, {"export_max_shard_size", "8KB"}}));
+    trainer.fit();
+    trainer.export_model(out);
+  }
+  write_torch_save_file(dir.file("trained.pt"), trained);
+  const auto loaded = test::run_command(
+      "env -C " + dir.path().string() + " " + python + " -c \"import torch, transformers\n"
+      "model = transformers.LlamaForCausalLM.from_pretrained('run/hf')\n"
+      "assert model.dtype == torch.bfloat16, model.dtype\n"
+      "trained = torch.load('trained.pt')\n"
+      "state = model.state_dict()\n"
+      "for name, weight in trained.items(): assert torch.equal(state[name], weight.bfloat16()), name\n"
+      "print('python: every weight is basin\\'s, cast to bf16')\"", 300);
+  EXPECT_EQ(loaded.exit_code, 0) << loaded.output;
 }
 
 // Qwen2's and Mistral's windows as their config classes read them: a window

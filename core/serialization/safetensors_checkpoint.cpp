@@ -2,6 +2,8 @@
 
 #include <filesystem>
 #include <fstream>
+#include <cctype>
+#include <cstdio>
 #include <map>
 #include <set>
 #include <system_error>
@@ -112,6 +114,81 @@ NamedTensors read_safetensors_checkpoint(const std::string& dir, const std::stri
     tensors.emplace_back(name, tensor->second);
   }
   return tensors;
+}
+
+namespace {
+
+std::string shard_name(std::size_t index, std::size_t count) {
+  char name[64];
+  std::snprintf(name, sizeof name, "model-%05zu-of-%05zu.safetensors", index, count);
+  return name;
+}
+
+// What either layout leaves: the whole file, the index and the numbered files.
+void remove_earlier_export(const fs::path& dir) {
+  std::error_code error;
+  for (const char* name : {"model.safetensors", "model.safetensors.index.json"}) fs::remove(dir / name, error);
+  if (!fs::is_directory(dir, error)) return;
+  const auto numbered = [](const std::string& name) {  // model-00001-of-00003.safetensors
+    const std::string shape = "model-#####-of-#####.safetensors";
+    if (name.size() != shape.size()) return false;
+    for (std::size_t i = 0; i < name.size(); ++i) {
+      if (shape[i] == '#' ? !std::isdigit(static_cast<unsigned char>(name[i])) : name[i] != shape[i]) return false;
+    }
+    return true;
+  };
+  for (const auto& entry : fs::directory_iterator(dir, error)) {
+    if (numbered(entry.path().filename().string())) fs::remove(entry.path(), error);
+  }
+}
+
+}  // namespace
+
+void write_safetensors_checkpoint(const std::string& dir, const NamedTensors& tensors, std::uintmax_t max_shard_bytes,
+                                  const std::map<std::string, std::string>& metadata) {
+  fs::create_directories(dir);
+  remove_earlier_export(dir);
+  std::vector<NamedTensors> shards(1);
+  std::uintmax_t total = 0, in_shard = 0;
+  for (const auto& named : tensors) {
+    const auto bytes = static_cast<std::uintmax_t>(named.second.nbytes());
+    if (!shards.back().empty() && in_shard + bytes > max_shard_bytes) shards.emplace_back(), in_shard = 0;
+    shards.back().push_back(named);
+    in_shard += bytes, total += bytes;
+  }
+  if (shards.size() == 1) return write_safetensors_file(dir + "/model.safetensors", tensors, metadata);
+  Index index{{"metadata", {{"total_size", total}}}, {"weight_map", Index::object()}};
+  for (std::size_t i = 0; i < shards.size(); ++i) {
+    const std::string name = shard_name(i + 1, shards.size());
+    write_safetensors_file(dir + "/" + name, shards[i], metadata);
+    for (const auto& named : shards[i]) index["weight_map"][named.first] = name;
+  }
+  // The index last, and whole: a reader finds either no index or every file it names.
+  const std::string path = dir + "/model.safetensors.index.json", partial = path + ".partial";
+  std::ofstream(partial) << index.dump(2) << "\n";
+  std::error_code error;
+  fs::rename(partial, path, error);
+  if (error) throw std::runtime_error("writing '" + path + "' failed: " + error.message());
+}
+
+std::uintmax_t parse_byte_size(const std::string& text) {
+  std::size_t used = 0;
+  double number = -1;
+  try {
+    number = std::stod(text, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  static const std::map<std::string, double> units{{"", 1},      {"B", 1},          {"KB", 1e3},        {"MB", 1e6},
+                                                   {"GB", 1e9},  {"TB", 1e12},      {"KIB", 1024.0},    {"MIB", 1048576.0},
+                                                   {"GIB", 1073741824.0}, {"TIB", 1099511627776.0}};
+  std::string unit = text.substr(used);
+  for (char& c : unit) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  const auto found = units.find(unit);
+  if (used == 0 || found == units.end() || !(number > 0) || number * found->second < 1 || number * found->second > 1e18) {
+    throw std::invalid_argument("'" + text + "' is no size; expected bytes, or a number with KB, MB, GB (powers of 1000) or KiB, MiB, GiB");
+  }
+  return static_cast<std::uintmax_t>(number * found->second);
 }
 
 }  // namespace basin
