@@ -1,7 +1,18 @@
 // "data": {"name": "text"}: UTF-8 text read as bytes (a vocabulary of 256,
-// no tokenizer to fetch), cut into windows for next-token prediction:
+// no tokenizer to fetch), or tokenized with a tokenizer.json, cut into
+// windows for next-token prediction:
 //
 //     {"data": {"name": "text", "train": "corpus/", "block_size": 64, "test_fraction": 0.1}}
+//     {"data": {"name": "text", "train": "corpus/", "block_size": 256,
+//               "tokenizer": "SmolLM2-135M/", "eos_token": "<|endoftext|>"}}
+//
+// With "tokenizer" (a tokenizer.json, or a model directory holding one) each
+// file is one document: its text is encoded as the tokenizer's encode gives
+// it without special tokens, and "eos_token", when given, follows each
+// file's ids; without it the files' ids simply join. A file that is not
+// UTF-8 is refused, naming it and the offset of its first bad byte (what
+// Python's open() refuses too): basin never guesses an encoding. The ids are
+// stored as int32; the vocabulary is the tokenizer's.
 //
 // "train" and "test" are a file, a folder (its files, by name) or a list of
 // either; their bytes are joined in that order. Without "test", the last
@@ -16,10 +27,12 @@
 #include <cstring>
 #include <fstream>
 #include <iterator>
+#include <optional>
 
 #include <ATen/ATen.h>
 
 #include "basin/datasets/token_windows.h"
+#include "basin/tokenizer/tokenizer.h"
 
 namespace basin {
 namespace {
@@ -28,25 +41,69 @@ namespace fs = std::filesystem;
 
 constexpr int64_t kByteVocabulary = 256;
 
+/// The bytes of `file`, appended to `bytes`.
+void append_file(const Params& params, const std::string& key, const fs::path& file, std::string& bytes) {
+  std::ifstream in(file, std::ios::binary);
+  if (!in) {
+    throw ConfigError("config key '" + params.path_of(key) + "': cannot read '" + file.string() + "': " + std::strerror(errno));
+  }
+  bytes.append(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  if (in.bad()) throw ConfigError("config key '" + params.path_of(key) + "': reading '" + file.string() + "' failed");
+}
+
 /// The bytes of `files`, joined, as a uint8 tensor.
 at::Tensor read_bytes(const Params& params, const std::string& key, const std::vector<fs::path>& files) {
-  std::vector<uint8_t> bytes;
-  for (const fs::path& file : files) {
-    std::ifstream in(file, std::ios::binary);
-    if (!in) {
-      throw ConfigError("config key '" + params.path_of(key) + "': cannot read '" + file.string() +
-                        "': " + std::strerror(errno));
-    }
-    bytes.insert(bytes.end(), std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-    if (in.bad()) throw ConfigError("config key '" + params.path_of(key) + "': reading '" + file.string() + "' failed");
-  }
+  std::string bytes;
+  for (const fs::path& file : files) append_file(params, key, file, bytes);
   return at::from_blob(bytes.data(), {static_cast<int64_t>(bytes.size())}, at::kByte).clone();
 }
 
+/// The ids of `files`' texts, each followed by `eos` (when not -1), joined, as an int32 tensor.
+at::Tensor read_tokens(const Params& params, const std::string& key, const std::vector<fs::path>& files,
+                       const tokenizer::Tokenizer& tokenizer, int32_t eos) {
+  std::vector<int32_t> ids;
+  std::string text;
+  for (const fs::path& file : files) {
+    text.clear();
+    append_file(params, key, file, text);
+    std::vector<int32_t> encoded;
+    try {
+      encoded = tokenizer.encode(text, /*add_special_tokens=*/false);
+    } catch (const std::invalid_argument& not_utf8) {
+      throw ConfigError("config key '" + params.path_of(key) + "': '" + file.string() + "': " + not_utf8.what() +
+                        "; the tokenizer reads UTF-8 text only (convert the file, e.g. with iconv)");
+    }
+    ids.insert(ids.end(), encoded.begin(), encoded.end());
+    if (eos >= 0) ids.push_back(eos);
+  }
+  return at::from_blob(ids.data(), {static_cast<int64_t>(ids.size())}, at::kInt).clone();
+}
+
 std::shared_ptr<DataSplits> text_corpus(Params& params, int64_t /*seed*/) {
-  auto read = [&](const std::string& key, const std::vector<fs::path>& files) { return read_bytes(params, key, files); };
-  auto splits = std::make_shared<DataSplits>(token_windows::split_windows(params, read, "bytes"));
-  splits->info.num_classes = kByteVocabulary;
+  if (!params.has("tokenizer")) {
+    if (params.has("eos_token")) throw ConfigError("config key '" + params.path_of("eos_token") + "': needs data.tokenizer (bytes have no end-of-text token)");
+    auto read = [&](const std::string& key, const std::vector<fs::path>& files) { return read_bytes(params, key, files); };
+    auto splits = std::make_shared<DataSplits>(token_windows::split_windows(params, read, "bytes"));
+    splits->info.num_classes = kByteVocabulary;
+    return splits;
+  }
+  const std::string path = params.string("tokenizer");
+  std::optional<tokenizer::Tokenizer> tokenizer;
+  try {
+    tokenizer.emplace(tokenizer::Tokenizer::from_file(path));
+  } catch (const ConfigError& bad) {
+    throw ConfigError("config key '" + params.path_of("tokenizer") + "': " + bad.what());
+  }
+  int32_t eos = -1;
+  if (params.has("eos_token")) {
+    const std::string token = params.string("eos_token");
+    eos = tokenizer->token_to_id(token);
+    if (eos < 0) throw ConfigError("config key '" + params.path_of("eos_token") + "': '" + token + "' is no token of '" + tokenizer->file() + "'");
+  }
+  auto read = [&](const std::string& key, const std::vector<fs::path>& files) { return read_tokens(params, key, files, *tokenizer, eos); };
+  auto splits = std::make_shared<DataSplits>(token_windows::split_windows(params, read, "tokens"));
+  splits->info.num_classes = tokenizer->vocab_size();
+  splits->info.tokenizer = fs::absolute(tokenizer->file()).string();
   return splits;
 }
 

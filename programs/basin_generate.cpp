@@ -1,11 +1,15 @@
 // basin-generate: samples what a language model basin-train trained has
 // learned. The run directory gives the model (config.json, state_dict.pt);
-// a prompt starts the text (bytes for a "text" run, else token ids), and
-// each next token is drawn from the model's distribution, with temperature
-// and top-k, deterministically for a seed.
+// a prompt starts the text, and each next token is drawn from the model's
+// distribution, with temperature and top-k, deterministically for a seed.
+// The prompt is text for a run that read text: its bytes, or its ids under
+// the tokenizer the run trained with (tokenizer.json in the run directory),
+// and the output is text; a run on token ids takes --ids and prints ids.
 //
 //     basin-generate runs/fortunes --prompt "The " --tokens 300 --temperature 0.8 --top-k 40 --seed 1
+#include <filesystem>
 #include <iostream>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -17,6 +21,7 @@
 #include "basin/core/config/config_error.h"
 #include "basin/core/model/model.h"
 #include "basin/models/sampling.h"
+#include "basin/tokenizer/tokenizer.h"
 
 namespace {
 
@@ -50,7 +55,7 @@ int main(int argc, char** argv) {
   std::string run_dir, prompt, ids;
   basin::SamplingOptions options;
   app.add_option("run_dir", run_dir, "the run directory basin-train wrote (config.json, state_dict.pt)")->required();
-  auto* prompt_option = app.add_option("--prompt", prompt, "text to start from (a \"text\" run: its bytes)");
+  auto* prompt_option = app.add_option("--prompt", prompt, "text to start from (a \"text\" run: its bytes, or its tokenizer's ids)");
   auto* ids_option = app.add_option("--ids", ids, "token ids to start from, comma-separated (a \"tokens\" run)");
   prompt_option->excludes(ids_option);
   app.add_option("--tokens", options.tokens, "how many tokens to draw")->check(CLI::NonNegativeNumber);
@@ -62,19 +67,37 @@ int main(int argc, char** argv) {
   try {
     at::set_num_threads(1);
     const basin::TrainedModel trained = basin::load_trained_model(run_dir);
-    const bool bytes = trained.data_name == "text";
+    const bool text = trained.data_name == "text";
+    const std::filesystem::path tokenizer_file = std::filesystem::path(run_dir) / "tokenizer.json";
+    std::optional<basin::tokenizer::Tokenizer> tokenizer;
+    if (text && std::filesystem::exists(tokenizer_file)) tokenizer.emplace(basin::tokenizer::Tokenizer::from_file(tokenizer_file));
     at::Tensor start;
-    if (bytes) {
-      if (!ids.empty()) throw basin::ConfigError("--ids: this run's model reads bytes (data \"text\"); give --prompt");
+    if (text) {
+      if (!ids.empty()) throw basin::ConfigError("--ids: this run's model reads text (data \"text\"); give --prompt");
       if (prompt.empty()) prompt = "\n";
-      start = at::from_blob(prompt.data(), {static_cast<int64_t>(prompt.size())}, at::kByte).to(at::kLong);
+      if (tokenizer) {
+        std::vector<int32_t> encoded;
+        try {
+          encoded = tokenizer->encode(prompt, /*add_special_tokens=*/false);  // as the run's files were
+        } catch (const std::invalid_argument& not_utf8) {
+          throw basin::ConfigError(std::string("--prompt: ") + not_utf8.what());
+        }
+        if (encoded.empty()) throw basin::ConfigError("--prompt: '" + prompt + "' gives no tokens; give text the tokenizer reads");
+        start = at::tensor(std::vector<int64_t>(encoded.begin(), encoded.end()), at::kLong);
+      } else {
+        start = at::from_blob(prompt.data(), {static_cast<int64_t>(prompt.size())}, at::kByte).to(at::kLong);
+      }
     } else {
       if (!prompt.empty()) throw basin::ConfigError("--prompt: this run's model reads token ids; give --ids");
       start = parse_ids(ids.empty() ? "0" : ids, trained.info.num_classes);
     }
     options.context = trained.info.input_shape.at(0);
     const at::Tensor out = basin::sample_tokens(*trained.model, start, options);
-    if (bytes) {
+    if (tokenizer) {
+      const at::Tensor drawn = out.to(at::kInt).contiguous();
+      std::cout << tokenizer->decode(std::vector<int32_t>(drawn.data_ptr<int32_t>(), drawn.data_ptr<int32_t>() + drawn.numel()))
+                << std::endl;
+    } else if (text) {
       const at::Tensor chars = out.to(at::kByte).contiguous();
       std::cout.write(reinterpret_cast<const char*>(chars.data_ptr<uint8_t>()), chars.numel());
       std::cout << std::endl;

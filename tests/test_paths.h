@@ -13,6 +13,7 @@ const char* hand_loop_exe();
 const char* run_exe();
 const char* consolidate_exe();
 const char* generate_exe();
+const char* tokenize_exe();
 }  // namespace basin::test
 
 #define BASIN_SOURCE_DIR (::basin::test::source_dir())
@@ -21,3 +22,4 @@ const char* generate_exe();
 #define BASIN_RUN_EXE (::basin::test::run_exe())
 #define BASIN_CONSOLIDATE_EXE (::basin::test::consolidate_exe())
 #define BASIN_GENERATE_EXE (::basin::test::generate_exe())
+#define BASIN_TOKENIZE_EXE (::basin::test::tokenize_exe())

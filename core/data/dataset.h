@@ -1,6 +1,8 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include <ATen/core/Tensor.h>
@@ -12,8 +14,13 @@ namespace basin {
 
 /// What a model needs to know about its data.
 struct DatasetInfo {
+  DatasetInfo() = default;
+  DatasetInfo(std::vector<int64_t> input_shape, int64_t num_classes)
+      : input_shape(std::move(input_shape)), num_classes(num_classes) {}
+
   std::vector<int64_t> input_shape;  // one sample, e.g. {1, 28, 28}
   int64_t num_classes = 0;
+  std::string tokenizer;  // the tokenizer.json a text corpus was tokenized with; empty for bytes or ids
 };
 
 /// Samples held in memory: inputs [N, ...] (float, or integer ids for models

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <filesystem>
 #include <mutex>
 #include <optional>
 #include <thread>
@@ -260,6 +261,15 @@ void Trainer::export_model(const std::string& dir) {
   strategy_->with_whole_parameters([&] {
     if (state_.rank == 0) model_->export_trained(dir);
   });
+  // The tokenizer goes with the model, so that the text its ids stand for can be read back
+  // (basin-generate) and transformers' AutoTokenizer finds it beside the weights.
+  const std::string& tokenizer = data_.info.tokenizer;
+  if (state_.rank != 0 || tokenizer.empty()) return;
+  namespace fs = std::filesystem;
+  fs::copy_file(tokenizer, fs::path(dir) / "tokenizer.json", fs::copy_options::overwrite_existing);
+  if (fs::is_directory(fs::path(dir) / "hf")) {
+    fs::copy_file(tokenizer, fs::path(dir) / "hf" / "tokenizer.json", fs::copy_options::overwrite_existing);
+  }
 }
 
 std::vector<at::Tensor> Trainer::whole_parameters() { return strategy_->whole_parameters(); }
