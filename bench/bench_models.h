@@ -15,16 +15,28 @@ namespace basin::bench {
 /// cnn_contiguous: the cnn on contiguous activations and weights (its
 /// "channels_last": false), to measure what channels-last gains; gpt: a
 /// GPT-2 of 6 blocks, 512 wide, 8 heads, block 128 and GPT-2's vocabulary of
-/// 50257 (44.7M parameters, 25.7M of them the tied embedding), on tokens.
+/// 50257 (44.7M parameters, 25.7M of them the tied embedding), on tokens;
+/// llama: a Llama of 6 layers, 512 wide, 8 heads, 4 key and value heads,
+/// SwiGLU 1344 wide (basin's default 1376 would make it 50.2M), block 128,
+/// a vocabulary of 32000 and a head of its own (49.9M parameters, 32.8M of
+/// them the embedding and the head), on tokens.
 inline const std::vector<std::string>& model_names() {
   static const std::vector<std::string> names{"mlp", "mlp1024", "mlp2048", "mlp4096x3", "cnn", "cnn_contiguous", "resnet",
-                                              "gpt"};
+                                              "gpt", "llama"};
   return names;
 }
 
-/// The gpt's window and vocabulary (bench/gpt_peer_model.py has the same).
+/// The gpt's window and vocabulary (bench/gpt_peer_model.py has the same);
+/// the llama's window is the gpt's, its vocabulary Llama 2's size
+/// (bench/llama_peer_model.py has the same).
 constexpr int64_t kGptBlock = 128;
 constexpr int64_t kGptVocab = 50257;
+constexpr int64_t kLlamaVocab = 32000;
+
+/// The vocabulary of a model trained on tokens, 0 for those trained on images.
+inline int64_t token_vocab(const std::string& model) {
+  return model == "gpt" ? kGptVocab : model == "llama" ? kLlamaVocab : 0;
+}
 
 /// The "model" config of one of model_names().
 inline Json model_config(const std::string& model) {
@@ -34,6 +46,11 @@ inline Json model_config(const std::string& model) {
   if (model == "cnn_contiguous") return Json::parse(R"({"name": "cnn", "channels_last": false})");
   if (model == "mlp4096x3") return Json::parse(R"({"name": "mlp", "hidden": [4096, 4096, 4096]})");
   if (model == "gpt") return Json::parse(R"({"name": "gpt", "n_layer": 6, "n_head": 8, "n_embd": 512})");
+  if (model == "llama") {
+    return Json::parse(R"({"name": "llama", "hidden_size": 512, "intermediate_size": 1344, "num_hidden_layers": 6,
+                           "num_attention_heads": 8, "num_key_value_heads": 4, "vocab_size": 32000,
+                           "tie_word_embeddings": false})");
+  }
   return {{"name", model}};
 }
 

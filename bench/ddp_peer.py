@@ -12,8 +12,10 @@ algorithm: sgd; sam_local (the ascent's backward under no_sync(): the
            w + e, descent, w - e, base step.
 model:     layer-for-layer copies of basin's registered models (mlp1024,
            mlp2048, mlp4096x3, resnet, gpt: bench/gpt_peer_model.py, on
-           random token windows); --optimizer sgd (lr 0.01, momentum
-           0.9), adam or adamw (lr 1e-3, PyTorch's default implementation:
+           random token windows), and for the llama Hugging Face's
+           LlamaForCausalLM in its shape (bench/llama_peer_model.py);
+           --optimizer sgd (lr 0.01, momentum 0.9), adam or adamw (lr
+           1e-3, PyTorch's default implementation:
            one tensor at a time on the CPU) or adam_fused, adamw_fused
            (fused=True, the CPU kernel of torch >= 2.4); rho 0.05.
 DDP runs with its defaults (25 MiB buckets, a 1 MiB first one, buckets
@@ -96,6 +98,9 @@ def make_model(name):
         return SmallResNet()
     if name == "gpt":
         return Gpt()
+    if name == "llama":
+        from llama_peer_model import Llama  # transformers, only where the llama runs
+        return Llama()
     raise ValueError(f"unknown model {name!r}")
 
 
@@ -109,9 +114,12 @@ def make_optimizer(params, name):
 
 
 def make_batches(rank, batch, model="mlp"):
-    """Four batches of this rank's own, drawn from its seed (token windows for the gpt)."""
+    """Four batches of this rank's own, drawn from its seed (token windows for the gpt and the llama)."""
     if model == "gpt":
         return token_batches(rank, batch)
+    if model == "llama":
+        from llama_peer_model import VOCAB
+        return token_batches(rank, batch, vocab=VOCAB)
     generator = torch.Generator().manual_seed(rank)
     return [(torch.randn(batch, 1, 28, 28, generator=generator),
              torch.randint(0, 10, (batch,), generator=generator)) for _ in range(4)]

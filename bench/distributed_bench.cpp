@@ -200,9 +200,9 @@ int main() {
   const char* model_env = std::getenv("BASIN_BENCH_MODEL");
   const std::string model = model_env != nullptr ? model_env : "cnn";
   const auto& known = basin::bench::model_names();
-  if (std::find(known.begin(), known.end(), model) == known.end() || model == "gpt") {
+  if (std::find(known.begin(), known.end(), model) == known.end() || basin::bench::token_vocab(model) > 0) {
     std::cerr << "BASIN_BENCH_MODEL='" << model << "': expected one of mlp, mlp1024, mlp2048, mlp4096x3, cnn, "
-              << "cnn_contiguous, resnet (the gpt is bench/sharded_peers.sh's)" << std::endl;
+              << "cnn_contiguous, resnet (the gpt and the llama are bench/sharded_peers.sh's)" << std::endl;
     return 2;
   }
   const basin::JobEnvironment job = basin::read_job_environment();

@@ -7,9 +7,9 @@ by basin-run or torchrun, over Gloo on the CPU; needs torch >= 2.6
   basin-run --nproc 2 -- python bench/fsdp_peer.py --model mlp4096x3 --optimizer adam --batch 32
 
 FSDP2 as its documentation sets it up: fully_shard on each Linear (a unit,
-as basin's mlp declares each layer one), or on each block of the gpt (as
-basin's gpt declares them), then on the root (the gpt's embeddings and
-final norm, as basin's root unit); defaults
+as basin's mlp declares each layer one), or on each block of the gpt or
+decoder layer of the llama (as basin's declare them), then on the root (the
+embeddings, final norm and the llama's head, as basin's root unit); defaults
 otherwise (parameters resharded after forward and gathered again for
 backward, fp32). --mixed-precision gives every fully_shard
 MixedPrecisionPolicy(param_dtype=bfloat16, reduce_dtype=float32), the loss
@@ -63,8 +63,12 @@ def main():
     rank = dist.get_rank()
     torch.manual_seed(0)
     model = make_model(args.model)
-    # A unit per gpt block (FSDP2's documented use for transformers), else per Linear, as basin's models declare.
-    unit = Block if args.model == "gpt" else nn.Linear
+    # A unit per gpt block or llama layer (FSDP2's documented use for transformers), else per Linear, as basin's
+    # models declare.
+    if args.model == "llama":
+        from llama_peer_model import UNIT as unit  # transformers, only where the llama runs
+    else:
+        unit = Block if args.model == "gpt" else nn.Linear
     policy = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32) if args.mixed_precision \
         else MixedPrecisionPolicy()
     units = [(parent, name, child) for parent in model.modules() for name, child in parent.named_children()

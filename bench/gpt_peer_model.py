@@ -53,11 +53,12 @@ class Gpt(nn.Module):
         return F.linear(self.ln_f(x), self.wte.weight)  # the head is the token embedding
 
 
-def token_batches(rank, batch, count=4):
-    """`count` batches of random windows of this rank's own: ids and the next ids."""
+def token_batches(rank, batch, count=4, vocab=VOCAB):
+    """`count` batches of random windows of this rank's own: ids and the next ids
+    (the llama's peer draws them from its own vocabulary)."""
     generator = torch.Generator().manual_seed(rank)
     out = []
     for _ in range(count):
-        stream = torch.randint(0, VOCAB, (batch, BLOCK + 1), generator=generator)
+        stream = torch.randint(0, vocab, (batch, BLOCK + 1), generator=generator)
         out.append((stream[:, :-1].contiguous(), stream[:, 1:].contiguous()))
     return out

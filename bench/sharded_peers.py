@@ -15,8 +15,9 @@ one thread per rank. It reports the median step time (rank 0's median over
 its steps, then the median over rounds), every rank's peak resident memory
 (the largest over rounds), and the per-round ratios basin_ddp / pytorch_ddp
 and basin_zero3 / fsdp2 (median and range): the machine's speed drifts
-between rounds, not within one. For the gpt it also gives tokens per
-second (the job's: 128 tokens a sample, over every rank).
+between rounds, not within one. For the gpt and the llama (Hugging Face's
+LlamaForCausalLM on the peers' side) it also gives tokens per second (the
+job's: 128 tokens a sample, over every rank).
 
 Usage: sharded_peers.py --step-timer BUILD/bench/basin-bench-step --launcher BUILD/programs/basin-run
 """
@@ -123,7 +124,8 @@ def main():
                                                      ("--peer-autocast", args.peer_autocast)) if on)
         print(f"\n{ranks} ranks, {args.model}, basin {args.optimizer}, Python {args.python_optimizer or args.optimizer}, "
               f"{what}, batch {args.batch} per rank, 1 thread per rank; median over {args.rounds} rounds")
-        tokens = args.batch * ranks * BLOCK if args.model == "gpt" else 0
+        # The llama's window is the gpt's.
+        tokens = args.batch * ranks * BLOCK if args.model in ("gpt", "llama") else 0
         print(f"  {'contender':<12} {'step ms':>9} {'tokens/s' if tokens else '':>9}   peak RSS per rank (MiB)")
         for name, _ in entries:
             ms = statistics.median(t[name] for t in rounds)

@@ -11,14 +11,14 @@
 //                                 stepped with a closure on a fixed batch, as
 //                                 the Python peers do
 // model: one of bench_models.h's (mlp, mlp1024, mlp2048, mlp4096x3, cnn,
-// resnet, gpt: the trainer impls only, on random token ids); --optimizer sgd
-// (lr 0.01, momentum 0.9), adam (lr 1e-3, basin's fused Adam), adam_libtorch
-// (LibTorch's Adam, "fused": false) or adamw (lr 1e-3, basin's fused AdamW);
-// SAM rho 0.05. malloc keeps freed memory for reuse, as in basin-train
-// (core/base/memory_reuse.h). Prints one line:
+// resnet, gpt, llama: the last two the trainer impls only, on random token
+// ids); --optimizer sgd (lr 0.01, momentum 0.9), adam (lr 1e-3, basin's
+// fused Adam), adam_libtorch (LibTorch's Adam, "fused": false) or adamw (lr
+// 1e-3, basin's fused AdamW); SAM rho 0.05. malloc keeps freed memory for
+// reuse, as in basin-train (core/base/memory_reuse.h). Prints one line:
 //   peer impl=... model=... batch=... threads=... median_ms=... min_ms=... steps=... torch=... peak_rss_mib=...
 // (peak_rss_mib: the process's peak resident memory, getrusage's ru_maxrss).
-// --batch counts samples: windows of 128 tokens for the gpt.
+// --batch counts samples: windows of 128 tokens for the gpt and the llama.
 //
 // Data parallel and sharding (bench/ddp_peers.sh, bench/sharded_peers.sh):
 // run under basin-run with --parallel ddp, zero1, zero2 or zero3, the
@@ -100,36 +100,41 @@ basin::Json optimizer_config(const std::string& optimizer) {
   return {{"name", "sgd"}, {"lr", 0.01}, {"momentum", 0.9}};
 }
 
-// Random token ids as nanoGPT's train.bin holds them (raw uint16), in a file
-// of this process's own.
-std::string write_tokens(const std::string& name, int64_t samples) {
+// Random token ids below `vocab` as nanoGPT's train.bin holds them (raw
+// uint16), in a file of this process's own.
+std::string write_tokens(const std::string& name, int64_t samples, int64_t vocab) {
   const std::string path = "/tmp/basin-bench-" + name + "-" + std::to_string(::getpid()) + ".bin";
   const int64_t count = samples * basin::bench::kGptBlock + 1;
-  const at::Tensor ids = at::randint(0, basin::bench::kGptVocab, {count}, at::TensorOptions(at::kInt)).to(at::kShort);
+  const at::Tensor ids = at::randint(0, vocab, {count}, at::TensorOptions(at::kInt)).to(at::kShort);
   std::ofstream file(path, std::ios::binary);
   file.write(static_cast<const char*>(ids.data_ptr()), count * 2);
   if (!file.flush()) throw std::runtime_error("cannot write " + path);
   return path;
 }
 
-// `tokens` data for the gpt, one window per sample; a test split of one
-// window, as the synthetic data's (the evaluation after the timed steps is
-// not what is measured).
-basin::Json token_data(int64_t samples, int64_t batch) {
-  return {{"name", "tokens"}, {"train", write_tokens("train", samples)}, {"test", write_tokens("test", 1)},
-          {"block_size", basin::bench::kGptBlock}, {"vocab_size", basin::bench::kGptVocab}, {"batch_size", batch}};
+// `tokens` data for the gpt or the llama, one window per sample; a test
+// split of one window, as the synthetic data's (the evaluation after the
+// timed steps is not what is measured).
+basin::Json token_data(int64_t samples, int64_t batch, int64_t vocab) {
+  return {{"name", "tokens"},
+          {"train", write_tokens("train", samples, vocab)},
+          {"test", write_tokens("test", 1, vocab)},
+          {"block_size", basin::bench::kGptBlock},
+          {"vocab_size", vocab},
+          {"batch_size", batch}};
 }
 
 std::vector<double> time_trainer(bool sam, const std::string& model, const std::string& optimizer, int64_t batch,
                                  int64_t steps, int threads, const Parallel& parallel) {
   const int64_t world = std::getenv("WORLD_SIZE") != nullptr ? std::atoll(std::getenv("WORLD_SIZE")) : 1;
-  const basin::Json data = model == "gpt" ? token_data(batch * steps * world, batch)
-                                          : basin::Json{{"name", "synthetic"},
-                                                        {"train_size", batch * steps * world},
-                                                        {"test_size", 1},
-                                                        {"input_shape", {1, 28, 28}},
-                                                        {"num_classes", 10},
-                                                        {"batch_size", batch}};
+  const int64_t vocab = basin::bench::token_vocab(model);
+  const basin::Json data = vocab > 0 ? token_data(batch * steps * world, batch, vocab)
+                                     : basin::Json{{"name", "synthetic"},
+                                                   {"train_size", batch * steps * world},
+                                                   {"test_size", 1},
+                                                   {"input_shape", {1, 28, 28}},
+                                                   {"num_classes", 10},
+                                                   {"batch_size", batch}};
   basin::Json config = {{"seed", 0},
                         {"threads", threads},
                         {"max_steps", steps},
@@ -146,7 +151,7 @@ std::vector<double> time_trainer(bool sam, const std::string& model, const std::
   if (parallel.checkpointing) config["parallel"]["activation_checkpointing"] = true;
   auto timer = std::make_shared<StepTimer>();
   auto remove_tokens = [&] {  // read whole when the trainer is built
-    if (model != "gpt") return;
+    if (vocab == 0) return;
     for (const char* split : {"train", "test"}) std::remove(config["data"][split].get<std::string>().c_str());
   };
   std::unique_ptr<basin::Trainer> trainer;
@@ -220,8 +225,9 @@ int main(int argc, char** argv) {
   app.add_option("--mixed-precision", parallel.mixed_precision);
   app.add_option("--checkpointing", parallel.checkpointing);
   CLI11_PARSE(app, argc, argv);
-  if ((parallel.mode != "none" || model == "gpt") && impl.rfind("trainer", 0) != 0) {
-    std::cerr << "--parallel and --model gpt need a trainer impl (trainer_sgd, trainer_sam), not " << impl << std::endl;
+  if ((parallel.mode != "none" || basin::bench::token_vocab(model) > 0) && impl.rfind("trainer", 0) != 0) {
+    std::cerr << "--parallel and --model gpt or llama need a trainer impl (trainer_sgd, trainer_sam), not " << impl
+              << std::endl;
     return 2;
   }
 

@@ -1,6 +1,7 @@
 // The gpt's weights in Hugging Face's GPT-2 layout, both ways: a directory
-// of config.json and model.safetensors, as GPT2LMHeadModel.save_pretrained
-// writes it and from_pretrained reads it.
+// of config.json and model.safetensors (or the files
+// model.safetensors.index.json splits them over), as
+// GPT2LMHeadModel.save_pretrained writes it and from_pretrained reads it.
 //
 // Names are basin's with "transformer." before them (read with or without
 // it); GPT-2's Conv1D stores the four projection weights [in, out], basin's
@@ -16,6 +17,7 @@
 
 #include "basin/core/config/config_error.h"
 #include "basin/core/config/json.h"
+#include "basin/core/serialization/safetensors_checkpoint.h"
 #include "basin/models/gpt.h"
 #include "basin/models/hugging_face_files.h"
 
@@ -90,13 +92,12 @@ NamedTensors read_hugging_face(const Gpt& model, const std::string& dir) {
   const Json config = read_hugging_face_config(dir, "GPT-2");
   int64_t positions = 0;
   check_hugging_face_config(dir + "/config.json", [&] { positions = check_config_values(config, shape, dir + "/config.json"); });
-  const std::string file = dir + "/model.safetensors";
-  const std::string where = "config key 'init_from': '" + file + "'";
+  const std::string where = "config key 'init_from': '" + dir + "'";
   std::map<std::string, at::Tensor> mine;
   for (const auto& item : model.named_parameters(true)) mine.emplace(item.key(), item.value());
   NamedTensors tensors;
   at::Tensor head;
-  for (auto& [stored, tensor] : read_safetensors_file(file, "init_from")) {
+  for (auto& [stored, tensor] : read_safetensors_checkpoint(dir, "init_from")) {
     std::string name = stored.rfind(kPrefix, 0) == 0 ? stored.substr(kPrefix.size()) : stored;
     // GPT-2's causal mask buffers, which older checkpoints stored.
     if (ends_with(name, ".attn.bias") || ends_with(name, ".attn.masked_bias")) continue;

@@ -302,7 +302,7 @@ TEST(GptTest, HuggingFaceDirectoriesRoundTripAndWhatDisagreesIsRefused) {
   width["n_embd"] = 64;
   Json wide_job = hf_job(dir.path().string(), with_config("width", width));
   wide_job["model"]["n_embd"] = 64;  // the model agrees with config.json; the weights do not
-  expect_init_refused(wide_job, {"model.safetensors", "shape", "config.json's sizes"});
+  expect_init_refused(wide_job, {"'init_from'", "width'", "tensor 'transformer.wte.weight'", "shape", "config.json's sizes"});
   Json positions = config;
   positions["n_positions"] = 64;
   expect_init_refused(hf_job(dir.path().string(), with_config("positions", positions)),
@@ -378,7 +378,9 @@ TEST(GptTest, Gpt2WeightsFromHuggingFaceTrainAndGoBack) {
       "torch.manual_seed(0)\n"
       "config = transformers.GPT2Config(vocab_size=300, n_positions=32, n_embd=32, n_layer=2, n_head=4)\n"
       "model = transformers.GPT2LMHeadModel(config).eval()\n"
-      "model.save_pretrained('hf_in')\n"
+      // Split over several files, as larger checkpoints come: basin reads them through the index.
+      "model.save_pretrained('hf_in', max_shard_size='20KB')\n"
+      "import os; assert os.path.exists('hf_in/model.safetensors.index.json')\n"
       "ids = torch.randint(0, 300, (3, 16))\n"
       "with torch.no_grad(): logits = model(ids).logits\n"
       "torch.save({'ids': ids, 'logits': logits}, 'reference.pt')\"", 300);

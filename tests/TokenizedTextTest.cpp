@@ -125,6 +125,25 @@ TEST(TokenizedTextTest, BasinTokenizeWritesTheIdsTheTextDataReadsAndKeepsOldOutp
   EXPECT_EQ(std::filesystem::file_size(dir.file("wide.bin")), 4 * tokenizer::Tokenizer::from_file(example_tokenizer()).encode(kFirst, false).size());
 }
 
+// basin-train exits 2 on a tokenizer file whose merges name a token its
+// vocabulary lacks, naming the config key, the file and the merge.
+TEST(TokenizedTextTest, BasinTrainExitsTwoOnATokenizerWhoseMergesLeaveTheVocabulary) {
+  test::TempDir dir;
+  Json tokenizer = Json::parse(test::read_text(example_tokenizer()));
+  tokenizer["model"]["merges"][7] = Json::array({"\u0120th", "zzz-not-a-token"});
+  test::write_text(dir.file("tokenizer.json"), tokenizer.dump());
+  test::write_text(dir.file("corpus.txt"), kFirst);
+  Json config = Json::parse(R"({"max_steps": 1, "model": {"name": "llama", "hidden_size": 16, "num_hidden_layers": 1,
+    "num_attention_heads": 2}, "optimizer": {"name": "adamw", "lr": 0.01}})");
+  config["data"] = {{"name", "text"}, {"tokenizer", dir.file("tokenizer.json")}, {"train", dir.file("corpus.txt")}, {"block_size", 4}};
+  test::write_text(dir.file("config.json"), config.dump());
+  const auto run = test::run_command(std::string(BASIN_TRAIN_EXE) + " --config " + dir.file("config.json") + " --run-dir " + dir.file("run"));
+  EXPECT_EQ(run.exit_code, 2) << run.output;
+  for (const std::string& word : std::vector<std::string>{"data.tokenizer", dir.file("tokenizer.json"), "model.merges[7]", "zzz-not-a-token", "not in the vocab"}) {
+    EXPECT_NE(run.output.find(word), std::string::npos) << "'" << word << "' not in: " << run.output;
+  }
+}
+
 // A llama that learned a repeated sentence continues it from a prompt,
 // greedily, in text; the run directory and its hf/ hold the tokenizer.
 TEST(TokenizedTextTest, BasinGenerateEncodesThePromptAndPrintsText) {
