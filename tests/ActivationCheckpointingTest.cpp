@@ -125,6 +125,10 @@ TEST(ActivationCheckpointingTest, EveryModeEqualsTheRunWithoutItBitForBit) {
   test::write_text(dir.file("corpus.txt"), corpus());
   for (const std::string mode : {"ddp", "zero1", "zero2", "zero3"}) {
     expect_the_same_bits(gpt_job(dir.file("corpus.txt"), mode, 0.0), true, "gpt under " + mode, 2);
+    Json llama = gpt_job(dir.file("corpus.txt"), mode, 0.0);
+    llama["model"] = Json::parse(R"({"name": "llama", "hidden_size": 16, "num_hidden_layers": 3, "num_attention_heads": 4,
+                                     "num_key_value_heads": 2})");
+    expect_the_same_bits(llama, true, "llama under " + mode, 2);
     Json config = test::sam_config(R"({"rho": 0.05, "sync_ascent": true})", mode);
     config["max_steps"] = 3;
     config["data"]["microbatches"] = 2;

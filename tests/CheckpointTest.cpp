@@ -176,6 +176,23 @@ TEST(CheckpointTest, ResumedGptWithDropoutBf16MicrobatchesAndSamEqualsTheUninter
   expect_resume_matches(config, 3);
 }
 
+// The llama too, on text through the fortunes example's tokenizer, with
+// attention dropout, under bf16 autocast, in microbatches, with SAM.
+TEST(CheckpointTest, ResumedLlamaOnTokenizedTextWithDropoutBf16AndSamEqualsTheUninterruptedRun) {
+  test::TempDir dir;
+  std::string corpus;
+  for (int i = 0; i < 60; ++i) corpus += "Q: Why resume a llama? A: To end where it would have, " + std::to_string(i) + ".\n";
+  test::write_text(dir.file("corpus.txt"), corpus);
+  Json config = Json::parse(R"({"seed": 6, "threads": 1, "max_steps": 6, "precision": "amp_bf16",
+    "model": {"name": "llama", "hidden_size": 16, "num_hidden_layers": 2, "num_attention_heads": 4,
+              "num_key_value_heads": 2, "attention_dropout": 0.1},
+    "optimizer": {"name": "adamw", "lr": 0.01},
+    "algorithms": {"sam": {"rho": 0.05}}})");
+  config["data"] = {{"name", "text"}, {"train", dir.file("corpus.txt")}, {"block_size", 16}, {"batch_size", 8},
+                    {"microbatches", 2}, {"tokenizer", std::string(BASIN_SOURCE_DIR) + "/examples/tokenizers/fortunes_bpe.json"}};
+  expect_resume_matches(config, 3);
+}
+
 // Every SAM-family algorithm resumes exactly: its moving averages (friendly_sam,
 // vasso) travel in the algorithm's state, the rest in the optimizer's.
 class VariantResumeTest : public ::testing::TestWithParam<std::pair<std::string, std::string>> {};

@@ -177,11 +177,11 @@ INSTANTIATE_TEST_SUITE_P(Variants, VariantMixedPrecisionTest, ::testing::ValuesI
 
 // Where an op does not autocast, the two runs compute differently and
 // differ by a few percent of what training moved the weights: the gpt's
-// embedding (autocast leaves it in its weight's dtype, so the residual
+// and the llama's embedding (autocast leaves it in its weight's dtype, so the residual
 // stream starts in bf16 instead of fp32) and the resnet's BatchNorm (bf16
 // weights and statistics: it normalises in bf16 where autocast's runs in
 // fp32 on fp32 weights).
-TEST(ZeroThreeMixedPrecisionTest, TheGptAndTheResnetFollowAutocastOverFp32GathersToAFewPercent) {
+TEST(ZeroThreeMixedPrecisionTest, TheGptLlamaAndResnetFollowAutocastOverFp32GathersToAFewPercent) {
   test::TempDir dir;
   std::string corpus;
   for (int i = 0; i < 40; ++i) corpus += "Half the bytes, the same fortune " + std::to_string(i) + ".\n";
@@ -192,6 +192,10 @@ TEST(ZeroThreeMixedPrecisionTest, TheGptAndTheResnetFollowAutocastOverFp32Gather
   gpt["optimizer"] = Json::parse(R"({"name": "sgd", "lr": 0.1, "momentum": 0.9})");
   gpt["max_steps"] = 3;
   expect_gathers_follow_autocast(gpt, "gpt", 0.05);  // measured: 1.2%
+  Json llama = gpt;
+  llama["model"] = Json::parse(R"({"name": "llama", "hidden_size": 16, "num_hidden_layers": 2, "num_attention_heads": 4,
+                                   "num_key_value_heads": 2})");
+  expect_gathers_follow_autocast(llama, "llama", 0.05);
   Json resnet = sam_config(R"({"rho": 0.05, "sync_ascent": true})", "zero3");
   resnet["model"] = Json::parse(R"({"name": "resnet", "width": 4, "blocks": [1, 1]})");
   resnet["optimizer"] = Json::parse(R"({"name": "sgd", "lr": 0.1, "momentum": 0.9})");
