@@ -60,7 +60,7 @@ at::Tensor read_bytes(const Params& params, const std::string& key, const std::v
 
 /// The ids of `files`' texts, each followed by `eos` (when not -1), joined, as an int32 tensor.
 at::Tensor read_tokens(const Params& params, const std::string& key, const std::vector<fs::path>& files,
-                       const tokenizer::Tokenizer& tokenizer, int32_t eos) {
+                       tokenizer::Tokenizer& tokenizer, int32_t eos) {
   std::vector<int32_t> ids;
   std::string text;
   for (const fs::path& file : files) {
@@ -72,6 +72,8 @@ at::Tensor read_tokens(const Params& params, const std::string& key, const std::
     } catch (const std::invalid_argument& not_utf8) {
       throw ConfigError("config key '" + params.path_of(key) + "': '" + file.string() + "': " + not_utf8.what() +
                         "; the tokenizer reads UTF-8 text only (convert the file, e.g. with iconv)");
+    } catch (const std::runtime_error& failed) {  // the tokenizer's regex gave up on this text
+      throw std::runtime_error("config key '" + params.path_of(key) + "': tokenizing '" + file.string() + "': " + failed.what());
     }
     ids.insert(ids.end(), encoded.begin(), encoded.end());
     if (eos >= 0) ids.push_back(eos);

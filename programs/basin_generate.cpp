@@ -70,7 +70,12 @@ int main(int argc, char** argv) {
     const bool text = trained.data_name == "text";
     const std::filesystem::path tokenizer_file = std::filesystem::path(run_dir) / "tokenizer.json";
     std::optional<basin::tokenizer::Tokenizer> tokenizer;
-    if (text && std::filesystem::exists(tokenizer_file)) tokenizer.emplace(basin::tokenizer::Tokenizer::from_file(tokenizer_file));
+    if (text && std::filesystem::exists(tokenizer_file)) {
+      tokenizer.emplace(basin::tokenizer::Tokenizer::from_file(tokenizer_file));
+    } else if (text && trained.info.num_classes != 256) {
+      throw basin::ConfigError("'" + tokenizer_file.string() + "' is missing, and the run's text was tokenized (a vocabulary of " +
+                               std::to_string(trained.info.num_classes) + ", not bytes); copy the tokenizer.json it trained with there");
+    }
     at::Tensor start;
     if (text) {
       if (!ids.empty()) throw basin::ConfigError("--ids: this run's model reads text (data \"text\"); give --prompt");

@@ -59,7 +59,7 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
   const fs::path partial = out_path + ".partial";
   try {
-    const auto tokenizer = basin::tokenizer::Tokenizer::from_file(tokenizer_path);
+    auto tokenizer = basin::tokenizer::Tokenizer::from_file(tokenizer_path);
     if (dtype.empty()) dtype = tokenizer.vocab_size() <= 65536 ? "uint16" : "uint32";
     if (dtype == "uint16" && tokenizer.vocab_size() > 65536) {
       throw basin::ConfigError("--dtype uint16: '" + tokenizer.file() + "' has ids up to " +
@@ -81,6 +81,8 @@ int main(int argc, char** argv) {
         ids = tokenizer.encode(text, /*add_special_tokens=*/false);
       } catch (const std::invalid_argument& not_utf8) {
         throw basin::ConfigError("'" + input + "': " + not_utf8.what() + "; basin-tokenize reads UTF-8 text only");
+      } catch (const std::runtime_error& failed) {  // the tokenizer's regex gave up on this text
+        throw std::runtime_error("tokenizing '" + input + "': " + failed.what());
       }
       seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
       if (eos >= 0) ids.push_back(eos);

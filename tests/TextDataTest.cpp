@@ -26,12 +26,7 @@ void write(const std::string& path, const std::string& bytes) {
   std::ofstream(path, std::ios::binary).write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
 }
 
-DataSplits read(const Json& data) {
-  Params params(data, "data");
-  DataSplits splits = std::move(*dataset_registry().create("text", params, 0));
-  params.finish();
-  return splits;
-}
+DataSplits read(const Json& data) { return test::read_dataset("text", data); }
 
 /// Window k of `bytes`, shifted by `shift`: bytes[k * block + shift + j], j < block.
 at::Tensor expected_window(const std::string& bytes, int64_t k, int64_t block, int64_t shift) {

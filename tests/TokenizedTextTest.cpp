@@ -23,25 +23,16 @@ namespace {
 
 std::string example_tokenizer() { return std::string(BASIN_SOURCE_DIR) + "/examples/tokenizers/fortunes_bpe.json"; }
 
-void write(const std::string& path, const std::string& bytes) {
-  std::ofstream(path, std::ios::binary).write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-}
-
-DataSplits read(const Json& data) {
-  Params params(data, "data");
-  DataSplits splits = std::move(*dataset_registry().create("text", params, 0));
-  params.finish();
-  return splits;
-}
+DataSplits read(const Json& data) { return test::read_dataset("text", data); }
 
 const char* kFirst = "Q: Why did the chicken cross the road?\nA: To get to the other side.\n%\n";
 const char* kSecond = "He who laughs last thinks slowest. 12345 \xF0\x9F\x98\x80\n";
 
 TEST(TokenizedTextTest, EachFileIsEncodedAndFollowedByTheEosToken) {
   test::TempDir dir;
-  write(dir.file("a.txt"), kFirst);
-  write(dir.file("b.txt"), kSecond);
-  const auto tokenizer = tokenizer::Tokenizer::from_file(example_tokenizer());
+  test::write_text(dir.file("a.txt"), kFirst);
+  test::write_text(dir.file("b.txt"), kSecond);
+  auto tokenizer = tokenizer::Tokenizer::from_file(example_tokenizer());
   const int32_t eos = tokenizer.token_to_id("<|end_of_text|>");
   ASSERT_GE(eos, 0);
   std::vector<int32_t> stream = tokenizer.encode(kFirst, false);
@@ -77,8 +68,8 @@ TEST(TokenizedTextTest, EachFileIsEncodedAndFollowedByTheEosToken) {
 
 TEST(TokenizedTextTest, WhatDoesNotFitIsRefusedNamingTheKeyAndTheFile) {
   test::TempDir dir;
-  write(dir.file("good.txt"), kFirst);
-  write(dir.file("latin1.txt"), "caf\xE9 au lait");  // Latin-1, not UTF-8: byte 3
+  test::write_text(dir.file("good.txt"), kFirst);
+  test::write_text(dir.file("latin1.txt"), "caf\xE9 au lait");  // Latin-1, not UTF-8: byte 3
   const auto refused = [&](const Json& data, const std::vector<std::string>& words) {
     test::expect_config_error([&] { read(data); }, words, data.dump());
   };
@@ -92,15 +83,15 @@ TEST(TokenizedTextTest, WhatDoesNotFitIsRefusedNamingTheKeyAndTheFile) {
   refused(data, {"data.eos_token", "data.tokenizer"});
   data = base, data["tokenizer"] = dir.file("missing.json");
   refused(data, {"data.tokenizer", "missing.json"});
-  write(dir.file("broken.json"), "{\"model\": ");
+  test::write_text(dir.file("broken.json"), "{\"model\": ");
   data = base, data["tokenizer"] = dir.file("broken.json");
   refused(data, {"data.tokenizer", "broken.json", "not JSON"});
 }
 
 TEST(TokenizedTextTest, BasinTokenizeWritesTheIdsTheTextDataReadsAndKeepsOldOutputOnBadInput) {
   test::TempDir dir;
-  write(dir.file("a.txt"), kFirst);
-  write(dir.file("b.txt"), kSecond);
+  test::write_text(dir.file("a.txt"), kFirst);
+  test::write_text(dir.file("b.txt"), kSecond);
   const std::string tokenize = std::string(BASIN_TOKENIZE_EXE) + " --tokenizer " + example_tokenizer() + " ";
   const auto made = test::run_command(tokenize + "--eos-token '<|end_of_text|>' --out " + dir.file("ids.bin") + " " +
                                       dir.file("a.txt") + " " + dir.file("b.txt"));
@@ -114,7 +105,7 @@ TEST(TokenizedTextTest, BasinTokenizeWritesTheIdsTheTextDataReadsAndKeepsOldOutp
   EXPECT_TRUE(ids.train.slice(0, ids.train.size()).inputs.equal(text.train.slice(0, text.train.size()).inputs));
 
   const std::string before = test::read_text(dir.file("ids.bin"));
-  write(dir.file("latin1.txt"), "na\xEFve");
+  test::write_text(dir.file("latin1.txt"), "na\xEFve");
   const auto bad = test::run_command(tokenize + "--out " + dir.file("ids.bin") + " " + dir.file("a.txt") + " " + dir.file("latin1.txt"));
   EXPECT_EQ(bad.exit_code, 2) << bad.output;
   EXPECT_NE(bad.output.find("latin1.txt': byte 2 is not UTF-8"), std::string::npos) << bad.output;

@@ -70,43 +70,52 @@ TEST(TokenizerTest, UnknownCharactersFallBackToBytesOrTheUnknownToken) {
   file["decoder"] = {{"type", "Sequence"}, {"decoders", json::array({{{"type", "ByteFallback"}}, {{"type", "Fuse"}}})}};
   EXPECT_EQ(Tokenizer(file, "t").decode({0, 6, 7, 1}), "aéb");
   EXPECT_EQ(Tokenizer(file, "t").decode({0, 6, 1}), "a\xEF\xBF\xBD" "b") << "a lone lead byte is U+FFFD";
+  // The <unk> of x waits for the next known character: é's bytes come first, and y's <unk> fuses with x's across them.
+  EXPECT_EQ(Tokenizer(file, "t").encode("axéyb"), (std::vector<int32_t>{0, 6, 7, 5, 1}));
+  file["model"]["fuse_unk"] = false;
+  EXPECT_EQ(Tokenizer(file, "t").encode("axéyb"), (std::vector<int32_t>{0, 6, 7, 5, 5, 1}));
   file["model"].erase("unk_token");
   EXPECT_EQ(Tokenizer(file, "t").encode("xay"), (std::vector<int32_t>{0})) << "with no unknown token, tokenizers drops the character";
 }
 
 TEST(TokenizerTest, AddedTokensMatchLeftmostLongestAndStripWhitespaceWhereAsked) {
   json file = letters_bpe({}, json::array());
+  // The file says 10, 11, 12; tokenizers gives the ids after the vocabulary's five, in order, and so does basin.
   file["added_tokens"] = json::array({
       {{"id", 10}, {"content", "<s>"}, {"special", true}, {"normalized", false}},
       {{"id", 11}, {"content", "<s><s>"}, {"special", true}, {"normalized", false}},
-      {{"id", 12}, {"content", "<t>"}, {"special", false}, {"normalized", false}, {"lstrip", true}, {"rstrip", true}}});
-  const Tokenizer plain(file, "t");
-  EXPECT_EQ(plain.encode("a<s>b<s><s><s>c"), (std::vector<int32_t>{0, 10, 1, 11, 10, 2}));
-  EXPECT_EQ(plain.encode("a  <t>  b"), (std::vector<int32_t>{0, 12, 1})) << "the spaces go with <t>";
+      {{"id", 12}, {"content", "<t>"}, {"special", false}, {"normalized", false}, {"lstrip", true}, {"rstrip", true}},
+      {{"id", 13}, {"content", "b"}, {"special", true}, {"normalized", false}}});  // the vocabulary's b: its id, 1
+  Tokenizer plain(file, "t");
+  EXPECT_EQ(plain.encode("a<s>b<s><s><s>c"), (std::vector<int32_t>{0, 5, 1, 6, 5, 2}));
+  EXPECT_EQ(plain.encode("a  <t>  c"), (std::vector<int32_t>{0, 7, 2})) << "the spaces go with <t>";
   EXPECT_EQ(plain.encode("<s"), std::vector<int32_t>{}) << "'<' and 's' are not in the vocabulary: no unknown token, nothing";
-  EXPECT_EQ(plain.decode({0, 10, 1}, false), "a <s> b");
-  EXPECT_EQ(plain.decode({0, 10, 1}, true), "a b") << "special tokens skipped; <t> is not special";
-  EXPECT_EQ(plain.decode({12}, true), "<t>");
-  EXPECT_EQ(plain.token_to_id("<s><s>"), 11);
-  EXPECT_EQ(plain.vocab_size(), 13);
+  EXPECT_EQ(plain.decode({0, 5, 2}, false), "a <s> c");
+  EXPECT_EQ(plain.decode({0, 5, 2}, true), "a c") << "special tokens skipped; <t> is not special";
+  EXPECT_EQ(plain.decode({7}, true), "<t>");
+  EXPECT_EQ(plain.token_to_id("<s><s>"), 6);
+  EXPECT_EQ(plain.vocab_size(), 8);
 }
 
 TEST(TokenizerTest, TheTemplateAddsItsSpecialTokensOnlyWhenAskedFor) {
   json file = letters_bpe({}, json::array());
-  file["added_tokens"] = json::array({{{"id", 7}, {"content", "<bos>"}, {"special", true}}});
+  file["added_tokens"] = json::array({{{"id", 5}, {"content", "<bos>"}, {"special", true}}});
   file["post_processor"] = {{"type", "TemplateProcessing"},
                             {"single", json::array({{{"SpecialToken", {{"id", "<bos>"}, {"type_id", 0}}}},
                                                     {{"Sequence", {{"id", "A"}, {"type_id", 0}}}}})},
-                            {"special_tokens", {{"<bos>", {{"id", "<bos>"}, {"ids", {7}}, {"tokens", {"<bos>"}}}}}}};
-  const Tokenizer tokenizer(file, "t");
-  EXPECT_EQ(tokenizer.encode("ab", true), (std::vector<int32_t>{7, 0, 1}));
+                            {"special_tokens", {{"<bos>", {{"id", "<bos>"}, {"ids", {5}}, {"tokens", {"<bos>"}}}}}}};
+  Tokenizer tokenizer(file, "t");
+  EXPECT_EQ(tokenizer.encode("ab", true), (std::vector<int32_t>{5, 0, 1}));
   EXPECT_EQ(tokenizer.encode("ab", false), (std::vector<int32_t>{0, 1}));
+  file["post_processor"]["single"] = json::array({{{"SpecialToken", {{"id", "<bos>"}, {"type_id", 0}}}}});
+  EXPECT_EQ(Tokenizer(file, "t").encode("ab", true), (std::vector<int32_t>{5})) << "a template without $A drops the text, as tokenizers' does";
 }
 
 // The pieces `pre_tokenizer` cuts `text` into.
 std::vector<std::string> pieces_of(const json& pre_tokenizer, const std::string& text) {
   std::vector<std::string> pieces{text};
-  tokenizer::pre_tokenizer_from_json(pre_tokenizer, {"t", "pre_tokenizer"})->split(pieces, true);
+  bool at_text_start = true;
+  tokenizer::pre_tokenizer_from_json(pre_tokenizer, {"t", "pre_tokenizer"})->split(pieces, at_text_start);
   return pieces;
 }
 
@@ -125,7 +134,23 @@ TEST(TokenizerTest, SplitHasTokenizersFiveBehaviors) {
   // \s is Unicode's White_Space, as Oniguruma's: U+0085 too, which PCRE2's \s leaves out.
   EXPECT_EQ(pieces_of({{"type", "Split"}, {"pattern", {{"Regex", "\\s+"}}}, {"behavior", "Removed"}}, "x\xC2\x85y z"),
             (Pieces{"x", "y", "z"}));
+  // Empty matches cut, as Oniguruma finds them: all but one right where the last match ended.
+  EXPECT_EQ(pieces_of({{"type", "Split"}, {"pattern", {{"Regex", "(?=[A-Z])"}}}, {"behavior", "Isolated"}}, "helloWorldFooBar abc"),
+            (Pieces{"hello", "World", "Foo", "Bar abc"}));
+  EXPECT_EQ(pieces_of({{"type", "Split"}, {"pattern", {{"Regex", "x*"}}}, {"behavior", "Isolated"}}, "axxbx"), (Pieces{"a", "xx", "b", "x"}));
+  EXPECT_EQ(pieces_of({{"type", "Split"}, {"pattern", {{"Regex", "x*"}}}, {"behavior", "MergedWithNext"}}, "axxbx"), (Pieces{"a", "xxb", "x"}));
+  // A repeated group over a long run needs more than PCRE2's default JIT stack.
+  std::string long_run;
+  for (int i = 0; i < 100000; ++i) long_run += "ab";
+  EXPECT_EQ(pieces_of({{"type", "Split"}, {"pattern", {{"Regex", "(?:ab)+"}}}, {"behavior", "Isolated"}}, long_run + "c"),
+            (Pieces{long_run, "c"}));
   EXPECT_EQ(pieces_of({{"type", "Digits"}, {"individual_digits", false}}, "ab12c٣4"), (Pieces{"ab", "12", "c", "٣4"}));
+  // "first" prepends where the piece begins the text: not after text a Split removed.
+  const json removed_then_first = {{"type", "Sequence"}, {"pretokenizers", json::array({
+      {{"type", "Split"}, {"pattern", {{"String", ","}}}, {"behavior", "Removed"}},
+      {{"type", "Metaspace"}, {"replacement", "_"}, {"prepend_scheme", "first"}, {"split", true}}})}};
+  EXPECT_EQ(pieces_of(removed_then_first, ",a,b"), (Pieces{"a", "b"}));
+  EXPECT_EQ(pieces_of(removed_then_first, "a,b"), (Pieces{"_a", "b"}));
   EXPECT_EQ(pieces_of({{"type", "Metaspace"}, {"replacement", "_"}, {"prepend_scheme", "always"}, {"split", true}}, "a b  c"),
             (Pieces{"_a", "_b", "_", "_c"}));
   EXPECT_EQ(pieces_of({{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", true}}, "Hi there\n"),
@@ -133,7 +158,7 @@ TEST(TokenizerTest, SplitHasTokenizersFiveBehaviors) {
 }
 
 TEST(TokenizerTest, TextThatIsNotUtf8IsRefusedNamingTheOffset) {
-  const Tokenizer tokenizer(letters_bpe({}, json::array()), "t");
+  Tokenizer tokenizer(letters_bpe({}, json::array()), "t");
   try {
     tokenizer.encode(std::string("abc\xC3(d", 6));
     ADD_FAILURE() << "encoded bytes that are not UTF-8";
@@ -166,6 +191,21 @@ TEST(TokenizerTest, WhatBasinDoesNotReadIsRefusedNamingTheFileAndKey) {
   refused(file, {"normalizer.normalizers[1].type", "Lowercase"});
   file = good, file["pre_tokenizer"] = {{"type", "Split"}, {"pattern", {{"Regex", "(unclosed"}}}, {"behavior", "Isolated"}};
   refused(file, {"pre_tokenizer.pattern.Regex", "does not compile"});
+  for (const char* regex : {"^\\p{L}+", "\\w+", "\\bx", "(?m).+", "[a-z&&[^aeiou]]", "a{,2}", "\\h"}) {
+    file = good, file["pre_tokenizer"] = {{"type", "Split"}, {"pattern", {{"Regex", regex}}}, {"behavior", "Isolated"}};
+    refused(file, {"pre_tokenizer.pattern.Regex", "Oniguruma"});
+  }
+  file = good, file["pre_tokenizer"] = {{"type", "Split"}, {"pattern", {{"Regex", "\\C"}}}, {"behavior", "Isolated"}};
+  refused(file, {"pre_tokenizer.pattern.Regex", "does not compile"});
+  file = good, file["pre_tokenizer"] = {{"type", "Metaspace"}, {"replacement", ""}, {"prepend_scheme", "always"}};
+  refused(file, {"pre_tokenizer.replacement", "not one character"});
+  file = good, file["pre_tokenizer"] = {{"type", "Sequence"}, {"pretokenizers", json::array({nullptr})}};
+  refused(file, {"pre_tokenizer.pretokenizers[0]", "expected a component"});
+  file = good, file["model"]["vocab"]["far"] = 2000000000;
+  refused(file, {"model.vocab", "2000000000"});
+  file = good, file["post_processor"] = {{"type", "Sequence"}, {"processors", json::array({
+      {{"type", "BertProcessing"}, {"cls", {"a", 0}}, {"sep", {"b", 1}}}, {{"type", "BertProcessing"}, {"cls", {"a", 0}}, {"sep", {"b", 1}}}})}};
+  refused(file, {"post_processor.processors[1].type", "second post-processor"});
   file = good, file["pre_tokenizer"] = {{"type", "Whitespace"}};
   refused(file, {"pre_tokenizer.type", "Whitespace"});
   file = good, file["decoder"] = {{"type", "WordPiece"}};
@@ -176,6 +216,9 @@ TEST(TokenizerTest, WhatBasinDoesNotReadIsRefusedNamingTheFileAndKey) {
   file = good, file["added_tokens"] = json::array({{{"id", 9}, {"content", "w"}, {"single_word", true}}});
   refused(file, {"added_tokens[0].single_word", "'w'"});
   test::expect_config_error([] { Tokenizer::from_file("/nonexistent/dir"); }, {"/nonexistent/dir", "tokenizer.json"}, "a missing file");
+  test::TempDir dir;
+  test::write_text(dir.file("deep.json"), std::string(100000, '[') + std::string(100000, ']'));
+  test::expect_config_error([&] { Tokenizer::from_file(dir.file("deep.json")); }, {"deep.json", "nested deeper than 128"}, "deep nesting");
 }
 
 // Every regular file of `folder`, sorted; fortunes' .dat indexes and .u8 links aside.
@@ -230,7 +273,7 @@ TEST(TokenizerTest, IdsAndTextEqualTokenizersOnFortunesLicencesAndHostileStrings
   ASSERT_GT(texts.size(), corpus.size()) << "the hostile strings follow the files";
   for (const char* style : {"gpt2", "llama3", "qwen2", "smollm2", "llama2", "mistral"}) {
     SCOPED_TRACE(style);
-    const Tokenizer tokenizer = Tokenizer::from_file(dir.file(style));
+    Tokenizer tokenizer = Tokenizer::from_file(dir.file(style));
     // Byte-level BPE gives any text back but where NFC changed it (Qwen2). Llama 2's "▁" gives back
     // text without "▁" or special tokens in it (the files'); Mistral's Metaspace decoder drops the
     // spaces that begin the first token.

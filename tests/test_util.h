@@ -66,6 +66,14 @@ inline std::string read_text(const std::string& path) {
 
 inline void write_text(const std::string& path, const std::string& text) { std::ofstream(path) << text; }
 
+/// The splits data `name` reads from the data section `data`, every key of it used (Params::finish).
+inline DataSplits read_dataset(const std::string& name, const Json& data) {
+  Params params(data, "data");
+  DataSplits splits = std::move(*dataset_registry().create(name, params, 0));
+  params.finish();
+  return splits;
+}
+
 /// Result of a program run through the shell.
 struct RunResult {
   int exit_code = -1;

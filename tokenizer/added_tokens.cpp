@@ -1,7 +1,9 @@
 #include "basin/tokenizer/added_tokens.h"
 
 #include <algorithm>
+#include <unordered_map>
 
+#include "basin/tokenizer/bpe.h"
 #include "basin/tokenizer/normalizers.h"
 #include "basin/tokenizer/unicode_text.h"
 
@@ -34,14 +36,25 @@ std::size_t whitespace_after(std::string_view text, std::size_t begin) {
 
 }  // namespace
 
-AddedTokens::AddedTokens(const nlohmann::json& json, const JsonPlace& place, const Normalizer* normalizer) {
+AddedTokens::AddedTokens(const nlohmann::json& json, const JsonPlace& place, const Normalizer* normalizer, const Bpe& model) {
   if (json.is_null()) return;
   if (!json.is_array()) throw place.error("expected a list of added tokens");
+  auto next_id = static_cast<int64_t>(model.size());
+  std::unordered_map<std::string, int32_t> id_of_content;
   for (std::size_t i = 0; i < json.size(); ++i) {
     const JsonPlace at = place[i];
     const auto& entry = json[i];
-    const auto id = at.child(entry, "id", is_token_id, "a token id in [0, 2^31)");
-    AddedToken token{id.get<int32_t>(), at.string(entry, "content"), at.boolean(entry, "special", false),
+    at.child(entry, "id", is_token_id, "a token id in [0, 2^31)");
+    const std::string content = at.string(entry, "content");
+    // tokenizers' id, whatever the file says: the vocabulary's, an earlier entry's, or the next one.
+    int32_t id = model.id_of(content);
+    if (id < 0 && id_of_content.count(content)) id = id_of_content[content];
+    if (id < 0) {
+      if (next_id > INT32_MAX) throw (at / "id").error("more ids than 2^31");
+      id = static_cast<int32_t>(next_id++);
+    }
+    id_of_content[content] = id;
+    AddedToken token{id, content, at.boolean(entry, "special", false),
                      at.boolean(entry, "lstrip", false), at.boolean(entry, "rstrip", false), at.boolean(entry, "normalized", false)};
     if (token.content.empty()) throw (at / "content").error("an added token is empty");
     if (first_invalid_utf8(token.content)) throw (at / "content").error("is not UTF-8");

@@ -4,7 +4,10 @@
 // splitting and given their id whole. As tokenizers does: the leftmost match
 // wins, the longest where several start there; tokens marked "normalized"
 // are found in the normalized text, the others in the text as written;
-// lstrip and rstrip take the whitespace beside a match with it.
+// lstrip and rstrip take the whitespace beside a match with it. Ids are
+// tokenizers' too, not the file's: a token the model's vocabulary holds
+// has its id there, the others the next ids after the vocabulary's size,
+// in the file's order (real files agree with that; a hand-edited one may not).
 #include <cstdint>
 #include <functional>
 #include <string>
@@ -15,6 +18,7 @@
 
 namespace basin::tokenizer {
 
+class Bpe;
 class Normalizer;
 
 struct AddedToken {
@@ -27,7 +31,7 @@ class AddedTokens {
  public:
   AddedTokens() = default;
   /// Reads the list; a token's `normalized` content is matched as `normalizer` (may be null) makes it.
-  AddedTokens(const nlohmann::json& json, const JsonPlace& place, const Normalizer* normalizer);
+  AddedTokens(const nlohmann::json& json, const JsonPlace& place, const Normalizer* normalizer, const Bpe& model);
 
   /// Cuts `text` at the tokens whose `normalized` flag equals `normalized`:
   /// on_text(begin, end) for the text between them (maybe empty), on_token(id) for each.

@@ -1,5 +1,6 @@
 #include "basin/tokenizer/bpe.h"
 
+#include <algorithm>
 #include <array>
 #include <cstdio>
 #include <queue>
@@ -18,23 +19,30 @@ uint64_t pair_key(int32_t left, int32_t right) {
 Bpe::Bpe(const nlohmann::json& json, const JsonPlace& place) {
   const auto object = [](const nlohmann::json& v) { return v.is_object(); };
   const auto array = [](const nlohmann::json& v) { return v.is_array(); };
-  for (const char* key : {"dropout"}) {
-    if (json.contains(key) && !json.at(key).is_null()) throw (place / key).error("BPE dropout makes tokenization random; basin reads null only");
+  if (json.contains("dropout") && !json.at("dropout").is_null() &&
+      !(json.at("dropout").is_number() && json.at("dropout").get<double>() == 0.0)) {
+    throw (place / "dropout").error("BPE dropout makes tokenization random; basin reads null or 0 only");
   }
   for (const char* key : {"continuing_subword_prefix", "end_of_word_suffix"}) {
-    if (json.contains(key) && !json.at(key).is_null() && !json.at(key).get<std::string>().empty()) {
+    if (json.contains(key) && !json.at(key).is_null() && !place.string(json, key).empty()) {
       throw (place / key).error("is not supported (the byte-level and sentencepiece-style BPEs basin reads have none)");
     }
   }
   const nlohmann::json& vocab = place.child(json, "vocab", object, "an object of token: id");
+  int64_t largest = -1;
   for (const auto& [token, id] : vocab.items()) {
-    if (!is_token_id(id)) {
-      throw (place / "vocab").error("token '" + token + "' has id " + id.dump() + ", expected an integer in [0, 2^31)");
-    }
-    const auto index = id.get<int32_t>();
-    id_of_token_[token] = index;
-    if (static_cast<std::size_t>(index) >= token_of_id_.size()) token_of_id_.resize(index + 1);
-    token_of_id_[index] = token;
+    if (!is_token_id(id)) throw (place / "vocab").error("token '" + token + "' has id " + id.dump() + ", expected an integer in [0, 2^31)");
+    largest = std::max<int64_t>(largest, id.get<int64_t>());
+  }
+  // Ids are an array's indexes here: a few holes are fine, an id far past the tokens is a broken file.
+  const auto entries = static_cast<int64_t>(vocab.size());
+  if (largest >= 16 * entries + 65536) {
+    throw (place / "vocab").error(std::to_string(entries) + " tokens with ids up to " + std::to_string(largest) + "; expected ids near 0 to the count");
+  }
+  token_of_id_.resize(static_cast<std::size_t>(largest + 1));
+  for (const auto& [token, id] : vocab.items()) {
+    id_of_token_[token] = id.get<int32_t>();
+    token_of_id_[id.get<std::size_t>()] = token;
   }
   const nlohmann::json& merges = place.child(json, "merges", array, "a list of merges");
   const JsonPlace merges_place = place / "merges";
@@ -80,7 +88,7 @@ int32_t Bpe::id_of(const std::string& token) const {
   return found == id_of_token_.end() ? -1 : found->second;
 }
 
-void Bpe::tokenize(const std::string& word, std::vector<int32_t>& ids) const {
+void Bpe::tokenize(const std::string& word, std::vector<int32_t>& ids) {
   if (word.empty()) return;
   if (ignore_merges_) {
     const int32_t whole = id_of(word);
@@ -105,18 +113,21 @@ void Bpe::merge(const std::string& word, std::vector<int32_t>& ids) const {
     int32_t id, prev, next;
   };
   std::vector<Symbol> symbols;
-  bool pending_unk = false;  // the last symbol is an unknown one that fuse_unk may extend
+  const auto push = [&](int32_t id) {
+    const auto n = static_cast<int32_t>(symbols.size());
+    symbols.push_back({id, n - 1, n + 1});
+  };
+  // As tokenizers: an unknown character's <unk> waits (fuse_unk extends it) until a known
+  // character comes, so that byte-fallback tokens met in between come first.
+  bool unk_waits = false;
   std::string character;
   for (std::size_t pos = 0; pos < word.size();) {
     const std::size_t begin = pos;
     next_code_point(word, pos);
     character.assign(word, begin, pos - begin);
-    const auto push = [&](int32_t id) {
-      const auto n = static_cast<int32_t>(symbols.size());
-      symbols.push_back({id, n - 1, n + 1});
-    };
     if (const int32_t id = id_of(character); id >= 0) {
-      push(id), pending_unk = false;
+      if (unk_waits) push(unk_), unk_waits = false;
+      push(id);
       continue;
     }
     if (byte_fallback_) {
@@ -124,14 +135,14 @@ void Bpe::merge(const std::string& word, std::vector<int32_t>& ids) const {
       for (const char c : character) all = all && byte_token_[static_cast<unsigned char>(c)] >= 0;
       if (all) {
         for (const char c : character) push(byte_token_[static_cast<unsigned char>(c)]);
-        pending_unk = false;
         continue;
       }
     }
     if (unk_ < 0) continue;  // as tokenizers: with no unknown token, the character is dropped
-    if (!(pending_unk && fuse_unk_)) push(unk_);
-    pending_unk = true;
+    if (unk_waits && !fuse_unk_) push(unk_);
+    unk_waits = true;
   }
+  if (unk_waits) push(unk_);
   if (symbols.empty()) return;
   symbols.back().next = -1;
 

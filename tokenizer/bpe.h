@@ -21,13 +21,15 @@ class Bpe {
   /// The model `json` describes; what is missing or unsupported is refused naming its key.
   Bpe(const nlohmann::json& json, const JsonPlace& place);
 
-  /// Appends the ids of `word` to `ids`. Not thread-safe: words seen are cached.
-  void tokenize(const std::string& word, std::vector<int32_t>& ids) const;
+  /// Appends the ids of `word` to `ids`, caching them for the next time.
+  void tokenize(const std::string& word, std::vector<int32_t>& ids);
 
   /// The id of `token`, or -1.
   int32_t id_of(const std::string& token) const;
   /// The vocabulary's tokens by id ("" where an id has none).
   const std::vector<std::string>& tokens() const { return token_of_id_; }
+  /// How many tokens the vocabulary holds (tokenizers' get_vocab_size).
+  std::size_t size() const { return id_of_token_.size(); }
 
  private:
   void merge(const std::string& word, std::vector<int32_t>& ids) const;
@@ -44,7 +46,7 @@ class Bpe {
   std::array<int32_t, 256> byte_token_{};  // <0xXX>'s id, or -1
 
   static constexpr std::size_t kCachedWordBytes = 64, kCacheWords = 1 << 16;
-  mutable std::unordered_map<std::string, std::vector<int32_t>> cache_;
+  std::unordered_map<std::string, std::vector<int32_t>> cache_;
 };
 
 }  // namespace basin::tokenizer

@@ -30,14 +30,7 @@ class Replace final : public Decoder {
  public:
   Replace(std::string from, std::string to) : from_(std::move(from)), to_(std::move(to)) {}
   std::vector<std::string> decode_chain(std::vector<std::string> tokens) const override {
-    for (std::string& token : tokens) {
-      std::string out;
-      std::size_t at = 0;
-      for (std::size_t found; (found = token.find(from_, at)) != std::string::npos; at = found + from_.size()) {
-        out.append(token, at, found - at) += to_;
-      }
-      token = out.append(token, at, std::string::npos);
-    }
+    for (std::string& token : tokens) token = replace_all(token, from_, to_);
     return tokens;
   }
 
@@ -105,15 +98,7 @@ class Metaspace final : public Decoder {
  public:
   Metaspace(std::string replacement, bool prepended) : replacement_(std::move(replacement)), prepended_(prepended) {}
   std::vector<std::string> decode_chain(std::vector<std::string> tokens) const override {
-    for (std::size_t i = 0; i < tokens.size(); ++i) {
-      std::string out;
-      const std::string space = i == 0 && prepended_ ? "" : " ";
-      std::size_t at = 0;
-      for (std::size_t found; (found = tokens[i].find(replacement_, at)) != std::string::npos; at = found + replacement_.size()) {
-        out.append(tokens[i], at, found - at) += space;
-      }
-      tokens[i] = out.append(tokens[i], at, std::string::npos);
-    }
+    for (std::size_t i = 0; i < tokens.size(); ++i) tokens[i] = replace_all(tokens[i], replacement_, i == 0 && prepended_ ? "" : " ");
     return tokens;
   }
 
@@ -155,21 +140,21 @@ std::unique_ptr<Decoder> decoder_from_json(const nlohmann::json& json, const Jso
   if (type == "Replace") return std::make_unique<Replace>(pattern_string(json, place), place.string(json, "content"));
   if (type == "ByteFallback") return std::make_unique<ByteFallback>();
   if (type == "Fuse") return std::make_unique<Fuse>();
-  if (type == "Strip") return std::make_unique<Strip>(place.string(json, "content"), count(json, place, "start"), count(json, place, "stop"));
+  if (type == "Strip") {
+    return std::make_unique<Strip>(place.character(json, "content"), count(json, place, "start"), count(json, place, "stop"));
+  }
   if (type == "Metaspace") {
     bool prepended = place.boolean(json, "add_prefix_space", true);
-    if (json.contains("prepend_scheme")) prepended = place.string(json, "prepend_scheme") != "never";
-    return std::make_unique<Metaspace>(place.string(json, "replacement"), prepended);
-  }
-  if (type == "Sequence") {
-    const JsonPlace list = place / "decoders";
-    const auto& items = place.child(json, "decoders", [](const nlohmann::json& v) { return v.is_array(); }, "a list");
-    std::vector<std::unique_ptr<Decoder>> steps;
-    for (std::size_t i = 0; i < items.size(); ++i) {
-      if (auto step = decoder_from_json(items[i], list[i])) steps.push_back(std::move(step));
+    if (json.contains("prepend_scheme")) {
+      const std::string scheme = place.string(json, "prepend_scheme");
+      if (scheme != "always" && scheme != "first" && scheme != "never") {
+        throw (place / "prepend_scheme").error("'" + scheme + "' is none of always, first, never");
+      }
+      prepended = scheme != "never";
     }
-    return std::make_unique<Sequence>(std::move(steps));
+    return std::make_unique<Metaspace>(place.character(json, "replacement"), prepended);
   }
+  if (type == "Sequence") return std::make_unique<Sequence>(place.sequence(json, "decoders", decoder_from_json));
   throw (place / "type").error("decoder '" + type + "' is not supported (basin reads ByteLevel, Replace, ByteFallback, Fuse, Strip, Metaspace and Sequence)");
 }
 

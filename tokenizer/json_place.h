@@ -3,10 +3,12 @@
 // refused names the file and the key path ("pre_tokenizer.pretokenizers[1]").
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
 #include "basin/core/config/config_error.h"
+#include "basin/tokenizer/unicode_text.h"
 
 namespace basin::tokenizer {
 
@@ -42,8 +44,26 @@ struct JsonPlace {
     if (!json.contains(key) || json.at(key).is_null()) return fallback;
     return child(json, key, [](const nlohmann::json& v) { return v.is_boolean(); }, "true or false").get<bool>();
   }
+  /// json[key], which tokenizers reads as one char.
+  std::string character(const nlohmann::json& json, const std::string& key) const {
+    const std::string text = string(json, key);
+    if (!is_one_code_point(text)) throw (*this / key).error("'" + text + "' is not one character");
+    return text;
+  }
   /// The component's "type".
   std::string type(const nlohmann::json& json) const { return string(json, "type"); }
+
+  /// A Sequence's components: json[key]'s items, each made by `make(item, place)`, in order.
+  template <typename Make>
+  auto sequence(const nlohmann::json& json, const std::string& key, Make make) const {
+    const nlohmann::json& items = child(json, key, [](const nlohmann::json& v) { return v.is_array(); }, "a list");
+    std::vector<decltype(make(items, *this))> steps;
+    for (std::size_t i = 0; i < items.size(); ++i) {
+      if (!items[i].is_object()) throw (*this / key)[i].error("expected a component, got " + items[i].dump().substr(0, 80));
+      steps.push_back(make(items[i], (*this / key)[i]));
+    }
+    return steps;
+  }
 };
 
 }  // namespace basin::tokenizer

@@ -5,6 +5,8 @@
 
 #include <utf8proc.h>
 
+#include "basin/tokenizer/unicode_text.h"
+
 namespace basin::tokenizer {
 namespace {
 
@@ -43,14 +45,7 @@ class Prepend final : public Normalizer {
 class Replace final : public Normalizer {
  public:
   Replace(std::string from, std::string to) : from_(std::move(from)), to_(std::move(to)) {}
-  std::string normalize(std::string_view text) const override {
-    std::string out;
-    std::size_t at = 0;
-    for (std::size_t found; (found = text.find(from_, at)) != std::string_view::npos; at = found + from_.size()) {
-      out.append(text.substr(at, found - at)) += to_;
-    }
-    return out.append(text.substr(at));
-  }
+  std::string normalize(std::string_view text) const override { return replace_all(text, from_, to_); }
 
  private:
   std::string from_, to_;
@@ -91,15 +86,7 @@ std::unique_ptr<Normalizer> normalizer_from_json(const nlohmann::json& json, con
     if (from.empty()) throw (place / "pattern").error("the string to replace is empty");
     return std::make_unique<Replace>(from, place.string(json, "content"));
   }
-  if (type == "Sequence") {
-    const JsonPlace list = place / "normalizers";
-    const nlohmann::json& items = place.child(json, "normalizers", [](const nlohmann::json& v) { return v.is_array(); }, "a list");
-    std::vector<std::unique_ptr<Normalizer>> steps;
-    for (std::size_t i = 0; i < items.size(); ++i) {
-      if (auto step = normalizer_from_json(items[i], list[i])) steps.push_back(std::move(step));
-    }
-    return std::make_unique<Sequence>(std::move(steps));
-  }
+  if (type == "Sequence") return std::make_unique<Sequence>(place.sequence(json, "normalizers", normalizer_from_json));
   throw (place / "type").error("normalizer '" + type + "' is not supported (basin reads NFC, NFD, NFKC, NFKD, Prepend, Replace and Sequence)");
 }
 

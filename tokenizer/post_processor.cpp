@@ -15,16 +15,21 @@ void PostProcessor::read(const nlohmann::json& json, const JsonPlace& place) {
     return pair[1].get<int32_t>();
   };
   if (type == "ByteLevel") return;
-  if (type == "RobertaProcessing" || type == "BertProcessing") {
-    template_ = {token_id("cls"), kSequence, token_id("sep")};
-    return;
-  }
   if (type == "Sequence") {
     const JsonPlace list = place / "processors";
     const auto& items = place.child(json, "processors", [](const nlohmann::json& v) { return v.is_array(); }, "a list");
     for (std::size_t i = 0; i < items.size(); ++i) {
-      if (!items[i].is_null()) read(items[i], list[i]);
+      if (!items[i].is_object()) throw list[i].error("expected a post-processor, got " + items[i].dump().substr(0, 80));
+      read(items[i], list[i]);
     }
+    return;
+  }
+  // Each of the rest adds tokens; tokenizers nests two of them, which no published file does.
+  if (template_ != std::vector<int32_t>{kSequence}) {
+    throw (place / "type").error("a second post-processor that adds special tokens; basin reads one");
+  }
+  if (type == "RobertaProcessing" || type == "BertProcessing") {
+    template_ = {token_id("cls"), kSequence, token_id("sep")};
     return;
   }
   if (type != "TemplateProcessing") {
@@ -55,7 +60,7 @@ void PostProcessor::read(const nlohmann::json& json, const JsonPlace& place) {
 }
 
 std::vector<int32_t> PostProcessor::apply(std::vector<int32_t> ids) const {
-  if (template_.size() == 1) return ids;
+  if (template_ == std::vector<int32_t>{kSequence}) return ids;
   std::vector<int32_t> out;
   out.reserve(ids.size() + template_.size());
   for (const int32_t id : template_) {

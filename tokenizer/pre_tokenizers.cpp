@@ -19,8 +19,9 @@ struct Part {
 
 enum class Behavior { kRemoved, kIsolated, kMergedWithPrevious, kMergedWithNext, kContiguous };
 
-// The pieces `parts` become under `behavior`, as tokenizers' NormalizedString::split has it.
-void emit(const std::string& piece, std::vector<Part> parts, Behavior behavior, std::vector<std::string>& out) {
+// The pieces `parts` become under `behavior`, as tokenizers' NormalizedString::split has it;
+// returns where in `piece` the first of them begins (npos: none).
+std::size_t emit(const std::string& piece, std::vector<Part> parts, Behavior behavior, std::vector<std::string>& out) {
   std::vector<Part> merged;
   bool previous_match = false;
   switch (behavior) {
@@ -53,10 +54,28 @@ void emit(const std::string& piece, std::vector<Part> parts, Behavior behavior, 
       }
       break;
   }
+  std::size_t first = std::string::npos;
   for (const Part& part : merged) {
-    if (part.end > part.begin) out.push_back(piece.substr(part.begin, part.end - part.begin));
+    if (part.end == part.begin) continue;
+    if (first == std::string::npos) first = part.begin;
+    out.push_back(piece.substr(part.begin, part.end - part.begin));
   }
+  return first;
 }
+
+// Whether the first piece emitted from `pieces` (emit's returns, in order) begins the text.
+class StartTracker {
+ public:
+  void emitted(std::size_t piece_index, std::size_t first) {
+    if (seen_ || first == std::string::npos) return;
+    seen_ = true;
+    at_start_ = piece_index == 0 && first == 0;
+  }
+  void update(bool& at_text_start) const { at_text_start = at_text_start && seen_ && at_start_; }
+
+ private:
+  bool seen_ = false, at_start_ = false;
+};
 
 // Matches at [begin, end) ranges, with the gaps between them, covering `length` bytes.
 class PartsBuilder {
@@ -83,9 +102,11 @@ class Split final : public PreTokenizer {
   Split(std::unique_ptr<Regex> regex, std::string literal, Behavior behavior, bool invert)
       : regex_(std::move(regex)), literal_(std::move(literal)), behavior_(behavior), invert_(invert) {}
 
-  void split(std::vector<std::string>& pieces, bool /*at_text_start*/) const override {
+  void split(std::vector<std::string>& pieces, bool& at_text_start) const override {
     std::vector<std::string> out;
-    for (const std::string& piece : pieces) {
+    StartTracker start;
+    for (std::size_t i = 0; i < pieces.size(); ++i) {
+      const std::string& piece = pieces[i];
       PartsBuilder parts(invert_);
       if (regex_) {
         regex_->for_each_match(piece, [&](std::size_t begin, std::size_t end) { parts.match(begin, end); });
@@ -94,8 +115,9 @@ class Split final : public PreTokenizer {
           parts.match(at, at + literal_.size());
         }
       }
-      emit(piece, parts.finish(piece.size()), behavior_, out);
+      start.emitted(i, emit(piece, parts.finish(piece.size()), behavior_, out));
     }
+    start.update(at_text_start);
     pieces = std::move(out);
   }
 
@@ -114,7 +136,7 @@ class ByteLevel final : public PreTokenizer {
   ByteLevel(bool add_prefix_space, bool use_regex)
       : add_prefix_space_(add_prefix_space), regex_(use_regex ? std::make_unique<Split>(std::make_unique<Regex>(kGpt2Pattern), "", Behavior::kIsolated, false) : nullptr) {}
 
-  void split(std::vector<std::string>& pieces, bool at_text_start) const override {
+  void split(std::vector<std::string>& pieces, bool& at_text_start) const override {
     if (add_prefix_space_) {
       for (std::string& piece : pieces) if (piece.empty() || piece[0] != ' ') piece.insert(0, " ");
     }
@@ -137,9 +159,11 @@ class ByteLevel final : public PreTokenizer {
 class Digits final : public PreTokenizer {
  public:
   explicit Digits(bool individual) : individual_(individual) {}
-  void split(std::vector<std::string>& pieces, bool /*at_text_start*/) const override {
+  void split(std::vector<std::string>& pieces, bool& at_text_start) const override {
     std::vector<std::string> out;
-    for (const std::string& piece : pieces) {
+    StartTracker start;
+    for (std::size_t i = 0; i < pieces.size(); ++i) {
+      const std::string& piece = pieces[i];
       PartsBuilder parts(false);
       for (std::size_t pos = 0; pos < piece.size();) {
         const std::size_t begin = pos;
@@ -148,8 +172,9 @@ class Digits final : public PreTokenizer {
           parts.match(begin, pos);
         }
       }
-      emit(piece, parts.finish(piece.size()), individual_ ? Behavior::kIsolated : Behavior::kContiguous, out);
+      start.emitted(i, emit(piece, parts.finish(piece.size()), individual_ ? Behavior::kIsolated : Behavior::kContiguous, out));
     }
+    start.update(at_text_start);
     pieces = std::move(out);
   }
 
@@ -164,14 +189,15 @@ class Metaspace final : public PreTokenizer {
   Metaspace(std::string replacement, Prepend prepend, bool split)
       : replacement_(std::move(replacement)), prepend_(prepend), split_(split) {}
 
-  void split(std::vector<std::string>& pieces, bool at_text_start) const override {
+  void split(std::vector<std::string>& pieces, bool& at_text_start) const override {
     std::vector<std::string> out;
+    StartTracker start;
     for (std::size_t i = 0; i < pieces.size(); ++i) {
-      std::string piece;
-      for (const char c : pieces[i]) c == ' ' ? piece += replacement_ : piece += c;
+      std::string piece = replace_all(pieces[i], " ", replacement_);
       const bool prepend = prepend_ == Prepend::kAlways || (prepend_ == Prepend::kFirst && i == 0 && at_text_start);
       if (prepend && piece.compare(0, replacement_.size(), replacement_) != 0) piece.insert(0, replacement_);
       if (!split_) {
+        start.emitted(i, piece.empty() ? std::string::npos : 0);
         out.push_back(std::move(piece));
         continue;
       }
@@ -179,8 +205,9 @@ class Metaspace final : public PreTokenizer {
       for (std::size_t at = piece.find(replacement_); at != std::string::npos; at = piece.find(replacement_, at + replacement_.size())) {
         parts.match(at, at + replacement_.size());
       }
-      emit(piece, parts.finish(piece.size()), Behavior::kMergedWithNext, out);
+      start.emitted(i, emit(piece, parts.finish(piece.size()), Behavior::kMergedWithNext, out));
     }
+    start.update(at_text_start);
     pieces = std::move(out);
   }
 
@@ -193,7 +220,7 @@ class Metaspace final : public PreTokenizer {
 class Sequence final : public PreTokenizer {
  public:
   explicit Sequence(std::vector<std::unique_ptr<PreTokenizer>> steps) : steps_(std::move(steps)) {}
-  void split(std::vector<std::string>& pieces, bool at_text_start) const override {
+  void split(std::vector<std::string>& pieces, bool& at_text_start) const override {
     for (const auto& step : steps_) step->split(pieces, at_text_start);
   }
 
@@ -216,6 +243,9 @@ std::unique_ptr<PreTokenizer> split_from_json(const nlohmann::json& json, const 
   const nlohmann::json& pattern = place.child(json, "pattern", [](const nlohmann::json& v) { return v.is_object(); }, "{\"Regex\": ...} or {\"String\": ...}");
   std::unique_ptr<Regex> regex;
   std::string literal;
+  if (pattern.contains("Regex") == pattern.contains("String")) {
+    throw at.error("expected one of {\"Regex\": ...} and {\"String\": ...}, got " + pattern.dump().substr(0, 80));
+  }
   if (pattern.contains("Regex")) {
     try {
       regex = std::make_unique<Regex>(at.string(pattern, "Regex"));
@@ -237,7 +267,7 @@ std::unique_ptr<PreTokenizer> metaspace_from_json(const nlohmann::json& json, co
     else if (scheme == "never") prepend = Prepend::kNever;
     else throw (place / "prepend_scheme").error("'" + scheme + "' is none of always, first, never");
   }
-  return std::make_unique<Metaspace>(place.string(json, "replacement"), prepend, place.boolean(json, "split", true));
+  return std::make_unique<Metaspace>(place.character(json, "replacement"), prepend, place.boolean(json, "split", true));
 }
 
 }  // namespace
@@ -251,15 +281,7 @@ std::unique_ptr<PreTokenizer> pre_tokenizer_from_json(const nlohmann::json& json
   }
   if (type == "Digits") return std::make_unique<Digits>(place.boolean(json, "individual_digits", false));
   if (type == "Metaspace") return metaspace_from_json(json, place);
-  if (type == "Sequence") {
-    const JsonPlace list = place / "pretokenizers";
-    const nlohmann::json& items = place.child(json, "pretokenizers", [](const nlohmann::json& v) { return v.is_array(); }, "a list");
-    std::vector<std::unique_ptr<PreTokenizer>> steps;
-    for (std::size_t i = 0; i < items.size(); ++i) {
-      if (auto step = pre_tokenizer_from_json(items[i], list[i])) steps.push_back(std::move(step));
-    }
-    return std::make_unique<Sequence>(std::move(steps));
-  }
+  if (type == "Sequence") return std::make_unique<Sequence>(place.sequence(json, "pretokenizers", pre_tokenizer_from_json));
   throw (place / "type").error("pre-tokenizer '" + type + "' is not supported (basin reads Split, ByteLevel, Digits, Metaspace and Sequence)");
 }
 

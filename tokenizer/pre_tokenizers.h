@@ -16,9 +16,10 @@ class PreTokenizer {
  public:
   virtual ~PreTokenizer() = default;
   /// Cuts each of `pieces` further (in place). `at_text_start`: pieces[0]
-  /// begins the input text (not the text after an added token), which
-  /// Metaspace's prepend_scheme "first" asks.
-  virtual void split(std::vector<std::string>& pieces, bool at_text_start) const = 0;
+  /// begins where the input text does (not after an added token, nor after
+  /// text a Split removed), which Metaspace's prepend_scheme "first" asks;
+  /// kept true only while the new pieces[0] still does.
+  virtual void split(std::vector<std::string>& pieces, bool& at_text_start) const = 0;
 };
 
 /// The pre-tokenizer `json` describes; nullptr for JSON null (none).

@@ -3,6 +3,12 @@
 // (JIT where the machine has it) with Unicode properties. tokenizers compiles
 // them with Oniguruma, whose \s is Unicode's White_Space; PCRE2's leaves out
 // U+0085, so \s and \S are read as \p{White_Space} and \P{White_Space}.
+// What Oniguruma's Ruby syntax reads otherwise (anchors ^ and $, which match
+// at every line there; \h, \v, \w, \b; inline options but i; class
+// intersection; {,n}) is refused; the published tokenizers' regexes use none.
+// Properties follow each library's Unicode tables: PCRE2 10.42 knows Unicode
+// 14, tokenizers' Oniguruma 16, so letters and digits assigned since (CJK
+// Extension H, say) are split otherwise.
 #include <cstddef>
 #include <functional>
 #include <memory>
@@ -19,8 +25,10 @@ class Regex {
   Regex(const Regex&) = delete;
   Regex& operator=(const Regex&) = delete;
 
-  /// Calls on_match(begin, end) for each non-empty match in `text` (valid
-  /// UTF-8), left to right, each search starting where the last match ended.
+  /// Calls on_match(begin, end) for each match in `text` (valid UTF-8), left
+  /// to right, each search starting where the last match ended; an empty
+  /// match is passed on too (it cuts the text), but not one right where the
+  /// last match ended. Throws std::runtime_error where PCRE2 gives up.
   void for_each_match(std::string_view text, const std::function<void(std::size_t, std::size_t)>& on_match) const;
 
  private:

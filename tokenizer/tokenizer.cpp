@@ -8,6 +8,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "basin/core/config/config_text.h"
 #include "basin/tokenizer/added_tokens.h"
 #include "basin/tokenizer/bpe.h"
 #include "basin/tokenizer/decoders.h"
@@ -20,6 +21,9 @@ namespace basin::tokenizer {
 
 namespace fs = std::filesystem;
 
+// serde's recursion limit, which tokenizers reads its files under.
+constexpr int kMaxJsonDepth = 128;
+
 struct Tokenizer::Parts {
   std::string file;
   std::unique_ptr<Normalizer> normalizer;
@@ -31,14 +35,15 @@ struct Tokenizer::Parts {
   std::unordered_map<int32_t, const AddedToken*> added_of_id;
 
   // Appends the ids of text the added tokens left: normalized, split into words, merged.
-  void encode_text(std::string_view text, bool at_text_start, std::vector<int32_t>& ids) const {
+  void encode_text(std::string_view text, bool at_text_start, std::vector<int32_t>& ids) {
     if (text.empty()) return;
     const std::string normalized = normalizer ? normalizer->normalize(text) : std::string(text);
     std::vector<std::string> words;
     const auto words_of = [&](std::size_t begin, std::size_t end) {
       if (end == begin) return;
       words.assign(1, normalized.substr(begin, end - begin));
-      if (pre_tokenizer) pre_tokenizer->split(words, at_text_start && begin == 0);
+      bool starts_text = at_text_start && begin == 0;
+      if (pre_tokenizer) pre_tokenizer->split(words, starts_text);
       for (const std::string& word : words) model->tokenize(word, ids);
     };
     if (!added.any_normalized()) return words_of(0, normalized.size());
@@ -52,8 +57,15 @@ Tokenizer Tokenizer::from_file(const fs::path& path) {
   std::ifstream in(file, std::ios::binary);
   if (!in) throw ConfigError("tokenizer '" + file.string() + "': cannot read it (expected a tokenizer.json, or a model directory holding one)");
   constexpr std::uintmax_t kMaxBytes = std::uintmax_t{1} << 30;
-  if (fs::file_size(file, error) > kMaxBytes) throw ConfigError("tokenizer '" + file.string() + "': larger than 1 GiB; no tokenizer.json is");
+  const std::uintmax_t bytes = fs::file_size(file, error);
+  if (error) throw ConfigError("tokenizer '" + file.string() + "': cannot read it: " + error.message());
+  if (bytes > kMaxBytes) throw ConfigError("tokenizer '" + file.string() + "': larger than 1 GiB; no tokenizer.json is");
   const std::string text{std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+  // Deeper nesting than any tokenizer.json has would only exhaust the stack of whoever walks it.
+  const config_text::JsonFailure failure = config_text::prescan(text, kMaxJsonDepth);
+  if (failure.kind != config_text::JsonFailure::Kind::kNone) {
+    throw ConfigError("tokenizer '" + file.string() + "': " + failure.reason);
+  }
   nlohmann::json json;
   try {
     json = nlohmann::json::parse(text);
@@ -81,7 +93,7 @@ Tokenizer::Tokenizer(const nlohmann::json& json, const std::string& file) : part
   parts.normalizer = normalizer_from_json(component("normalizer"), root / "normalizer");
   parts.pre_tokenizer = pre_tokenizer_from_json(component("pre_tokenizer"), root / "pre_tokenizer");
   parts.model = std::make_unique<Bpe>(model, root / "model");
-  parts.added = AddedTokens(component("added_tokens"), root / "added_tokens", parts.normalizer.get());
+  parts.added = AddedTokens(component("added_tokens"), root / "added_tokens", parts.normalizer.get(), *parts.model);
   parts.post_processor = std::make_unique<PostProcessor>(component("post_processor"), root / "post_processor");
   parts.decoder = decoder_from_json(component("decoder"), root / "decoder");
   for (const AddedToken& token : parts.added.tokens()) parts.added_of_id[token.id] = &token;
@@ -91,7 +103,7 @@ Tokenizer::~Tokenizer() = default;
 Tokenizer::Tokenizer(Tokenizer&&) noexcept = default;
 Tokenizer& Tokenizer::operator=(Tokenizer&&) noexcept = default;
 
-std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_special_tokens) const {
+std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_special_tokens) {
   if (const auto bad = first_invalid_utf8(text)) {
     throw std::invalid_argument("byte " + std::to_string(*bad) + " is not UTF-8");
   }

@@ -10,8 +10,11 @@
 //     std::string text = tokenizer.decode(ids, /*skip_special_tokens=*/true);
 //
 // What a file holds that basin does not read (a Unigram or WordPiece model, a
-// Lowercase normalizer, truncation) is refused as a ConfigError naming the
-// file and the key, never approximated. Text must be UTF-8.
+// Lowercase normalizer, truncation, a regex Oniguruma reads otherwise) is
+// refused as a ConfigError naming the file and the key, never approximated.
+// Text must be UTF-8. The ids are tokenizers' for text within the Unicode
+// versions both sides know (PCRE2's and utf8proc's tables are older than
+// tokenizers': docs/language-models.md#tokenizers).
 #include <cstdint>
 #include <filesystem>
 #include <memory>
@@ -34,8 +37,9 @@ class Tokenizer {
   Tokenizer& operator=(Tokenizer&&) noexcept;
 
   /// The ids of `text`, which must be UTF-8: std::invalid_argument names the
-  /// offset of the first byte that is not. Not thread-safe (the word cache).
-  std::vector<int32_t> encode(std::string_view text, bool add_special_tokens = true) const;
+  /// offset of the first byte that is not. Not const: it caches the words it
+  /// has merged (one Tokenizer per thread).
+  std::vector<int32_t> encode(std::string_view text, bool add_special_tokens = true);
 
   /// The text `ids` stand for; ids the tokenizer does not know are skipped, as tokenizers skips them.
   std::string decode(const std::vector<int32_t>& ids, bool skip_special_tokens = false) const;

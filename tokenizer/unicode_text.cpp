@@ -99,4 +99,20 @@ std::string utf8_lossy(std::string_view bytes) {
   return out;
 }
 
+std::string replace_all(std::string_view text, std::string_view from, std::string_view to) {
+  std::string out;
+  std::size_t at = 0;
+  for (std::size_t found; (found = text.find(from, at)) != std::string_view::npos; at = found + from.size()) {
+    out.append(text.substr(at, found - at)).append(to);
+  }
+  return out.append(text.substr(at));
+}
+
+bool is_one_code_point(std::string_view text) {
+  if (text.empty() || first_invalid_utf8(text)) return false;
+  std::size_t pos = 0;
+  next_code_point(text, pos);
+  return pos == text.size();
+}
+
 }  // namespace basin::tokenizer

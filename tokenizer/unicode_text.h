@@ -25,4 +25,10 @@ std::optional<std::size_t> first_invalid_utf8(std::string_view text);
 /// `bytes` with each maximal ill-formed subsequence replaced by U+FFFD.
 std::string utf8_lossy(std::string_view bytes);
 
+/// `text` with every occurrence of `from` (not empty) replaced by `to`, left to right.
+std::string replace_all(std::string_view text, std::string_view from, std::string_view to);
+
+/// Whether `text` is exactly one code point (a "char" in tokenizers' JSON).
+bool is_one_code_point(std::string_view text);
+
 }  // namespace basin::tokenizer
