@@ -117,6 +117,8 @@ class Gpt : public Model {
   void export_trained(const std::string& dir) override;
   /// A Hugging Face GPT-2 directory (config.json, model.safetensors).
   NamedTensors import_pretrained(const std::string& dir) override;
+  std::string hugging_face_module(const std::string& name) const override { return "transformer." + name; }
+  bool hugging_face_transposes_projections() const override { return true; }
 
   const Shape& shape() const { return shape_; }
 

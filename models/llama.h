@@ -122,6 +122,9 @@ class Llama : public Model {
   void export_trained(const std::string& dir) override;
   /// A Hugging Face directory of the model's family (config.json, model.safetensors).
   NamedTensors import_pretrained(const std::string& dir) override;
+  std::string hugging_face_module(const std::string& name) const override {
+    return name.rfind("lm_head", 0) == 0 ? name : "model." + name;
+  }
 
   const Shape& shape() const { return shape_; }
   /// The dtype hf/ is written in ("export_dtype": float32 by default, or the

@@ -11,6 +11,7 @@
 
 #include "basin/core/config/config_error.h"
 #include "basin/core/data/dataset.h"
+#include "basin/core/model/adaptable_linear.h"
 
 namespace basin::layers {
 
@@ -23,17 +24,12 @@ inline void require_token_windows(const std::string& model, const DatasetInfo& i
                     c10::str(at::IntArrayRef(info.input_shape)) + " in " + std::to_string(info.num_classes) + " classes");
 }
 
-/// y = x W^T (+ b): a linear layer whose bias may be absent. Weights start
-/// normal(0, std), a bias zero.
-class Projection : public torch::nn::Module {
+/// y = x W^T (+ b): a linear layer whose bias may be absent, which takes a
+/// low-rank adapter ("adapters.lora"). Weights start normal(0, std), a bias zero.
+class Projection : public AdaptableLinear {
  public:
-  Projection(int64_t in, int64_t out, bool bias, double std) {
-    weight = register_parameter("weight", at::empty({out, in}).normal_(0, std));
-    if (bias) this->bias = register_parameter("bias", at::zeros({out}));
-  }
-  at::Tensor forward(const at::Tensor& x) const { return at::linear(x, weight, bias); }
-
-  at::Tensor weight, bias;
+  Projection(int64_t in, int64_t out, bool bias, double std)
+      : AdaptableLinear(at::empty({out, in}).normal_(0, std), bias ? at::zeros({out}) : at::Tensor()) {}
 };
 
 /// A table of row vectors (token or position embeddings), normal(0, std) at first.

@@ -69,6 +69,12 @@ class Model : public torch::nn::Module {
   /// what disagrees with the model is a ConfigError naming the file. The
   /// default knows no such layout and says so.
   virtual NamedTensors import_pretrained(const std::string& dir);
+  /// A module's name in the Hugging Face layout export_trained writes to hf/
+  /// ("h.0.attn.c_attn" is "transformer.h.0.attn.c_attn" in GPT-2's), and
+  /// whether that layout stores projections [in, out] (GPT-2's Conv1D): what
+  /// an adapter in PEFT's layout names (core/model/peft_adapter.h).
+  virtual std::string hugging_face_module(const std::string& name) const { return name; }
+  virtual bool hugging_face_transposes_projections() const { return false; }
   /// Installed by fully sharded training; null runs units as plain calls.
   void set_unit_runner(UnitRunner* runner) { runner_ = runner; }
   UnitRunner* unit_runner() const { return runner_; }

@@ -1,6 +1,8 @@
 #pragma once
 
 #include <memory>
+#include <optional>
+#include <string>
 #include <vector>
 
 #include "basin/core/base/state_dict.h"
@@ -9,6 +11,7 @@
 #include "basin/core/engine/engine.h"
 #include "basin/core/engine/pass_hooks.h"
 #include "basin/core/engine/state.h"
+#include "basin/core/model/lora.h"
 #include "basin/core/train/evaluation.h"
 #include "basin/core/train/loss.h"
 
@@ -142,6 +145,8 @@ class Trainer {
   State state_;
   std::unique_ptr<Engine> engine_;
   std::shared_ptr<Model> model_;
+  std::optional<LoraOptions> lora_;  // "adapters.lora": only the adapters train
+  std::string base_weights_;         // init_from's path, which an exported adapter names as its base
   DataSplits data_;
   int64_t batch_size_ = 0;
   int64_t microbatches_ = 1;

@@ -16,6 +16,7 @@
 #include <torch/optim/optimizer.h>
 
 #include "basin/core/base/blas.h"
+#include "basin/core/base/random.h"
 #include "basin/core/base/torch_compat.h"
 #include "basin/core/communication/communicator.h"
 #include "basin/core/communication/rendezvous.h"
@@ -24,6 +25,7 @@
 #include "basin/core/engine/callback.h"
 #include "basin/core/model/initial_weights.h"
 #include "basin/core/model/model.h"
+#include "basin/core/model/peft_adapter.h"
 #include "basin/core/model/unit_selection.h"
 #include "basin/core/optim/optimizers.h"
 #include "basin/core/optim/scheduler.h"
@@ -37,6 +39,8 @@
 namespace basin {
 
 namespace {
+
+constexpr uint64_t kAdapterStream = 0x4c6f5241;  // "LoRA"
 
 c10::DeviceType parse_device(Params& root) {
   const std::string name = root.choice("device", "cpu", {"cpu", "cuda"});
@@ -82,6 +86,7 @@ void Trainer::build(const Json& config, std::vector<std::shared_ptr<Callback>> c
   state_.log_every = root.integer("log_every", 50, 1);
   const Loss loss = Loss::from_config(root);
   const std::optional<InitialWeights> initial_weights = initial_weights_from_config(root);
+  lora_ = LoraOptions::from_config(root);
   Params data = root.object("data");
   Params model = root.object("model");
   Params optimizer = root.object("optimizer");
@@ -153,6 +158,12 @@ void Trainer::build(const Json& config, std::vector<std::shared_ptr<Callback>> c
   seeded.unlock();
   model_->set_recomputed_units(recomputed.resolve(model_->unit_names()));
   if (initial_weights) load_initial_weights(*model_, *initial_weights);
+  if (initial_weights) base_weights_ = initial_weights->path;
+  if (lora_) {
+    // The adapters draw from a stream of their own, so that a run's base weights stay what they were without them.
+    attach_lora(*model_, *lora_, Rng(static_cast<uint64_t>(state_.seed), kAdapterStream).next());
+    if (!lora_->init_from.empty()) read_peft_adapter(*model_, *lora_, lora_->init_from);
+  }
   model_->to(state_.device);
   check_model_fits_data(*model_, data_, loss, batch_size_ / microbatches_, state_.device);
   state_.outputs_given = !loss.from_model();
@@ -259,7 +270,12 @@ namespace basin {
 
 void Trainer::export_model(const std::string& dir) {
   strategy_->with_whole_parameters([&] {
-    if (state_.rank == 0) model_->export_trained(dir);
+    if (state_.rank != 0) return;
+    if (!lora_) return model_->export_trained(dir);
+    // The adapter alone in PEFT's layout, and the model with it merged (state_dict.pt, hf/).
+    write_peft_adapter(*model_, *lora_, base_weights_, (std::filesystem::path(dir) / "adapter").string());
+    const MergedAdapters merged(*model_);
+    model_->export_trained(dir);
   });
   // The tokenizer goes with the model, so that the text its ids stand for can be read back
   // (basin-generate) and transformers' AutoTokenizer finds it beside the weights.

@@ -49,7 +49,7 @@ void FullyShardedModel::mark_ready(std::size_t i) {
   }
   Unit& unit = *units_[unit_of_[i]];
   // Its every gradient is in: no backward node of the unit needs its
-  // parameters any more (a unit's parameters all train: checked).
+  // parameters any more, unless some are frozen (then backward's end frees it).
   if (++unit.fired == unit.hooked && !unit.mixed) release(unit_of_[i]);
   if (options_.overlap) start_ready_reduces();
 }
@@ -82,6 +82,7 @@ void FullyShardedModel::start_reduce(std::size_t u) {
   std::vector<int64_t> at(static_cast<std::size_t>(world), 0);
   for (std::size_t j = 0; j < unit.params.size(); ++j) {
     const std::size_t i = unit.params[j];
+    if (!full_[i].requires_grad()) continue;  // frozen: no rows in the parts, its flag stays 0
     at::Tensor& grad = full_[i].mutable_grad();
     const int64_t width = zero3_rows::row_numel(full_[i]);
     const at::Tensor rows = grad.defined() ? grad.reshape({zero3_rows::rows_of(full_[i]), width}) : at::Tensor();
@@ -120,6 +121,7 @@ void FullyShardedModel::finish_reduce(std::size_t u) {
   at::NoGradGuard no_grad;
   int64_t at = 0;
   for (std::size_t j = 0; j < unit.params.size(); ++j) {
+    if (!full_[unit.params[j]].requires_grad()) continue;  // frozen: nothing was reduced for it
     at::Tensor& shard = shards_[unit.params[j]];
     const int64_t n = shard.numel();
     if (flags[static_cast<int64_t>(j)].item<double>() > 0) {

@@ -104,7 +104,8 @@ FullyShardedModel::FullyShardedModel(torch::nn::Module& model, const std::vector
     std::vector<int64_t> counts(static_cast<std::size_t>(world));
     for (int r = 0; r < world; ++r) {
       counts[static_cast<std::size_t>(r)] = std::clamp<int64_t>(rows - r * each, 0, each);
-      unit.part_numel[static_cast<std::size_t>(r)] += counts[static_cast<std::size_t>(r)] * zero3_rows::row_numel(p);
+      // A frozen parameter (LoRA's base) has no gradient: no room in the reduce-scatter.
+      if (p.requires_grad()) unit.part_numel[static_cast<std::size_t>(r)] += counts[static_cast<std::size_t>(r)] * zero3_rows::row_numel(p);
     }
     rows_.push_back(counts);
     std::vector<int64_t> shape = p.sizes().vec();
@@ -133,16 +134,13 @@ FullyShardedModel::FullyShardedModel(torch::nn::Module& model, const std::vector
   }
   if (!units_[declared_]->params.empty()) reduce_order_.push_back(declared_);
   for (std::size_t u = 0; u < units_.size(); ++u) {
-    // A unit is freed once its gradients are in: a frozen parameter's
-    // backward could still run after that and find no bytes. The root
-    // then stays whole to the end of backward instead.
+    // A unit is freed once its gradients are in, but a frozen parameter's
+    // backward (LoRA's W, carrying the gradient to the unit's input) can
+    // still run after that and would find no bytes: a unit of both kinds
+    // stays whole to the end of backward instead.
     const auto& params = units_[u]->params;
     const auto trains = std::count_if(params.begin(), params.end(), [&](std::size_t i) { return full_[i].requires_grad(); });
     units_[u]->mixed = trains != 0 && trains != static_cast<std::ptrdiff_t>(params.size());
-    if (units_[u]->mixed && u != declared_) {
-      throw std::invalid_argument("zero3: unit '" + units_[u]->name + "' mixes frozen and trainable parameters; "
-                                  "declare the frozen ones as a unit of their own");
-    }
   }
   for (std::size_t i = 0; i < full_.size(); ++i) {
     if (!full_[i].requires_grad()) continue;

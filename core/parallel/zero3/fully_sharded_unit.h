@@ -35,7 +35,7 @@ struct FullyShardedModel::Unit {
   at::ScalarType reduce_dtype = at::kFloat;  // what its reduce-scatter sums in
   bool gathered = false;
   std::unique_ptr<PendingCollective> gathering;
-  bool mixed = false;        // frozen and trainable parameters (the root only): whole to backward's end
+  bool mixed = false;        // frozen and trainable parameters (LoRA): whole to backward's end
   std::size_t hooked = 0;    // parameters whose accumulator has a hook
   std::size_t fired = 0;     // of which accumulated in this backward
   bool reduce_started = false;

@@ -1,0 +1,99 @@
+#include "basin/core/model/lora.h"
+
+#include <cmath>
+#include <regex>
+
+#include "basin/core/config/config.h"
+#include "basin/core/config/config_error.h"
+#include "basin/core/model/model.h"
+
+namespace basin {
+
+LoraShape LoraOptions::shape() const {
+  const double rank = static_cast<double>(r);
+  return LoraShape{r, rslora ? alpha / std::sqrt(rank) : alpha / rank, dropout, init};
+}
+
+std::optional<LoraOptions> LoraOptions::from_config(Params& root) {
+  Params adapters = root.object("adapters");
+  if (!adapters.has("lora")) {
+    adapters.finish();
+    return std::nullopt;
+  }
+  Params lora = adapters.object("lora");
+  adapters.finish();
+  LoraOptions options;
+  options.r = lora.integer("r", options.r, 1);
+  options.alpha = lora.positive("alpha", options.alpha);
+  options.dropout = lora.number("dropout", options.dropout, 0.0, 0.999);
+  options.targets = lora.string("targets");
+  try {
+    std::regex(options.targets, std::regex::ECMAScript);
+  } catch (const std::regex_error& error) {
+    lora.fail("targets", std::string("a regular expression (ECMAScript): ") + error.what(), Json(options.targets));
+  }
+  options.init = lora.choice("init", "kaiming", {"kaiming", "gaussian"}) == "kaiming" ? LoraInit::kKaiming
+                                                                                      : LoraInit::kGaussian;
+  options.rslora = lora.boolean("rslora", options.rslora);
+  options.init_from = lora.string("init_from", "");
+  lora.finish();
+  return options;
+}
+
+std::vector<std::pair<std::string, AdaptableLinear*>> adapted_layers(torch::nn::Module& model) {
+  std::vector<std::pair<std::string, AdaptableLinear*>> layers;
+  for (const auto& item : model.named_modules("", /*include_self=*/false)) {
+    auto* layer = dynamic_cast<AdaptableLinear*>(item.value().get());
+    if (layer != nullptr && layer->adapted()) layers.emplace_back(item.key(), layer);
+  }
+  return layers;
+}
+
+std::vector<std::string> attach_lora(Model& model, const LoraOptions& options, uint64_t seed) {
+  const std::regex targets(options.targets, std::regex::ECMAScript);
+  std::vector<std::string> candidates, adapted;
+  at::Generator generator = at::detail::createCPUGenerator(seed);
+  for (const auto& item : model.named_modules("", /*include_self=*/false)) {
+    auto* layer = dynamic_cast<AdaptableLinear*>(item.value().get());
+    if (layer == nullptr) continue;
+    candidates.push_back(item.key());
+    if (!std::regex_match(item.key(), targets)) continue;
+    layer->attach_lora(options.shape(), generator);
+    adapted.push_back(item.key());
+  }
+  if (adapted.empty()) {
+    std::string names;
+    for (std::size_t i = 0; i < candidates.size() && i < 8; ++i) names += (i ? ", " : "") + candidates[i];
+    throw ConfigError("config key 'adapters.lora.targets': \"" + options.targets + "\" matches no projection of the "
+                      "model (the whole name must match); " +
+                      (candidates.empty() ? std::string("this model has none that takes an adapter (\"gpt\" and "
+                                                        "\"llama\" have)")
+                                          : "its projections are " + names + (candidates.size() > 8 ? ", ..." : "")));
+  }
+  // Only the adapters train: every other parameter keeps its value to the bit.
+  for (auto& p : model.parameters(/*recurse=*/true)) p.requires_grad_(false);
+  for (auto& [name, layer] : adapted_layers(model)) {
+    layer->lora_A->weight.requires_grad_(true);
+    layer->lora_B->weight.requires_grad_(true);
+  }
+  return adapted;
+}
+
+MergedAdapters::MergedAdapters(torch::nn::Module& model) {
+  at::NoGradGuard no_grad;
+  for (auto& [name, layer] : adapted_layers(model)) {
+    saved_.emplace_back(layer, layer->weight.detach().clone());
+    layer->weight.detach().add_(layer->adapter_delta().to(layer->weight.scalar_type()));
+    layer->detach_adapter_modules();
+  }
+}
+
+MergedAdapters::~MergedAdapters() {
+  at::NoGradGuard no_grad;
+  for (auto& [layer, weight] : saved_) {
+    layer->weight.detach().copy_(weight);
+    layer->reattach_adapter_modules();
+  }
+}
+
+}  // namespace basin
