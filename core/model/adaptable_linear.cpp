@@ -12,7 +12,7 @@ AdaptableLinear::AdaptableLinear(at::Tensor weight, at::Tensor bias) {
 
 at::Tensor AdaptableLinear::forward(const at::Tensor& x) const {
   at::Tensor y = at::linear(x, weight, bias);
-  if (!lora_A) return y;
+  if (!lora_A || merged_) return y;
   const at::Tensor input = lora_.dropout > 0 ? at::dropout(x, lora_.dropout, is_training()) : x;
   return y + at::linear(at::linear(input, lora_A->weight), lora_B->weight) * lora_.scaling;
 }
@@ -39,13 +39,17 @@ at::Tensor AdaptableLinear::adapter_delta() const {
 }
 
 void AdaptableLinear::detach_adapter_modules() {
+  if (merged_) throw std::logic_error("AdaptableLinear: the adapter is merged already");
   unregister_module("lora_A");
   unregister_module("lora_B");
+  merged_ = true;
 }
 
 void AdaptableLinear::reattach_adapter_modules() {
+  if (!merged_) return;
   register_module("lora_A", lora_A);
   register_module("lora_B", lora_B);
+  merged_ = false;
 }
 
 }  // namespace basin

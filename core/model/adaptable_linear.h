@@ -50,9 +50,11 @@ class AdaptableLinear : public torch::nn::Module {
   at::Tensor adapter_delta() const;
 
   /// Hides the adapter from the module tree (named_parameters no longer
-  /// lists it) and back: what an export of the merged model needs.
+  /// lists it) and forward (its delta is in W then), and back: what an
+  /// export of the merged model needs (MergedAdapters).
   void detach_adapter_modules();
   void reattach_adapter_modules();
+  bool merged() const { return merged_; }
 
   int64_t in_features() const { return weight.size(1); }
   int64_t out_features() const { return weight.size(0); }
@@ -62,6 +64,7 @@ class AdaptableLinear : public torch::nn::Module {
 
  private:
   LoraShape lora_;
+  bool merged_ = false;
 };
 
 }  // namespace basin

@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <regex>
+#include <stdexcept>
 
 #include "basin/core/config/config.h"
 #include "basin/core/config/config_error.h"
@@ -81,19 +82,29 @@ std::vector<std::string> attach_lora(Model& model, const LoraOptions& options, u
 
 MergedAdapters::MergedAdapters(torch::nn::Module& model) {
   at::NoGradGuard no_grad;
-  for (auto& [name, layer] : adapted_layers(model)) {
-    saved_.emplace_back(layer, layer->weight.detach().clone());
-    layer->weight.detach().add_(layer->adapter_delta().to(layer->weight.scalar_type()));
-    layer->detach_adapter_modules();
+  try {
+    for (auto& [name, layer] : adapted_layers(model)) {
+      if (layer->merged()) throw std::logic_error("MergedAdapters: '" + name + "' is merged already");
+      const at::Tensor merged = layer->weight.detach() + layer->adapter_delta().to(layer->weight.scalar_type());
+      saved_.emplace_back(layer, layer->weight.detach().clone());
+      layer->weight.detach().copy_(merged);
+      layer->detach_adapter_modules();
+    }
+  } catch (...) {
+    restore();  // what merged before the failure goes back as it was
+    throw;
   }
 }
 
-MergedAdapters::~MergedAdapters() {
+MergedAdapters::~MergedAdapters() { restore(); }
+
+void MergedAdapters::restore() noexcept {
   at::NoGradGuard no_grad;
   for (auto& [layer, weight] : saved_) {
-    layer->weight.detach().copy_(weight);
+    layer->weight.detach().copy_(weight);  // same shape, dtype and device: cannot fail but for memory
     layer->reattach_adapter_modules();
   }
+  saved_.clear();
 }
 
 }  // namespace basin

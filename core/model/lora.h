@@ -18,8 +18,9 @@ class Params;
 ///                           "targets": "h\\.\\d+\\.attn\\.c_attn", "init": "kaiming",
 ///                           "rslora": false, "init_from": "run/adapter"}}
 /// `targets` is a regular expression (ECMAScript) that must match the whole
-/// name of each projection to adapt, as PEFT's string target_modules does
-/// ("h.0.attn.c_attn" in the gpt, "layers.0.self_attn.q_proj" in the llama).
+/// name of each projection to adapt, as PEFT's string target_modules does,
+/// over basin's names ("h.0.attn.c_attn" in the gpt, where Hugging Face says
+/// "transformer.h.0.attn.c_attn"; "layers.0.self_attn.q_proj" in the llama).
 /// `init_from` continues an adapter: a PEFT directory (adapter_config.json,
 /// adapter_model.safetensors), such as the `adapter/` a run exports.
 struct LoraOptions {
@@ -58,6 +59,8 @@ class MergedAdapters {
   MergedAdapters& operator=(const MergedAdapters&) = delete;
 
  private:
+  void restore() noexcept;
+
   std::vector<std::pair<AdaptableLinear*, at::Tensor>> saved_;  // each layer and its unmerged weight
 };
 

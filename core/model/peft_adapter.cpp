@@ -72,6 +72,8 @@ void read_peft_adapter(Model& model, const LoraOptions& options, const std::stri
   };
   expect("peft_type", "LORA");
   expect("r", options.r);
+  expect("lora_alpha", options.alpha);
+  if (config.contains("use_rslora") || options.rslora) expect("use_rslora", options.rslora);  // older files lack it
   expect("fan_in_fan_out", model.hugging_face_transposes_projections());
   std::map<std::string, at::Tensor> stored;
   for (auto& [name, tensor] : read_safetensors_file(weights_path.string(), "adapters.lora.init_from")) {

@@ -82,7 +82,7 @@ void FullyShardedModel::start_reduce(std::size_t u) {
   std::vector<int64_t> at(static_cast<std::size_t>(world), 0);
   for (std::size_t j = 0; j < unit.params.size(); ++j) {
     const std::size_t i = unit.params[j];
-    if (!full_[i].requires_grad()) continue;  // frozen: no rows in the parts, its flag stays 0
+    if (!trains_[i]) continue;  // frozen: no rows in the parts, its flag stays 0
     at::Tensor& grad = full_[i].mutable_grad();
     const int64_t width = zero3_rows::row_numel(full_[i]);
     const at::Tensor rows = grad.defined() ? grad.reshape({zero3_rows::rows_of(full_[i]), width}) : at::Tensor();
@@ -121,7 +121,7 @@ void FullyShardedModel::finish_reduce(std::size_t u) {
   at::NoGradGuard no_grad;
   int64_t at = 0;
   for (std::size_t j = 0; j < unit.params.size(); ++j) {
-    if (!full_[unit.params[j]].requires_grad()) continue;  // frozen: nothing was reduced for it
+    if (!trains_[unit.params[j]]) continue;  // frozen: nothing was reduced for it
     at::Tensor& shard = shards_[unit.params[j]];
     const int64_t n = shard.numel();
     if (flags[static_cast<int64_t>(j)].item<double>() > 0) {

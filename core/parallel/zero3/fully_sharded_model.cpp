@@ -117,6 +117,7 @@ FullyShardedModel::FullyShardedModel(torch::nn::Module& model, const std::vector
                            .clone()
                            .view(shape);
     shards_.push_back(shard.requires_grad_(p.requires_grad()));
+    trains_.push_back(p.requires_grad());
     if (gathered != p.scalar_type()) {
       // The model's parameter takes the gathers' dtype for good (before its
       // gradient accumulator is hooked: set_data drops it on a dtype change).

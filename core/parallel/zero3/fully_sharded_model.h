@@ -121,6 +121,7 @@ class FullyShardedModel : public UnitRunner {
   FullyShardedOptions options_;
   std::vector<at::Tensor> full_;
   std::vector<at::Tensor> shards_;
+  std::vector<bool> trains_;  // per parameter, as at construction: the reduce-scatter's layout depends on it
   std::vector<std::size_t> unit_of_;        // per parameter
   std::vector<std::vector<int64_t>> rows_;  // per parameter: rows of each rank
   std::unordered_map<const c10::TensorImpl*, std::size_t> index_;
