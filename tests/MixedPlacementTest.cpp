@@ -8,6 +8,7 @@
 // beside frozen or small parameters), where the ascent is synced.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <functional>
 #include <memory>
 #include <stdexcept>
@@ -78,6 +79,15 @@ class MixedShards : public torch::optim::Optimizer, public ShardedParameters {
       if (params_[i].is_same(param)) return stepped_[i];
     }
     return param;
+  }
+  int64_t first_row(const at::Tensor& param) const override {
+    for (std::size_t i = 0; i < params_.size(); ++i) {
+      if (!params_[i].is_same(param) && !stepped_[i].is_same(param)) continue;
+      if (!placement(param).parameter.in_rows()) return 0;
+      const int64_t rows = params_[i].size(0), world = communicator_->world_size();
+      return std::min(rows, communicator_->rank() * ((rows + world - 1) / world));  // as chunk() splits them
+    }
+    throw std::invalid_argument("MixedShards: a parameter it was not given");
   }
   void broadcast_parameters() override { broadcast_from_owners(stepped_, stepped_); }
   void broadcast_from_owners(const std::vector<at::Tensor>& params, const std::vector<at::Tensor>& values) override {

@@ -183,6 +183,7 @@ class OneRankShards : public ShardedParameters {
     return {Placement::replicated(), Placement::replicated(), Placement::owned_by(0)};
   }
   bool owns(const at::Tensor&) const override { return true; }
+  int64_t first_row(const at::Tensor&) const override { return 0; }
   void broadcast_parameters() override {}
   void broadcast_from_owners(const std::vector<at::Tensor>&, const std::vector<at::Tensor>&) override {}
   Communicator& communicator() override { return *communicator_; }

@@ -14,7 +14,7 @@ namespace basin {
 
 ParameterShare SAMOptimizer::share_of(const at::Tensor& param) const {
   if (shards_ == nullptr) return {};
-  return {shards_->placement(param), shards_->owns(param), shards_->counted_here(param)};
+  return {shards_->placement(param), shards_->owns(param), shards_->counted_here(param), shards_->first_row(param)};
 }
 
 at::Tensor SAMOptimizer::sum_over_shards(const at::Tensor& partial) {

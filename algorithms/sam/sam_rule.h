@@ -24,6 +24,9 @@ struct ParameterShare {
   /// SAMOptimizer::sum_over_shards completes (ShardedParameters::counted_here).
   /// A rule's sums go by it, never by stepped_here.
   bool counted_here = true;
+  /// The first of the parameter's rows (dim 0) this rank's tensor holds: 0
+  /// but where it is in rows (ShardedParameters::first_row).
+  int64_t first_row = 0;
 };
 
 /// The parameters of one param group that take part in a phase of the SAM

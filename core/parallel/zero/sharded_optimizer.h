@@ -56,6 +56,7 @@ class ShardedOptimizer : public torch::optim::Optimizer, public ShardedParameter
   /// (ZeRO-2: its synced gradient too).
   ParameterPlacement placement(const at::Tensor& param) const override;
   bool owns(const at::Tensor& param) const override;
+  int64_t first_row(const at::Tensor& /*param*/) const override { return 0; }  // every parameter whole
   int owner(const at::Tensor& param) const;
   void broadcast_parameters() override;
   void broadcast_from_owners(const std::vector<at::Tensor>& params, const std::vector<at::Tensor>& values) override;

@@ -117,6 +117,7 @@ FullyShardedModel::FullyShardedModel(torch::nn::Module& model, const std::vector
                            .clone()
                            .view(shape);
     shards_.push_back(shard.requires_grad_(p.requires_grad()));
+    shard_index_[shards_.back().unsafeGetTensorImpl()] = index;
     trains_.push_back(p.requires_grad());
     if (gathered != p.scalar_type()) {
       // The model's parameter takes the gathers' dtype for good (before its
@@ -167,6 +168,18 @@ const at::Tensor& FullyShardedModel::shard_of(const at::Tensor& param) const {
   const auto found = index_.find(param.unsafeGetTensorImpl());
   if (found == index_.end()) throw std::invalid_argument("zero3: not a parameter of the sharded model");
   return shards_[found->second];
+}
+
+int64_t FullyShardedModel::first_row(const at::Tensor& param) const {
+  auto found = index_.find(param.unsafeGetTensorImpl());
+  if (found == index_.end()) {
+    found = shard_index_.find(param.unsafeGetTensorImpl());
+    if (found == shard_index_.end()) throw std::invalid_argument("zero3: not a parameter of the sharded model");
+  }
+  const auto me = static_cast<std::size_t>(communicator_->rank());
+  int64_t row = 0;
+  for (std::size_t r = 0; r < me; ++r) row += rows_[found->second][r];
+  return row;
 }
 
 void FullyShardedModel::add_pieces(std::size_t i, const at::Tensor& whole,

@@ -66,6 +66,8 @@ class FullyShardedModel : public UnitRunner {
   const std::vector<at::Tensor>& parameters() const { return full_; }
   const std::vector<at::Tensor>& shards() const { return shards_; }
   const at::Tensor& shard_of(const at::Tensor& param) const;
+  /// The first row this rank holds of `param`, a parameter or its shard.
+  int64_t first_row(const at::Tensor& param) const;
 
   /// The next backward is synced: its gradients go to the shards' owners.
   void prepare_for_backward();
@@ -124,7 +126,8 @@ class FullyShardedModel : public UnitRunner {
   std::vector<bool> trains_;  // per parameter, as at construction: the reduce-scatter's layout depends on it
   std::vector<std::size_t> unit_of_;        // per parameter
   std::vector<std::vector<int64_t>> rows_;  // per parameter: rows of each rank
-  std::unordered_map<const c10::TensorImpl*, std::size_t> index_;
+  std::unordered_map<const c10::TensorImpl*, std::size_t> index_;        // a parameter's place in full_
+  std::unordered_map<const c10::TensorImpl*, std::size_t> shard_index_;  // a shard's
   std::vector<std::unique_ptr<Unit>> units_;  // declared ones, then the root (when it has parameters)
   std::size_t declared_ = 0;
   std::vector<std::size_t> reduce_order_;     // backward's: the last declared first, the root last

@@ -49,6 +49,8 @@ c10::Device FullyShardedOptimizer::device() const { return model_->device(); }
 
 at::Tensor FullyShardedOptimizer::stepped(const at::Tensor& param) const { return model_->shard_of(param); }
 
+int64_t FullyShardedOptimizer::first_row(const at::Tensor& param) const { return model_->first_row(param); }
+
 ParameterStates FullyShardedOptimizer::parameter_states(const ParameterNumbering& numbering) {
   return basin::parameter_states(*local_, numbering);
 }

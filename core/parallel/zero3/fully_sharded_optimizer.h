@@ -41,6 +41,7 @@ class FullyShardedOptimizer : public torch::optim::Optimizer, public ShardedPara
   Communicator& communicator() override { return *communicator_; }
   c10::Device device() const override;
   at::Tensor stepped(const at::Tensor& param) const override;
+  int64_t first_row(const at::Tensor& param) const override;
 
   torch::optim::Optimizer& local() { return *local_; }
   torch::optim::Optimizer* local_optimizer() override { return local_.get(); }

@@ -1,0 +1,20 @@
+#pragma once
+
+#include <cstdint>
+
+#include <ATen/core/Tensor.h>
+
+namespace basin {
+
+/// The seed of one tensor's noise at one step of a run: the same on every
+/// rank, different for every (run seed, step, parameter).
+uint64_t noise_seed(uint64_t run_seed, int64_t step, int64_t parameter);
+
+/// Standard normal float32 values for rows [first_row, first_row + rows) of
+/// a tensor of `row_numel` values a row, on the CPU. Each row draws from a
+/// generator of its own, seeded by (seed, row): whichever rows a rank holds
+/// (zero3 splits parameters by rows), it draws what one process draws for
+/// them, and the noise is regenerated from the seed rather than stored.
+at::Tensor seeded_normal_rows(uint64_t seed, int64_t first_row, int64_t rows, int64_t row_numel);
+
+}  // namespace basin

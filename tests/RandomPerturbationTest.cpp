@@ -1,0 +1,143 @@
+// The members of the family that perturb at random instead of along the
+// gradient: RWP against its rule written here with plain tensor ops and
+// autograd over 20 steps, with the same seeded noise; the noise itself
+// (any split of the rows draws what the whole draws); and every parallel
+// mode equal to one process.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <memory>
+
+#include <ATen/ATen.h>
+#include <torch/optim/sgd.h>
+
+#include "basin/algorithms/sam/sam_optimizer.h"
+#include "basin/core/base/seeded_noise.h"
+#include "basin/core/train/trainer.h"
+#include "distributed_util.h"
+#include "sam_reference.h"
+#include "sam_variants.h"
+
+namespace basin {
+namespace {
+
+using test::Tensors;
+
+// Rows drawn in any split equal the rows drawn whole, and every (seed, step,
+// parameter) draws its own noise: zero3's ranks, each drawing its rows,
+// draw what one process draws.
+TEST(RandomPerturbationTest, SeededNoiseIsTheSameWhicheverRowsARankDraws) {
+  const uint64_t seed = noise_seed(3, 7, 2);
+  const at::Tensor whole = seeded_normal_rows(seed, 0, 10, 33);
+  EXPECT_TRUE(at::cat({seeded_normal_rows(seed, 0, 4, 33), seeded_normal_rows(seed, 4, 6, 33)}).equal(whole));
+  EXPECT_TRUE(seeded_normal_rows(seed, 7, 1, 33).equal(whole.narrow(0, 7, 1)));
+  EXPECT_TRUE(seeded_normal_rows(seed, 0, 10, 33).equal(whole)) << "regenerated, the same";
+  for (const uint64_t other : {noise_seed(4, 7, 2), noise_seed(3, 8, 2), noise_seed(3, 7, 3)}) {
+    EXPECT_FALSE(seeded_normal_rows(other, 0, 10, 33).equal(whole));
+  }
+  const at::Tensor many = seeded_normal_rows(seed, 0, 400, 250);
+  EXPECT_NEAR(many.mean().item<double>(), 0.0, 0.01);
+  EXPECT_NEAR(many.std().item<double>(), 1.0, 0.01);
+  EXPECT_LT(std::abs(at::corrcoef(at::stack({many[0], many[1]}))[0][1].item<double>()), 0.25) << "rows are independent";
+}
+
+/// A two-layer regression with a bias vector: matrices and a vector, as RWP scales them differently.
+struct BiasedProblem {
+  at::Tensor x, y;
+  BiasedProblem() {
+    at::manual_seed(12);
+    x = at::randn({16, 4});
+    y = at::randn({16, 2});
+  }
+  at::Tensor loss(const Tensors& w, int64_t step) const {
+    const at::Tensor rolled = x.roll(step, 0);
+    return ((rolled.matmul(w[0]) + w[1]).tanh().matmul(w[2]) - y).pow(2).mean();
+  }
+  Tensors initial() const { return {at::randn({4, 3}), at::randn({3}), at::randn({3, 2})}; }
+};
+
+/// RWP's e: per row of a matrix gamma * ||w_row|| * n_row, over a vector gamma * ||w|| * n, n ~ N(0, I) seeded.
+Tensors rwp_noise(const Tensors& w, uint64_t seed, int64_t step, double gamma) {
+  Tensors e;
+  for (std::size_t i = 0; i < w.size(); ++i) {
+    const int64_t rows = w[i].size(0), width = w[i].numel() / rows;
+    const at::Tensor n = seeded_normal_rows(noise_seed(seed, step, static_cast<int64_t>(i)), 0, rows, width);
+    const at::Tensor scale = w[i].dim() >= 2 ? w[i].reshape({rows, width}).norm(2, {1}, true) : w[i].norm();
+    e.push_back((n * scale * gamma).view(w[i].sizes()));
+  }
+  return e;
+}
+
+TEST(RandomPerturbationTest, RwpStepsWithTheGradientAtFilterwiseNoiseInOnePass) {
+  const BiasedProblem problem;
+  Tensors w = test::leaves(problem.initial());
+  const Tensors w0 = test::clone_all(w);
+  const double gamma = 0.05;
+  auto rwp = test::sam_variant("rwp", std::make_shared<torch::optim::SGD>(w, torch::optim::SGDOptions(0.1).momentum(0.9)),
+                               {{"gamma", gamma}}, test::run_facts(9));
+  int calls = 0;
+  for (int64_t t = 0; t < 20; ++t) {
+    rwp->step([&] {
+      ++calls;
+      rwp->zero_grad();
+      at::Tensor loss = problem.loss(w, t);
+      loss.backward();
+      return loss.detach();
+    });
+  }
+  EXPECT_EQ(calls, 20) << "one pass a step";
+  EXPECT_EQ(rwp->sam_steps(), 20);
+
+  Tensors expected = test::clone_all(w0);
+  test::SgdReference sgd{0.1, 0.9, 0.0, {}};
+  for (int64_t t = 0; t < 20; ++t) {
+    const test::LossFn loss = [&problem, t](const Tensors& v) { return problem.loss(v, t); };
+    const Tensors g = test::gradient_at(loss, test::moved(expected, rwp_noise(expected, 9, t, gamma), 1.0));
+    sgd.step(expected, g, {0.1, 0.1, 0.1}, {0.0, 0.0, 0.0});
+  }
+  test::expect_close(w, expected, 1e-6);
+  const Tensors clean = [&] {
+    Tensors v = test::clone_all(w0);
+    test::SgdReference plain{0.1, 0.9, 0.0, {}};
+    for (int64_t t = 0; t < 20; ++t) {
+      plain.step(v, test::gradient_at([&problem, t](const Tensors& u) { return problem.loss(u, t); }, v), {0.1, 0.1, 0.1},
+                 {0.0, 0.0, 0.0});
+    }
+    return v;
+  }();
+  EXPECT_GT((w[0] - clean[0]).abs().max().item<double>(), 1e-4) << "the noise changed the run";
+}
+
+TEST(RandomPerturbationTest, RwpRefusesRhoAndAdaptive) {
+  const BiasedProblem problem;
+  Tensors w = test::leaves(problem.initial());
+  auto base = [&] { return std::make_shared<torch::optim::SGD>(w, torch::optim::SGDOptions(0.1)); };
+  EXPECT_THROW(test::sam_variant("rwp", base(), {{"rho", 0.05}}), ConfigError);
+  EXPECT_THROW(test::sam_variant("rwp", base(), {{"adaptive", true}}), ConfigError);
+  EXPECT_THROW(test::sam_variant("rwp", base(), {{"gamma", -1}}), ConfigError);
+}
+
+// Every parallel mode draws the noise one process draws (zero3 each rank
+// its rows, the vectors' norms summed over ranks): two ranks equal one
+// process over the joined batch.
+TEST(RandomPerturbationTest, RwpUnderEveryModeEqualsOneProcess) {
+  Json config = test::sam_config("{}", "none");
+  config["algorithms"] = Json::parse(R"({"rwp": {"gamma": 0.05}})");
+  config.erase("parallel");
+  config["data"]["batch_size"] = 32;
+  Trainer one(config);
+  one.fit();
+  const test::Weights reference = test::weights_of(one);
+  config["data"]["batch_size"] = 16;
+  for (const std::string mode : {"ddp", "zero1", "zero2", "zero3"}) {
+    config["parallel"] = {{"mode", mode}, {"timeout_seconds", 60}};
+    const auto ranks = test::train_on_ranks(2, config);
+    for (int rank = 0; rank < 2; ++rank) {
+      EXPECT_LT(test::max_difference(ranks[static_cast<std::size_t>(rank)], reference), 1e-5)
+          << mode << " against one process, rank " << rank;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace basin
