@@ -65,14 +65,18 @@ SWEEP_METHODS = ["sgd", "sam"]  # run at every noise rate
 SCREEN_METHODS = ["esam", "saf", "wsam", "friendly_sam", "fisher_sam", "vasso", "ae_sam", "mesa"]  # one seed, main noise
 
 
+ADAPTERS_ONLY = {"flat_lora"}  # they train low-rank adapters, which the study's CNN has none of
+OWN_SCALE = {"rwp": {}}  # its noise scale is gamma (its default), not rho
+
+
 def add_registered_variants(basin_train):
     """Every SAM-family variant basin-train registers and METHODS lacks joins the
     screen (rho 0.1 as SAM's, else its defaults): a new variant is studied at once."""
     listed = subprocess.run([basin_train, "--list-algorithms"], check=True, capture_output=True, text=True)
     known = {name for name, *_ in METHODS}
     for name in json.loads(listed.stdout)["sam_family"]:
-        if name not in known:
-            METHODS.append((name, name, {name: {"rho": 0.1}}, 1, 2.0))
+        if name not in known and name not in ADAPTERS_ONLY:
+            METHODS.append((name, name, {name: OWN_SCALE.get(name, {"rho": 0.1})}, 1, 2.0))
             SCREEN_METHODS.append(name)
 CALIBRATION_EPOCHS = 2  # of each method, after SGD's, for the cost figures
 NOISE_RATES = [0.0, 0.2, 0.4, 0.6]

@@ -173,6 +173,9 @@ TEST(LoraTest, EveryVariantOfTheFamilyTrainsTheAdaptersAlone) {
   const std::string corpus = corpus_file(dir);
   auto family = test::sam_family();
   family.emplace_back("sam", "{}");
+  for (const auto& name : sam_family_registry().names()) {
+    if (test::needs_adapters(name)) family.emplace_back(name, "{}");
+  }
   for (const auto& [name, keys] : family) {
     SCOPED_TRACE(name);
     Json config = lora_job(corpus, kGpt, kGptTargets);
@@ -200,11 +203,13 @@ TEST(LoraTest, EveryVariantOfTheFamilyTrainsTheAdaptersAlone) {
 // process over the joined batch, and the frozen base ends as it began, to
 // the bit; zero3 with activation checkpointing too, and with bf16 gathers
 // under amp_bf16 the base still does not move.
-TEST(LoraTest, EveryParallelModeEqualsOneProcess) {
+class LoraModeTest : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(LoraModeTest, EveryParallelModeEqualsOneProcess) {
   test::TempDir dir;
   const std::string corpus = corpus_file(dir);
   Json config = lora_job(corpus, kLlama, kLlamaTargets, {{"dropout", 0.0}});
-  config["algorithms"]["sam"]["sync_ascent"] = true;
+  config["algorithms"] = {{GetParam(), {{"sync_ascent", true}}}};
   Json single = config;
   single["data"]["batch_size"] = 16;
   Trainer one(single);
@@ -222,6 +227,13 @@ TEST(LoraTest, EveryParallelModeEqualsOneProcess) {
     }
   };
   expect_base_unmoved(reference, "one process");
+  if (GetParam() == "flat_lora") {  // its noise is on: without it the run ends elsewhere
+    Json quiet = single;
+    quiet["algorithms"]["flat_lora"]["rho"] = 1e-12;  // rho must be > 0
+    Trainer without_noise(quiet);
+    without_noise.fit();
+    EXPECT_GT(test::max_difference(test::weights_of(without_noise), reference), 1e-6);
+  }
   config["data"]["batch_size"] = 8;
   for (const std::string mode : {"ddp", "zero1", "zero2", "zero3", "zero3 checkpointed"}) {
     config["parallel"] = {{"mode", mode.substr(0, 5) == "zero3" ? "zero3" : mode}, {"timeout_seconds", 60}};
@@ -240,6 +252,10 @@ TEST(LoraTest, EveryParallelModeEqualsOneProcess) {
   expect_base_unmoved(gathered_in_bf16[0], "zero3 with bf16 gathers");
   EXPECT_GT(test::max_difference(gathered_in_bf16[0], initial), 0) << "the adapters trained";
 }
+
+// SAM on the adapters, and Flat-LoRA, whose noise on the frozen weights each
+// rank draws as one process does (under zero3 from the gathered unit).
+INSTANTIATE_TEST_SUITE_P(Algorithms, LoraModeTest, ::testing::Values("sam", "flat_lora"));
 
 TEST(LoraTest, BadAdapterKeysAreRefusedNamingTheKey) {
   test::TempDir dir;

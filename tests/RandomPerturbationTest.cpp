@@ -1,8 +1,8 @@
 // The members of the family that perturb at random instead of along the
-// gradient: RWP against its rule written here with plain tensor ops and
-// autograd over 20 steps, with the same seeded noise; the noise itself
-// (any split of the rows draws what the whole draws); and every parallel
-// mode equal to one process.
+// gradient: RWP and Flat-LoRA against their rules written here with plain
+// tensor ops and autograd over 20 steps, with the same seeded noise; the
+// noise itself (any split of the rows draws what the whole draws); and
+// every parallel mode equal to one process.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -13,6 +13,8 @@
 
 #include "basin/algorithms/sam/sam_optimizer.h"
 #include "basin/core/base/seeded_noise.h"
+#include "basin/core/model/lora.h"
+#include "basin/core/model/model.h"
 #include "basin/core/train/trainer.h"
 #include "distributed_util.h"
 #include "sam_reference.h"
@@ -137,6 +139,107 @@ TEST(RandomPerturbationTest, RwpUnderEveryModeEqualsOneProcess) {
           << mode << " against one process, rank " << rank;
     }
   }
+}
+
+/// Two adaptable projections, a bias on the first: what flat_lora perturbs.
+class TwoProjections : public Model {
+ public:
+  TwoProjections() {
+    at::manual_seed(21);
+    fc1 = register_module("fc1", std::make_shared<AdaptableLinear>(at::randn({5, 4}) * 0.5, at::randn({5}) * 0.1));
+    fc2 = register_module("fc2", std::make_shared<AdaptableLinear>(at::randn({2, 5}) * 0.5, at::Tensor()));
+  }
+  at::Tensor forward(const at::Tensor& x) override { return fc2->forward(fc1->forward(x).tanh()); }
+  std::shared_ptr<AdaptableLinear> fc1, fc2;
+};
+
+/// Flat-LoRA's noise on layer l's W at step t, written out: row i of
+/// W' = W + s B A gives sigma_t ||W'_i|| / sqrt(in), sigma_t rising as (1 - cos(pi t / T)) / 2.
+at::Tensor flat_lora_noise(const at::Tensor& w, const at::Tensor& a, const at::Tensor& b, double s, double rho,
+                           int64_t t, int64_t steps, int64_t layer, uint64_t seed) {
+  const double sigma = rho * (1 - std::cos(std::acos(-1.0) * static_cast<double>(t) / static_cast<double>(steps))) / 2;
+  const at::Tensor merged = w + s * b.matmul(a);
+  const at::Tensor row_std = merged.norm(2, {1}, true) * sigma / std::sqrt(static_cast<double>(w.size(1)));
+  return seeded_normal_rows(noise_seed(seed, t, layer), 0, w.size(0), w.size(1)) * row_std;
+}
+
+TEST(RandomPerturbationTest, FlatLoraTrainsTheAdaptersUnderSeededNoiseOnTheFrozenWeights) {
+  auto model = std::make_shared<TwoProjections>();
+  LoraOptions lora;
+  lora.r = 2;
+  lora.alpha = 3;
+  lora.targets = "fc[12]";
+  lora.init = LoraInit::kGaussian;
+  attach_lora(*model, lora, 5);
+  const double s = 1.5, rho = 0.3;
+  const at::Tensor w1 = model->fc1->weight.detach().clone(), b1 = model->fc1->bias.detach().clone();
+  const at::Tensor w2 = model->fc2->weight.detach().clone();
+  Tensors adapters;
+  for (const auto& p : model->parameters()) {
+    if (p.requires_grad()) adapters.push_back(p);
+  }
+  ASSERT_EQ(adapters.size(), 4u);  // A1, B1, A2, B2
+  const Tensors start = test::clone_all(adapters);
+  test::RunFacts facts = test::run_facts(9, 20);
+  facts.model = model;
+  auto flat = test::sam_variant(
+      "flat_lora", std::make_shared<torch::optim::SGD>(adapters, torch::optim::SGDOptions(0.05).momentum(0.9)),
+      {{"rho", rho}}, facts);
+  at::manual_seed(4);
+  const at::Tensor x = at::randn({16, 4}), y = at::randn({16, 2});
+  int calls = 0;
+  for (int64_t t = 0; t < 20; ++t) {
+    flat->step([&] {
+      ++calls;
+      flat->zero_grad();
+      at::Tensor loss = (model->forward(x.roll(t, 0)) - y).pow(2).mean();
+      loss.backward();
+      return loss.detach();
+    });
+  }
+  EXPECT_EQ(calls, 20) << "one pass a step";
+  EXPECT_TRUE(model->fc1->weight.equal(w1) && model->fc1->bias.equal(b1) && model->fc2->weight.equal(w2))
+      << "the frozen weights moved";
+
+  auto reference = [&](double noise_rho) {
+    Tensors expected = test::clone_all(start);
+    test::SgdReference sgd{0.05, 0.9, 0.0, {}};
+    for (int64_t t = 0; t < 20; ++t) {
+      const at::Tensor e1 = flat_lora_noise(w1, expected[0], expected[1], s, noise_rho, t, 20, 0, 9);
+      const at::Tensor e2 = flat_lora_noise(w2, expected[2], expected[3], s, noise_rho, t, 20, 1, 9);
+      const test::LossFn loss = [&](const Tensors& v) {
+        const at::Tensor xt = x.roll(t, 0);
+        const at::Tensor h = (xt.matmul((w1 + e1).t()) + b1 + s * xt.matmul(v[0].t()).matmul(v[1].t())).tanh();
+        return (h.matmul((w2 + e2).t()) + s * h.matmul(v[2].t()).matmul(v[3].t()) - y).pow(2).mean();
+      };
+      sgd.step(expected, test::gradient_at(loss, expected), {0.05, 0.05, 0.05, 0.05}, {0.0, 0.0, 0.0, 0.0});
+    }
+    return expected;
+  };
+  test::expect_close(adapters, reference(rho), 1e-6);
+  EXPECT_GT((adapters[1] - reference(0.0)[1]).abs().max().item<double>(), 1e-4) << "the noise changed the run";
+
+  // Evaluation and a forward outside a step see no noise: the adapted model as it is.
+  model->eval();
+  at::NoGradGuard no_grad;
+  const at::Tensor h = (x.matmul(w1.t()) + b1 + s * x.matmul(adapters[0].t()).matmul(adapters[1].t())).tanh();
+  const at::Tensor clean = h.matmul(w2.t()) + s * h.matmul(adapters[2].t()).matmul(adapters[3].t());
+  EXPECT_LT((model->forward(x) - clean).abs().max().item<double>(), 1e-6);
+  model->train();
+  EXPECT_LT((model->forward(x) - clean).abs().max().item<double>(), 1e-6);
+}
+
+TEST(RandomPerturbationTest, FlatLoraWithoutAdaptersIsRefusedNamingTheKey) {
+  auto model = std::make_shared<TwoProjections>();
+  std::vector<at::Tensor> params = model->parameters();
+  test::RunFacts facts = test::run_facts(9, 20);
+  facts.model = model;
+  test::expect_config_error(
+      [&] {
+        test::sam_variant("flat_lora", std::make_shared<torch::optim::SGD>(params, torch::optim::SGDOptions(0.1)),
+                          Json::object(), facts);
+      },
+      {"adapters.lora", "flat_lora"}, "no adapters");
 }
 
 }  // namespace

@@ -22,6 +22,19 @@ struct LoraShape {
   LoraInit init = LoraInit::kKaiming;
 };
 
+/// Noise an adapted layer adds to its frozen weight while it trains
+/// (Flat-LoRA), set by the algorithm that owns it: while `active`, row i of
+/// W gets N(0, (sigma ||W'_i|| / sqrt(in))^2) with W' = W + scaling B A,
+/// drawn row by row from noise_seed(run_seed, step, layer), so that any
+/// sharding draws what one process draws. It is regenerated in backward,
+/// never kept, and W itself is never changed.
+struct WeightNoise {
+  bool active = false;
+  uint64_t run_seed = 0;
+  int64_t step = 0;
+  double sigma = 0;
+};
+
 /// One matrix of an adapter, a module of its own so that its parameter reads
 /// as PEFT names it: `c_attn.lora_A.weight`.
 class AdapterMatrix : public torch::nn::Module {
@@ -56,6 +69,11 @@ class AdaptableLinear : public torch::nn::Module {
   void reattach_adapter_modules();
   bool merged() const { return merged_; }
 
+  /// Shares `noise` (null: none), this layer being the `layer`-th adapted one.
+  void set_weight_noise(std::shared_ptr<const WeightNoise> noise, int64_t layer);
+  /// The noise's standard deviation for each row of W [out, 1] at `noise`'s step.
+  at::Tensor noise_row_std() const;
+
   int64_t in_features() const { return weight.size(1); }
   int64_t out_features() const { return weight.size(0); }
 
@@ -63,8 +81,14 @@ class AdaptableLinear : public torch::nn::Module {
   std::shared_ptr<AdapterMatrix> lora_A, lora_B;  // null until attach_lora
 
  private:
+  at::Tensor noisy_base(const at::Tensor& x) const;
+
   LoraShape lora_;
   bool merged_ = false;
+  std::shared_ptr<const WeightNoise> noise_;
+  int64_t noise_layer_ = 0;
+  mutable int64_t row_std_step_ = -1;  // the step row_std_ is for: W + s B A is fixed through a step's microbatches
+  mutable at::Tensor row_std_;
 };
 
 }  // namespace basin
