@@ -1,10 +1,7 @@
-// Low-rank adapters ("adapters.lora") on the gpt and the llama: the adapted
-// model against the same model with W + (alpha/r) B A merged by hand, at the
-// start and after training; the base frozen to the bit under SAM and every
-// variant of its family; ddp and every ZeRO mode equal to one process;
-// exports (the merged model, the adapter in PEFT's layout, continued from
-// it); and, where PyPI's transformers and peft are installed, both read
-// back in Python with basin's logits.
+// Low-rank adapters ("adapters.lora") on the gpt and the llama: the adapted model against W + (alpha/r) B A
+// merged by hand, at the start and after training; the base frozen to the bit under every variant of the
+// family; ddp and every ZeRO mode equal to one process (SAM, Flat-LoRA); exports (merged, and the adapter
+// in PEFT's layout, continued from it); where PyPI's transformers and peft are, both read back in Python.
 #include <gtest/gtest.h>
 
 #include <cmath>
