@@ -223,6 +223,9 @@ TEST(CheckpointTest, ResumedLoraRunEqualsTheUninterruptedRunWhateverItsBaseFileH
   config["adapters"] = Json::parse(R"json({"lora": {"r": 4, "alpha": 8, "dropout": 0.1,
                                    "targets": "h\\.\\d+\\.(attn\\.c_attn|mlp\\.c_proj)"}})json");
   expect_resume_matches(config, 3, -1, [&] { export_base(7); });
+  // Flat-LoRA's noise, drawn from (seed, step, layer, row), is drawn again as the uninterrupted run drew it.
+  config["algorithms"] = Json::parse(R"({"flat_lora": {"rho": 0.3}})");
+  expect_resume_matches(config, 3, -1, [&] { export_base(8); });
 }
 
 // Every SAM-family algorithm resumes exactly: its moving averages (friendly_sam,

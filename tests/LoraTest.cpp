@@ -207,6 +207,7 @@ TEST_P(LoraModeTest, EveryParallelModeEqualsOneProcess) {
   const std::string corpus = corpus_file(dir);
   Json config = lora_job(corpus, kLlama, kLlamaTargets, {{"dropout", 0.0}});
   config["algorithms"] = {{GetParam(), {{"sync_ascent", true}}}};
+  if (GetParam() == "flat_lora") config["algorithms"]["flat_lora"]["rho"] = 0.5;  // noise well above the tolerance
   Json single = config;
   single["data"]["batch_size"] = 16;
   Trainer one(single);
@@ -229,7 +230,7 @@ TEST_P(LoraModeTest, EveryParallelModeEqualsOneProcess) {
     quiet["algorithms"]["flat_lora"]["rho"] = 1e-12;  // rho must be > 0
     Trainer without_noise(quiet);
     without_noise.fit();
-    EXPECT_GT(test::max_difference(test::weights_of(without_noise), reference), 1e-6);
+    EXPECT_GT(test::max_difference(test::weights_of(without_noise), reference), 1e-4);
   }
   config["data"]["batch_size"] = 8;
   for (const std::string mode : {"ddp", "zero1", "zero2", "zero3", "zero3 checkpointed"}) {

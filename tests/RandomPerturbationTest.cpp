@@ -40,6 +40,8 @@ TEST(RandomPerturbationTest, SeededNoiseIsTheSameWhicheverRowsARankDraws) {
   const at::Tensor many = seeded_normal_rows(seed, 0, 400, 250);
   EXPECT_NEAR(many.mean().item<double>(), 0.0, 0.01);
   EXPECT_NEAR(many.std().item<double>(), 1.0, 0.01);
+  EXPECT_NEAR((many.abs() < 1).to(at::kDouble).mean().item<double>(), 0.6827, 0.005) << "normal, not just unit variance";
+  EXPECT_NEAR((many.abs() < 2).to(at::kDouble).mean().item<double>(), 0.9545, 0.003);
   EXPECT_LT(std::abs(at::corrcoef(at::stack({many[0], many[1]}))[0][1].item<double>()), 0.25) << "rows are independent";
 }
 

@@ -34,6 +34,10 @@ class FlatLoRA : public SAM {
  public:
   explicit FlatLoRA(Params& params) : SAM(params) {
     if (adaptive()) params.fail("adaptive", "false (flat_lora's noise is scaled by each row of W + s B A)", Json(true));
+    if (params.has("perturb")) {
+      params.fail("perturb", "absent: flat_lora's noise is on every adapted layer (adapters.lora.targets chooses them)",
+                  params.raw("perturb"));
+    }
   }
   std::string name() const override { return "flat_lora"; }
 

@@ -57,7 +57,7 @@ class RWP : public SAM {
         const at::Tensor& p = group.params[j];
         if (p.dim() >= 2) continue;
         vector_squares.push_back(group.shares[j].counted_here ? p.detach().to(at::kFloat).pow(2).sum()
-                                                              : at::zeros({}, at::kFloat));
+                                                              : at::zeros({}, p.options().dtype(at::kFloat)));
       }
     }
     at::Tensor vector_norms;

@@ -71,8 +71,6 @@ class AdaptableLinear : public torch::nn::Module {
 
   /// Shares `noise` (null: none), this layer being the `layer`-th adapted one.
   void set_weight_noise(std::shared_ptr<const WeightNoise> noise, int64_t layer);
-  /// The noise's standard deviation for each row of W [out, 1] at `noise`'s step.
-  at::Tensor noise_row_std() const;
 
   int64_t in_features() const { return weight.size(1); }
   int64_t out_features() const { return weight.size(0); }
@@ -82,6 +80,8 @@ class AdaptableLinear : public torch::nn::Module {
 
  private:
   at::Tensor noisy_base(const at::Tensor& x) const;
+  /// The noise's standard deviation for each row of W [out, 1] at its step.
+  at::Tensor noise_row_std() const;
 
   LoraShape lora_;
   bool merged_ = false;

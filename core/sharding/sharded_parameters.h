@@ -43,8 +43,8 @@ class ShardedParameters {
   /// steps (once, not once a rank).
   bool counted_here(const at::Tensor& param);
   /// The first of the parameter's rows (along dim 0) that `param` (a model's
-  /// parameter or the tensor stepped for it) holds here: 0 but where it is
-  /// in rows. What a rule that draws noise row by row seeds each row by
+  /// parameter or the tensor stepped for it) holds here: 0 but for this
+  /// rank's rows of a parameter in rows. What a rule that draws noise row by row seeds each row by
   /// (RWP), so that every way of sharding draws what one process draws.
   virtual int64_t first_row(const at::Tensor& param) const = 0;
   /// Copies every parameter from its owner to all ranks.

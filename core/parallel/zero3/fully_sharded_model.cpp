@@ -171,11 +171,9 @@ const at::Tensor& FullyShardedModel::shard_of(const at::Tensor& param) const {
 }
 
 int64_t FullyShardedModel::first_row(const at::Tensor& param) const {
-  auto found = index_.find(param.unsafeGetTensorImpl());
-  if (found == index_.end()) {
-    found = shard_index_.find(param.unsafeGetTensorImpl());
-    if (found == shard_index_.end()) throw std::invalid_argument("zero3: not a parameter of the sharded model");
-  }
+  if (index_.count(param.unsafeGetTensorImpl()) != 0) return 0;  // the model's parameter: every row, when gathered
+  const auto found = shard_index_.find(param.unsafeGetTensorImpl());
+  if (found == shard_index_.end()) throw std::invalid_argument("zero3: not a parameter of the sharded model");
   const auto me = static_cast<std::size_t>(communicator_->rank());
   int64_t row = 0;
   for (std::size_t r = 0; r < me; ++r) row += rows_[found->second][r];

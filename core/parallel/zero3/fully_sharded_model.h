@@ -66,7 +66,8 @@ class FullyShardedModel : public UnitRunner {
   const std::vector<at::Tensor>& parameters() const { return full_; }
   const std::vector<at::Tensor>& shards() const { return shards_; }
   const at::Tensor& shard_of(const at::Tensor& param) const;
-  /// The first row this rank holds of `param`, a parameter or its shard.
+  /// The first row of `param` that this rank's shard of it holds (0 for the
+  /// model's parameter itself, which holds every row when gathered).
   int64_t first_row(const at::Tensor& param) const;
 
   /// The next backward is synced: its gradients go to the shards' owners.
