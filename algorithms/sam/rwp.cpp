@@ -19,7 +19,8 @@
 // zero3 each rank draws its own rows as one process would. The authors'
 // code draws fresh noise per rank from the global generator; here data
 // parallel ranks share one e, as SAM's synced ascent shares one. Cost: one
-// pass, the noise's draw, one copy of the parameters.
+// pass and the noise's draw; memory: the copy of w to restore, and e while
+// it is applied (about two parameter copies at the peak).
 #include <cmath>
 
 #include <ATen/ATen.h>
