@@ -54,7 +54,7 @@ struct Variant {
 std::vector<Variant> variants() {
   std::vector<Variant> out;
   for (const auto& name : basin::sam_family_registry().names()) {
-    if (name == "flat_lora") continue;  // it trains low-rank adapters, which this CNN has none of
+    if (name == "flat_lora" || name == "bi_lora") continue;  // they train low-rank adapters, which this CNN has none of
     out.push_back({name, name, basin::Json::object(), ""});
   }
   out.push_back({"esam, beta 1", "esam", {{"beta", 1.0}}, ""});

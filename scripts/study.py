@@ -65,8 +65,8 @@ SWEEP_METHODS = ["sgd", "sam"]  # run at every noise rate
 SCREEN_METHODS = ["esam", "saf", "wsam", "friendly_sam", "fisher_sam", "vasso", "ae_sam", "mesa"]  # one seed, main noise
 
 
-ADAPTERS_ONLY = {"flat_lora"}  # they train low-rank adapters, which the study's CNN has none of
-OWN_SCALE = {"rwp": {}}  # its noise scale is gamma (its default), not rho
+ADAPTERS_ONLY = {"flat_lora", "bi_lora"}  # they train low-rank adapters, which the study's CNN has none of
+OWN_SCALE = {"rwp": {}, "arwp": {}}  # their noise scale is gamma (its default), not rho
 
 
 def add_registered_variants(basin_train):

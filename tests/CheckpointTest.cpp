@@ -226,6 +226,9 @@ TEST(CheckpointTest, ResumedLoraRunEqualsTheUninterruptedRunWhateverItsBaseFileH
   // Flat-LoRA's noise, drawn from (seed, step, layer, row), is drawn again as the uninterrupted run drew it.
   config["algorithms"] = Json::parse(R"({"flat_lora": {"rho": 0.3}})");
   expect_resume_matches(config, 3, -1, [&] { export_base(8); });
+  // Bi-LoRA's auxiliary adapters travel in its state.
+  config["algorithms"] = Json::parse(R"({"bi_lora": {"rho": 0.3, "ascent_lr": 0.5}})");
+  expect_resume_matches(config, 3, -1, [&] { export_base(9); });
 }
 
 // Every SAM-family algorithm resumes exactly: its moving averages (friendly_sam,
@@ -437,6 +440,19 @@ TEST(CheckpointTest, ResumedZeroTwoRunEqualsTheUninterruptedRun) {
     config["optimizer"] = Json::parse(R"({"name": "adam", "lr": 0.01})");
     config["algorithms"] = Json::parse(algorithm);
     SCOPED_TRACE(algorithm);
+    expect_distributed_resume_matches(config, 3);
+  }
+}
+
+// ARWP's running squares live on the owners of the synced gradients (under
+// zero1 too, where the parameters are whole on every rank): the checkpoint
+// gathers every owner's.
+TEST(CheckpointTest, ResumedArwpRunUnderZeroOneAndTwoEqualsTheUninterruptedRun) {
+  for (const char* mode : {"zero1", "zero2"}) {
+    Json config = test::smoke_config();
+    config["parallel"] = {{"mode", mode}, {"timeout_seconds", 60}};
+    config["algorithms"] = Json::parse(R"({"arwp": {"gamma": 0.05, "eta": 10}})");
+    SCOPED_TRACE(mode);
     expect_distributed_resume_matches(config, 3);
   }
 }

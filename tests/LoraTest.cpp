@@ -208,6 +208,7 @@ TEST_P(LoraModeTest, EveryParallelModeEqualsOneProcess) {
   Json config = lora_job(corpus, kLlama, kLlamaTargets, {{"dropout", 0.0}});
   config["algorithms"] = {{GetParam(), {{"sync_ascent", true}}}};
   if (GetParam() == "flat_lora") config["algorithms"]["flat_lora"]["rho"] = 0.5;  // noise well above the tolerance
+  if (GetParam() == "bi_lora") config["algorithms"]["bi_lora"].update({{"rho", 0.5}, {"ascent_lr", 1.0}});
   Json single = config;
   single["data"]["batch_size"] = 16;
   Trainer one(single);
@@ -225,9 +226,9 @@ TEST_P(LoraModeTest, EveryParallelModeEqualsOneProcess) {
     }
   };
   expect_base_unmoved(reference, "one process");
-  if (GetParam() == "flat_lora") {  // its noise is on: without it the run ends elsewhere
+  if (GetParam() != "sam") {  // its perturbation is on: without it the run ends elsewhere
     Json quiet = single;
-    quiet["algorithms"]["flat_lora"]["rho"] = 1e-12;  // rho must be > 0
+    quiet["algorithms"][GetParam()]["rho"] = 1e-12;  // rho must be > 0
     Trainer without_noise(quiet);
     without_noise.fit();
     EXPECT_GT(test::max_difference(test::weights_of(without_noise), reference), 1e-4);
@@ -251,9 +252,10 @@ TEST_P(LoraModeTest, EveryParallelModeEqualsOneProcess) {
   EXPECT_GT(test::max_difference(gathered_in_bf16[0], initial), 0) << "the adapters trained";
 }
 
-// SAM on the adapters, and Flat-LoRA, whose noise on the frozen weights each
-// rank draws as one process does (under zero3 from the gathered unit).
-INSTANTIATE_TEST_SUITE_P(Algorithms, LoraModeTest, ::testing::Values("sam", "flat_lora"));
+// SAM on the adapters; Flat-LoRA, whose noise on the frozen weights each
+// rank draws as one process does (under zero3 from the gathered unit); and
+// Bi-LoRA, whose auxiliary adapters' gradients are averaged over the ranks.
+INSTANTIATE_TEST_SUITE_P(Algorithms, LoraModeTest, ::testing::Values("sam", "flat_lora", "bi_lora"));
 
 TEST(LoraTest, BadAdapterKeysAreRefusedNamingTheKey) {
   test::TempDir dir;

@@ -1,5 +1,5 @@
 // The members of the family that perturb at random instead of along the
-// gradient: RWP and Flat-LoRA against their rules written here with plain
+// gradient: RWP, ARWP and Flat-LoRA against their rules written here with plain
 // tensor ops and autograd over 20 steps, with the same seeded noise; the
 // noise itself (any split of the rows draws what the whole draws); and
 // every parallel mode equal to one process.
@@ -19,6 +19,7 @@
 #include "distributed_util.h"
 #include "sam_reference.h"
 #include "sam_variants.h"
+#include "two_projections.h"
 
 namespace basin {
 namespace {
@@ -53,20 +54,26 @@ struct BiasedProblem {
     x = at::randn({16, 4});
     y = at::randn({16, 2});
   }
-  at::Tensor loss(const Tensors& w, int64_t step) const {
-    const at::Tensor rolled = x.roll(step, 0);
-    return ((rolled.matmul(w[0]) + w[1]).tanh().matmul(w[2]) - y).pow(2).mean();
+  at::Tensor loss(const Tensors& w, int64_t step) const { return loss(w, step, 0, x.size(0)); }
+  /// Over `count` of the step's samples from `first` (a rank's share).
+  at::Tensor loss(const Tensors& w, int64_t step, int64_t first, int64_t count) const {
+    const at::Tensor rolled = x.roll(step, 0).narrow(0, first, count);
+    return ((rolled.matmul(w[0]) + w[1]).tanh().matmul(w[2]) - y.roll(step, 0).narrow(0, first, count)).pow(2).mean();
   }
   Tensors initial() const { return {at::randn({4, 3}), at::randn({3}), at::randn({3, 2})}; }
 };
 
 /// RWP's e: per row of a matrix gamma * ||w_row|| * n_row, over a vector gamma * ||w|| * n, n ~ N(0, I) seeded.
-Tensors rwp_noise(const Tensors& w, uint64_t seed, int64_t step, double gamma) {
+/// ARWP's, given the squared gradients' sums s: each row's scale over sqrt(1 + eta * its sum of s) (a
+/// vector's rows are its elements).
+Tensors rwp_noise(const Tensors& w, uint64_t seed, int64_t step, double gamma, const Tensors& squares = {},
+                  double eta = 0) {
   Tensors e;
   for (std::size_t i = 0; i < w.size(); ++i) {
     const int64_t rows = w[i].size(0), width = w[i].numel() / rows;
     const at::Tensor n = seeded_normal_rows(noise_seed(seed, step, static_cast<int64_t>(i)), 0, rows, width);
-    const at::Tensor scale = w[i].dim() >= 2 ? w[i].reshape({rows, width}).norm(2, {1}, true) : w[i].norm();
+    at::Tensor scale = w[i].dim() >= 2 ? w[i].reshape({rows, width}).norm(2, {1}, true) : w[i].norm();
+    if (!squares.empty()) scale = scale / (1 + eta * squares[i].reshape({rows, width}).sum(1, true)).sqrt();
     e.push_back((n * scale * gamma).view(w[i].sizes()));
   }
   return e;
@@ -112,6 +119,125 @@ TEST(RandomPerturbationTest, RwpStepsWithTheGradientAtFilterwiseNoiseInOnePass) 
   EXPECT_GT((w[0] - clean[0]).abs().max().item<double>(), 1e-4) << "the noise changed the run";
 }
 
+TEST(RandomPerturbationTest, ArwpShrinksEachRowsNoiseByItsRunningSquaredGradients) {
+  const BiasedProblem problem;
+  Tensors w = test::leaves(problem.initial());
+  const Tensors w0 = test::clone_all(w);
+  const double gamma = 0.2, eta = 0.5, beta = 0.9;
+  auto arwp = test::sam_variant("arwp", std::make_shared<torch::optim::SGD>(w, torch::optim::SGDOptions(0.1).momentum(0.9)),
+                                {{"gamma", gamma}, {"eta", eta}, {"beta", beta}}, test::run_facts(9));
+  int calls = 0;
+  for (int64_t t = 0; t < 20; ++t) {
+    arwp->step([&] {
+      ++calls;
+      arwp->zero_grad();
+      at::Tensor loss = problem.loss(w, t);
+      loss.backward();
+      return loss.detach();
+    });
+  }
+  EXPECT_EQ(calls, 20) << "one pass a step";
+
+  // The rule written out: RWP's noise over sqrt(1 + eta * row sums of s); s = g^2 first, then beta s + g^2.
+  auto reference = [&](bool adaptive) {
+    Tensors expected = test::clone_all(w0), squares;
+    test::SgdReference sgd{0.1, 0.9, 0.0, {}};
+    for (int64_t t = 0; t < 20; ++t) {
+      const test::LossFn loss = [&problem, t](const Tensors& v) { return problem.loss(v, t); };
+      const Tensors e = rwp_noise(expected, 9, t, gamma, adaptive ? squares : Tensors{}, eta);
+      const Tensors g = test::gradient_at(loss, test::moved(expected, e, 1.0));
+      for (std::size_t i = 0; i < g.size(); ++i) {
+        if (squares.size() <= i) squares.push_back(g[i] * g[i]);
+        else squares[i] = squares[i] * beta + g[i] * g[i];
+      }
+      sgd.step(expected, g, {0.1, 0.1, 0.1}, {0.0, 0.0, 0.0});
+    }
+    return expected;
+  };
+  test::expect_close(w, reference(true), 1e-6);
+  EXPECT_GT((w[0] - reference(false)[0]).abs().max().item<double>(), 1e-4) << "the adaptive scale changed the run";
+}
+
+// RWP's mixed form as its authors run it, on two ranks: rank 0 takes the
+// clean gradient of its half of the batch, rank 1 the perturbed one of its
+// half, their losses weighted 2 (1 - lambda) and 2 lambda, so that the
+// gradients' average over ranks is lambda g(w + e) + (1 - lambda) g(w);
+// against that mix written out.
+TEST(RandomPerturbationTest, RwpMixedFormTakesTheCleanAndThePerturbedGradientOnTwoHalvesOfTheRanks) {
+  const BiasedProblem problem;
+  const Tensors w0 = problem.initial();
+  const double gamma = 0.2, lambda = 0.7;
+  std::vector<Tensors> trained(2);
+  test::run_ranks(2, [&](int rank, std::shared_ptr<Communicator> communicator) {
+    Tensors w = test::leaves(w0);
+    State state;
+    state.seed = 9;
+    state.rank = rank;
+    state.world_size = 2;
+    state.communicator = communicator;
+    auto rwp = make_sam_optimizer("rwp", std::make_shared<torch::optim::SGD>(w, torch::optim::SGDOptions(0.1).momentum(0.9)),
+                                  {{"gamma", gamma}, {"mix", lambda}}, state);
+    for (int64_t t = 0; t < 20; ++t) {
+      rwp->step([&] {
+        rwp->zero_grad();
+        const at::Tensor loss = problem.loss(w, t, rank * 8, 8);
+        (loss * rwp->request().loss_weight).backward();
+        std::vector<at::Tensor> grads;
+        for (const auto& p : w) grads.push_back(p.grad());
+        communicator->all_reduce_sum(grads);  // in place: the ranks' average, as data-parallel training takes it
+        for (auto& g : grads) g.div_(2);
+        return loss.detach();
+      });
+    }
+    trained[static_cast<std::size_t>(rank)] = test::clone_all(w);
+  });
+
+  auto reference = [&](double perturbed_share) {
+    Tensors expected = test::clone_all(w0);
+    test::SgdReference sgd{0.1, 0.9, 0.0, {}};
+    for (int64_t t = 0; t < 20; ++t) {
+      const Tensors clean = test::gradient_at([&](const Tensors& v) { return problem.loss(v, t, 0, 8); }, expected);
+      const Tensors perturbed = test::gradient_at([&](const Tensors& v) { return problem.loss(v, t, 8, 8); },
+                                                  test::moved(expected, rwp_noise(expected, 9, t, gamma), 1.0));
+      Tensors mixed;
+      for (std::size_t i = 0; i < clean.size(); ++i) mixed.push_back(perturbed[i] * perturbed_share + clean[i] * (1 - perturbed_share));
+      sgd.step(expected, mixed, {0.1, 0.1, 0.1}, {0.0, 0.0, 0.0});
+    }
+    return expected;
+  };
+  const Tensors expected = reference(lambda);
+  test::expect_close(trained[0], expected, 1e-6);
+  test::expect_close(trained[1], expected, 1e-6);
+  EXPECT_GT((trained[0][0] - reference(0.5)[0]).abs().max().item<double>(), 1e-4) << "lambda weighs the halves";
+}
+
+// In the trainer: the replicas of the mixed form never drift under ddp,
+// zero1 and zero2 step as ddp does, lambda weighs the halves, and where it cannot run (one process, zero3's
+// gathered units) it is refused naming the key.
+TEST(RandomPerturbationTest, RwpMixedFormRunsUnderDdpZeroOneAndTwoAndIsRefusedElsewhere) {
+  Json config = test::sam_config("{}", "none");
+  config["algorithms"] = Json::parse(R"({"rwp": {"gamma": 0.05, "mix": 0.5}})");
+  config.erase("parallel");
+  test::expect_config_error([&] { Trainer one(config); }, {"algorithms.rwp.mix", "two halves"}, "one process");
+  config["data"]["batch_size"] = 16;
+  config["parallel"] = {{"mode", "ddp"}, {"timeout_seconds", 60}};
+  const auto ddp = test::train_on_ranks(2, config);
+  EXPECT_TRUE(ddp[0].size() == ddp[1].size() && test::max_difference(ddp[0], ddp[1]) == 0) << "the replicas drifted";
+  config["parallel"]["mode"] = "zero2";
+  EXPECT_LT(test::max_difference(test::train_on_ranks(2, config)[1], ddp[0]), 1e-5) << "zero2 against ddp";
+  config["parallel"]["mode"] = "zero1";
+  EXPECT_LT(test::max_difference(test::train_on_ranks(2, config)[1], ddp[0]), 1e-5) << "zero1 against ddp";
+  // The trainer's closure weights the halves' losses: another lambda trains elsewhere.
+  config["parallel"]["mode"] = "ddp";
+  config["algorithms"]["rwp"]["mix"] = 0.8;
+  EXPECT_GT(test::max_difference(test::train_on_ranks(2, config)[0], ddp[0]), 1e-5) << "lambda was not applied";
+  config["parallel"]["mode"] = "zero3";
+  test::expect_config_error([&] { test::train_on_ranks(2, config); }, {"algorithms.rwp.mix", "zero3"}, "zero3");
+  config["algorithms"] = Json::parse(R"({"arwp": {"mix": 0.5}})");
+  config["parallel"]["mode"] = "ddp";
+  test::expect_config_error([&] { test::train_on_ranks(2, config); }, {"mix", "arwp"}, "arwp");
+}
+
 TEST(RandomPerturbationTest, RwpRefusesRhoAndAdaptive) {
   const BiasedProblem problem;
   Tensors w = test::leaves(problem.initial());
@@ -124,9 +250,11 @@ TEST(RandomPerturbationTest, RwpRefusesRhoAndAdaptive) {
 // Every parallel mode draws the noise one process draws (zero3 each rank
 // its rows, the vectors' norms summed over ranks): two ranks equal one
 // process over the joined batch.
-TEST(RandomPerturbationTest, RwpUnderEveryModeEqualsOneProcess) {
+class RandomModeTest : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(RandomModeTest, UnderEveryModeEqualsOneProcess) {
   Json config = test::sam_config("{}", "none");
-  config["algorithms"] = Json::parse(R"({"rwp": {"gamma": 0.05}})");
+  config["algorithms"] = {{GetParam(), {{"gamma", 0.05}}}};
   config.erase("parallel");
   config["data"]["batch_size"] = 32;
   Trainer one(config);
@@ -143,17 +271,9 @@ TEST(RandomPerturbationTest, RwpUnderEveryModeEqualsOneProcess) {
   }
 }
 
-/// Two adaptable projections, a bias on the first: what flat_lora perturbs.
-class TwoProjections : public Model {
- public:
-  TwoProjections() {
-    at::manual_seed(21);
-    fc1 = register_module("fc1", std::make_shared<AdaptableLinear>(at::randn({5, 4}) * 0.5, at::randn({5}) * 0.1));
-    fc2 = register_module("fc2", std::make_shared<AdaptableLinear>(at::randn({2, 5}) * 0.5, at::Tensor()));
-  }
-  at::Tensor forward(const at::Tensor& x) override { return fc2->forward(fc1->forward(x).tanh()); }
-  std::shared_ptr<AdaptableLinear> fc1, fc2;
-};
+// RWP's noise, drawn on every rank; ARWP's, drawn by the owners of its running squares (zero1, zero2)
+// and gathered, or by each rank for its rows (zero3).
+INSTANTIATE_TEST_SUITE_P(Rules, RandomModeTest, ::testing::Values("rwp", "arwp"));
 
 /// Flat-LoRA's noise on layer l's W at step t, written out: row i of
 /// W' = W + s B A gives sigma_t ||W'_i|| / sqrt(in), sigma_t rising as (1 - cos(pi t / T)) / 2.
@@ -166,7 +286,7 @@ at::Tensor flat_lora_noise(const at::Tensor& w, const at::Tensor& a, const at::T
 }
 
 TEST(RandomPerturbationTest, FlatLoraTrainsTheAdaptersUnderSeededNoiseOnTheFrozenWeights) {
-  auto model = std::make_shared<TwoProjections>();
+  auto model = std::make_shared<test::TwoProjections>();
   LoraOptions lora;
   lora.r = 2;
   lora.alpha = 3;
@@ -176,10 +296,7 @@ TEST(RandomPerturbationTest, FlatLoraTrainsTheAdaptersUnderSeededNoiseOnTheFroze
   const double s = 1.5, rho = 0.3;
   const at::Tensor w1 = model->fc1->weight.detach().clone(), b1 = model->fc1->bias.detach().clone();
   const at::Tensor w2 = model->fc2->weight.detach().clone();
-  Tensors adapters;
-  for (const auto& p : model->parameters()) {
-    if (p.requires_grad()) adapters.push_back(p);
-  }
+  const Tensors adapters = model->trainable();
   ASSERT_EQ(adapters.size(), 4u);  // A1, B1, A2, B2
   const Tensors start = test::clone_all(adapters);
   test::RunFacts facts = test::run_facts(9, 20);
@@ -187,19 +304,10 @@ TEST(RandomPerturbationTest, FlatLoraTrainsTheAdaptersUnderSeededNoiseOnTheFroze
   auto flat = test::sam_variant(
       "flat_lora", std::make_shared<torch::optim::SGD>(adapters, torch::optim::SGDOptions(0.05).momentum(0.9)),
       {{"rho", rho}}, facts);
-  at::manual_seed(4);
-  const at::Tensor x = at::randn({16, 4}), y = at::randn({16, 2});
-  int calls = 0;
-  for (int64_t t = 0; t < 20; ++t) {
-    flat->step([&] {
-      ++calls;
-      flat->zero_grad();
-      at::Tensor loss = (model->forward(x.roll(t, 0)) - y).pow(2).mean();
-      loss.backward();
-      return loss.detach();
-    });
-  }
-  EXPECT_EQ(calls, 20) << "one pass a step";
+  const test::AdapterRegression data;
+  const at::Tensor& x = data.x;
+  const at::Tensor& y = data.y;
+  EXPECT_EQ(data.train(*flat, *model, 20), 20) << "one pass a step";
   EXPECT_TRUE(model->fc1->weight.equal(w1) && model->fc1->bias.equal(b1) && model->fc2->weight.equal(w2))
       << "the frozen weights moved";
 
@@ -232,7 +340,7 @@ TEST(RandomPerturbationTest, FlatLoraTrainsTheAdaptersUnderSeededNoiseOnTheFroze
 }
 
 TEST(RandomPerturbationTest, FlatLoraWithoutAdaptersIsRefusedNamingTheKey) {
-  auto model = std::make_shared<TwoProjections>();
+  auto model = std::make_shared<test::TwoProjections>();
   std::vector<at::Tensor> params = model->parameters();
   test::RunFacts facts = test::run_facts(9, 20);
   facts.model = model;

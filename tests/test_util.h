@@ -156,7 +156,7 @@ inline void expect_microbatches_match_one_batch(Json config) {
 }
 
 /// The members of the family that train low-rank adapters alone (LoraTest runs them).
-inline bool needs_adapters(const std::string& name) { return name == "flat_lora"; }
+inline bool needs_adapters(const std::string& name) { return name == "flat_lora" || name == "bi_lora"; }
 
 /// Each variant the SAM family registers (plain SAM aside, and those that need adapters), with config
 /// keys: some off their defaults (msam's m fits the smoke config's batch

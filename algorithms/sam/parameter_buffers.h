@@ -18,6 +18,11 @@ class ShardedParameters;
 class ParameterBuffers {
  public:
   explicit ParameterBuffers(std::string name) : name_(std::move(name)) {}
+  /// Buffers kept by the owners of their parameters alone, under any
+  /// sharding (ARWP's, from the synced gradients ZeRO-1 gives owners only):
+  /// checkpoints gather them from the owners (save_from_owners).
+  ParameterBuffers& held_by_owners() { return by_owners_ = true, *this; }
+  bool by_owners() const { return by_owners_; }
 
   /// The buffer of `param`: undefined until the rule sets it.
   at::Tensor& of(const at::Tensor& param) { return buffers_[param.unsafeGetTensorImpl()]; }
@@ -35,6 +40,7 @@ class ParameterBuffers {
 
  private:
   std::string name_;
+  bool by_owners_ = false;
   std::unordered_map<const c10::TensorImpl*, at::Tensor> buffers_;
 };
 

@@ -14,7 +14,7 @@ ParameterStates RuleState::parameters(const ParameterNumbering& numbering, Shard
   const bool on_owners = some_gradient_not_whole(shards, numbering.parameters());
   ParameterStates states = new_parameter_states();
   for (const ParameterBuffers* buffers : buffers_) {
-    if (on_owners) {
+    if (on_owners || (buffers->by_owners() && shards != nullptr)) {
       buffers->save_from_owners(states, numbering, *shards);
     } else {
       buffers->save(states, numbering);
@@ -31,6 +31,7 @@ StateDict RuleState::values() const {
   StateDict values = new_state_dict();
   for (const auto& [name, value] : counts_) values.insert(name, *value);
   for (const auto& [name, value] : numbers_) values.insert(name, *value);
+  for (const auto& [name, value] : tensors_) values.insert(name, value->detach().cpu().clone());
   return values;
 }
 
@@ -46,8 +47,15 @@ void RuleState::load_values(const StateDict& values) {
       throw std::invalid_argument("SAM state has no number '" + name + "'");
     }
   }
+  for (const auto& [name, value] : tensors_) {
+    if (!values.contains(name) || !values.at(name).isTensor() || !values.at(name).toTensor().sizes().equals(value->sizes())) {
+      throw std::invalid_argument("SAM state has no tensor '" + name + "' of shape " + c10::str(value->sizes()));
+    }
+  }
   for (const auto& [name, value] : counts_) *value = values.at(name).toInt();
   for (const auto& [name, value] : numbers_) *value = values.at(name).toDouble();
+  at::NoGradGuard no_grad;
+  for (const auto& [name, value] : tensors_) value->copy_(values.at(name).toTensor());
 }
 
 }  // namespace basin

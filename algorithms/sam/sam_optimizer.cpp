@@ -241,7 +241,9 @@ at::Tensor SAMOptimizer::one_pass_step(const LossClosure& closure) {
         }
       }
     }
-    loss = run_pass(Pass::kPlain, closure);
+    PassRequest request;
+    request.loss_weight = rule_->pass_loss_weight();
+    loss = run_pass(Pass::kPlain, closure, request);
     finite = gradients_finite(Pass::kPlain);
   } catch (...) {
     restore_weights(/*base_step_follows=*/false, /*collectives_allowed=*/false);
@@ -251,6 +253,11 @@ at::Tensor SAMOptimizer::one_pass_step(const LossClosure& closure) {
   if (!finite) {
     skip_step();
     return loss;
+  }
+  {
+    at::NoGradGuard no_grad;
+    auto pass = groups_with_grads();
+    rule_->adjust_descent(*this, pass);
   }
   base_step();
   return loss;

@@ -70,7 +70,8 @@ class SAMRule {
   /// LookSAM's reuse steps). Not asked with parts > 1 (mSAM).
   virtual bool descend(SAMOptimizer& /*step*/, std::vector<GroupView>& /*groups*/) { return true; }
   /// The descent gradients, last, before the base steps (GSAM, WSAM,
-  /// LookSAM). Under ZeRO-1 only the gradients this rank owns are averaged
+  /// LookSAM); for a rule without an ascent pass, its one pass's (Bi-LoRA
+  /// ascends its auxiliary adapters here). Under ZeRO-1 only the gradients this rank owns are averaged
   /// over ranks here: a reduction over all parameters is taken over shards
   /// (step.sum_over_shards).
   virtual void adjust_descent(SAMOptimizer& /*step*/, std::vector<GroupView>& /*groups*/) {}
@@ -79,6 +80,11 @@ class SAMRule {
   /// (gradients synced, BatchNorm statistics updated), restores w and steps
   /// the base with those gradients.
   virtual bool ascent_pass() const { return true; }
+  /// For a rule without an ascent pass, what its pass's loss is weighted by
+  /// on this rank before backward (PassRequest::loss_weight): RWP's mixed
+  /// form, 2 lambda on its perturbed ranks and 2 (1 - lambda) on its clean
+  /// ones, whose gradients the reduction averages into their mix.
+  virtual double pass_loss_weight() const { return 1; }
   /// True for a rule whose e is known on the owners alone under sharding
   /// (Momentum-SAM reads each shard's momentum on its owner): its
   /// perturbation's norm is taken over shards, and the owners' perturbed

@@ -45,6 +45,10 @@ struct PassRequest {
   bool backward = true;
   bool per_sample_losses = false;
   GradientSync sync = GradientSync::kWhereStepped;
+  /// The backward runs on the loss times this (the pass's reported loss is
+  /// the loss itself): RWP's mixed form weights its clean and its perturbed
+  /// ranks so that the average over ranks is their mix.
+  double loss_weight = 1;
 
   bool whole_batch() const { return parts == 1 && !samples.defined(); }
 };

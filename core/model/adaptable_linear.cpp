@@ -75,6 +75,9 @@ at::Tensor AdaptableLinear::noisy_base(const at::Tensor& x) const {
 at::Tensor AdaptableLinear::forward(const at::Tensor& x) const {
   const bool noisy = noise_ != nullptr && noise_->active && noise_->sigma > 0 && is_training() && !merged_;
   at::Tensor y = noisy ? noisy_base(x) : at::linear(x, weight, bias);
+  if (auxiliary_ != nullptr && *auxiliary_->armed && is_training() && !merged_) {
+    y = y + at::linear(at::linear(x, auxiliary_->A), auxiliary_->B) * auxiliary_->scaling;
+  }
   if (!lora_A || merged_) return y;
   const at::Tensor input = lora_.dropout > 0 ? at::dropout(x, lora_.dropout, is_training()) : x;
   return y + at::linear(at::linear(input, lora_A->weight), lora_B->weight) * lora_.scaling;

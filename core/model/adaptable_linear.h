@@ -35,6 +35,17 @@ struct WeightNoise {
   double sigma = 0;
 };
 
+/// A second low-rank adapter that an algorithm owns (Bi-LoRA's auxiliary
+/// module, which models SAM's perturbation of W by gradient ascent): while
+/// `*armed`, a training forward adds scaling * x A^T B^T (on the layer's
+/// input, as a change to W would). Not a submodule: no optimizer steps it,
+/// no export or state_dict holds it; its owner trains and saves it.
+struct AuxiliaryAdapter {
+  at::Tensor A, B;  // [r, in] and [out, r], leaves whose gradients the pass fills
+  double scaling = 1;
+  std::shared_ptr<const bool> armed;
+};
+
 /// One matrix of an adapter, a module of its own so that its parameter reads
 /// as PEFT names it: `c_attn.lora_A.weight`.
 class AdapterMatrix : public torch::nn::Module {
@@ -72,6 +83,10 @@ class AdaptableLinear : public torch::nn::Module {
   /// Shares `noise` (null: none), this layer being the `layer`-th adapted one.
   void set_weight_noise(std::shared_ptr<const WeightNoise> noise, int64_t layer);
 
+  /// Shares `adapter` (null: none).
+  void set_auxiliary_adapter(std::shared_ptr<const AuxiliaryAdapter> adapter) { auxiliary_ = std::move(adapter); }
+  const AuxiliaryAdapter* auxiliary_adapter() const { return auxiliary_.get(); }
+
   int64_t in_features() const { return weight.size(1); }
   int64_t out_features() const { return weight.size(0); }
 
@@ -86,6 +101,7 @@ class AdaptableLinear : public torch::nn::Module {
   LoraShape lora_;
   bool merged_ = false;
   std::shared_ptr<const WeightNoise> noise_;
+  std::shared_ptr<const AuxiliaryAdapter> auxiliary_;
   int64_t noise_layer_ = 0;
   mutable int64_t row_std_step_ = -1;  // the step row_std_ is for: W + s B A is fixed through a step's microbatches
   mutable at::Tensor row_std_;

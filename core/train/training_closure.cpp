@@ -106,7 +106,8 @@ at::Tensor TrainingClosure::operator()() {
     const bool syncs = (i + 1 == inputs.size() || sync_.every_microbatch) && request.sync != GradientSync::kNone;
     if (syncs && sync_.prepare) sync_.prepare(request.sync);
     try {
-      (state_.scaler ? state_.scaler->scale(state_.loss) : state_.loss).backward();
+      const at::Tensor weighted = request.loss_weight == 1 ? state_.loss : state_.loss * request.loss_weight;
+      (state_.scaler ? state_.scaler->scale(weighted) : weighted).backward();
       if (syncs && sync_.finish) sync_.finish(request.sync);
     } catch (...) {
       if (syncs && sync_.abandon) sync_.abandon();
