@@ -72,15 +72,32 @@ at::Tensor AdaptableLinear::noisy_base(const at::Tensor& x) const {
   return bias.defined() ? y + bias : y;  // apart: an undefined tensor cannot enter a custom function
 }
 
+namespace {
+
+/// y + scaling * (x A^T) B^T with the sum in the second product's GEMM
+/// (addmm), and the scale on B [out, r]: no [n, out] temporary besides the result.
+at::Tensor add_low_rank(const at::Tensor& y, const at::Tensor& x, const at::Tensor& a, const at::Tensor& b,
+                        double scaling) {
+  const at::Tensor h = at::linear(x, a);
+  const int64_t out = y.size(-1);
+  return at::addmm(y.reshape({-1, out}), h.reshape({-1, h.size(-1)}), (b * scaling).t()).view(y.sizes());
+}
+
+}  // namespace
+
 at::Tensor AdaptableLinear::forward(const at::Tensor& x) const {
   const bool noisy = noise_ != nullptr && noise_->active && noise_->sigma > 0 && is_training() && !merged_;
+  const bool auxiliary = auxiliary_ != nullptr && *auxiliary_->armed && is_training() && !merged_;
   at::Tensor y = noisy ? noisy_base(x) : at::linear(x, weight, bias);
-  if (auxiliary_ != nullptr && *auxiliary_->armed && is_training() && !merged_) {
-    y = y + at::linear(at::linear(x, auxiliary_->A), auxiliary_->B) * auxiliary_->scaling;
+  if (!lora_A || merged_) return auxiliary ? add_low_rank(y, x, auxiliary_->A, auxiliary_->B, auxiliary_->scaling) : y;
+  if (auxiliary && lora_.dropout == 0 && auxiliary_->scaling == lora_.scaling) {
+    // Both adapters see x alike: one product of rank r + r2, [A; A2] then [B, B2].
+    return add_low_rank(y, x, at::cat({lora_A->weight, auxiliary_->A.to(lora_A->weight.scalar_type())}),
+                        at::cat({lora_B->weight, auxiliary_->B.to(lora_B->weight.scalar_type())}, 1), lora_.scaling);
   }
-  if (!lora_A || merged_) return y;
+  if (auxiliary) y = add_low_rank(y, x, auxiliary_->A, auxiliary_->B, auxiliary_->scaling);
   const at::Tensor input = lora_.dropout > 0 ? at::dropout(x, lora_.dropout, is_training()) : x;
-  return y + at::linear(at::linear(input, lora_A->weight), lora_B->weight) * lora_.scaling;
+  return add_low_rank(y, input, lora_A->weight, lora_B->weight, lora_.scaling);
 }
 
 void AdaptableLinear::attach_lora(const LoraShape& shape, at::Generator& generator) {
