@@ -19,10 +19,13 @@ namespace basin::bench {
 /// llama: a Llama of 6 layers, 512 wide, 8 heads, 4 key and value heads,
 /// SwiGLU 1344 wide (basin's default 1376 would make it 50.2M), block 128,
 /// a vocabulary of 32000 and a head of its own (49.9M parameters, 32.8M of
-/// them the embedding and the head), on tokens.
+/// them the embedding and the head), on tokens. fortunes_gpt and
+/// fortunes_llama: the fortunes examples' models (examples/configs
+/// fortunes_gpt_sam.json: 4 blocks, 128 wide, bytes; fortunes_llama.json: 4
+/// layers, 128 wide, its BPE's 2048 ids), block 64.
 inline const std::vector<std::string>& model_names() {
   static const std::vector<std::string> names{"mlp", "mlp1024", "mlp2048", "mlp4096x3", "cnn", "cnn_contiguous", "resnet",
-                                              "gpt", "llama"};
+                                              "gpt", "llama", "fortunes_gpt", "fortunes_llama"};
   return names;
 }
 
@@ -35,8 +38,13 @@ constexpr int64_t kLlamaVocab = 32000;
 
 /// The vocabulary of a model trained on tokens, 0 for those trained on images.
 inline int64_t token_vocab(const std::string& model) {
+  if (model == "fortunes_gpt") return 256;
+  if (model == "fortunes_llama") return 2048;
   return model == "gpt" ? kGptVocab : model == "llama" ? kLlamaVocab : 0;
 }
+
+/// The window of a model trained on tokens.
+inline int64_t token_block(const std::string& model) { return model.rfind("fortunes_", 0) == 0 ? 64 : kGptBlock; }
 
 /// The "model" config of one of model_names().
 inline Json model_config(const std::string& model) {
@@ -46,6 +54,11 @@ inline Json model_config(const std::string& model) {
   if (model == "cnn_contiguous") return Json::parse(R"({"name": "cnn", "channels_last": false})");
   if (model == "mlp4096x3") return Json::parse(R"({"name": "mlp", "hidden": [4096, 4096, 4096]})");
   if (model == "gpt") return Json::parse(R"({"name": "gpt", "n_layer": 6, "n_head": 8, "n_embd": 512})");
+  if (model == "fortunes_gpt") return Json::parse(R"({"name": "gpt", "n_layer": 4, "n_head": 4, "n_embd": 128})");
+  if (model == "fortunes_llama") {
+    return Json::parse(R"({"name": "llama", "hidden_size": 128, "intermediate_size": 352, "num_hidden_layers": 4,
+                           "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 2048})");
+  }
   if (model == "llama") {
     return Json::parse(R"({"name": "llama", "hidden_size": 512, "intermediate_size": 1344, "num_hidden_layers": 6,
                            "num_attention_heads": 8, "num_key_value_heads": 4, "vocab_size": 32000,

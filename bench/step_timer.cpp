@@ -18,7 +18,11 @@
 // reuse, as in basin-train (core/base/memory_reuse.h). Prints one line:
 //   peer impl=... model=... batch=... threads=... median_ms=... min_ms=... steps=... torch=... peak_rss_mib=...
 // (peak_rss_mib: the process's peak resident memory, getrusage's ru_maxrss).
-// --batch counts samples: windows of 128 tokens for the gpt and the llama.
+// --batch counts samples: windows of 128 tokens for the gpt and the llama
+// (64 for the fortunes models). trainer_sam runs SAM (rho 0.05) or the
+// family member --algorithm with the keys --keys (JSON); --lora REGEX
+// trains LoRA adapters (r 8, alpha 16) on the projections it names, the
+// rest frozen (bench/adapter_costs.py).
 //
 // Data parallel and sharding (bench/ddp_peers.sh, bench/sharded_peers.sh):
 // run under basin-run with --parallel ddp, zero1, zero2 or zero3, the
@@ -70,6 +74,13 @@ double peak_rss_mib() {
   return static_cast<double>(usage.ru_maxrss) / 1024;  // kilobytes on Linux
 }
 
+/// What trains: SAM or another member of its family, on adapters or on everything.
+struct Method {
+  std::string algorithm = "sam";
+  std::string keys = "{}";
+  std::string lora;  // a targets regex; empty: no adapters
+};
+
 struct Parallel {
   std::string mode = "none";
   bool sync_ascent = false;
@@ -102,9 +113,9 @@ basin::Json optimizer_config(const std::string& optimizer) {
 
 // Random token ids below `vocab` as nanoGPT's train.bin holds them (raw
 // uint16), in a file of this process's own.
-std::string write_tokens(const std::string& name, int64_t samples, int64_t vocab) {
+std::string write_tokens(const std::string& name, int64_t samples, int64_t block, int64_t vocab) {
   const std::string path = "/tmp/basin-bench-" + name + "-" + std::to_string(::getpid()) + ".bin";
-  const int64_t count = samples * basin::bench::kGptBlock + 1;
+  const int64_t count = samples * block + 1;
   const at::Tensor ids = at::randint(0, vocab, {count}, at::TensorOptions(at::kInt)).to(at::kShort);
   std::ofstream file(path, std::ios::binary);
   file.write(static_cast<const char*>(ids.data_ptr()), count * 2);
@@ -115,20 +126,20 @@ std::string write_tokens(const std::string& name, int64_t samples, int64_t vocab
 // `tokens` data for the gpt or the llama, one window per sample; a test
 // split of one window, as the synthetic data's (the evaluation after the
 // timed steps is not what is measured).
-basin::Json token_data(int64_t samples, int64_t batch, int64_t vocab) {
+basin::Json token_data(int64_t samples, int64_t batch, int64_t block, int64_t vocab) {
   return {{"name", "tokens"},
-          {"train", write_tokens("train", samples, vocab)},
-          {"test", write_tokens("test", 1, vocab)},
-          {"block_size", basin::bench::kGptBlock},
+          {"train", write_tokens("train", samples, block, vocab)},
+          {"test", write_tokens("test", 1, block, vocab)},
+          {"block_size", block},
           {"vocab_size", vocab},
           {"batch_size", batch}};
 }
 
 std::vector<double> time_trainer(bool sam, const std::string& model, const std::string& optimizer, int64_t batch,
-                                 int64_t steps, int threads, const Parallel& parallel) {
+                                 int64_t steps, int threads, const Parallel& parallel, const Method& method) {
   const int64_t world = std::getenv("WORLD_SIZE") != nullptr ? std::atoll(std::getenv("WORLD_SIZE")) : 1;
   const int64_t vocab = basin::bench::token_vocab(model);
-  const basin::Json data = vocab > 0 ? token_data(batch * steps * world, batch, vocab)
+  const basin::Json data = vocab > 0 ? token_data(batch * steps * world, batch, basin::bench::token_block(model), vocab)
                                      : basin::Json{{"name", "synthetic"},
                                                    {"train_size", batch * steps * world},
                                                    {"test_size", 1},
@@ -142,7 +153,9 @@ std::vector<double> time_trainer(bool sam, const std::string& model, const std::
                         {"data", data},
                         {"model", basin::bench::model_config(model)},
                         {"optimizer", optimizer_config(optimizer)}};
-  if (sam) config["algorithms"] = {{"sam", {{"rho", 0.05}, {"sync_ascent", parallel.sync_ascent}}}};
+  if (sam && method.algorithm == "sam") config["algorithms"] = {{"sam", {{"rho", 0.05}, {"sync_ascent", parallel.sync_ascent}}}};
+  if (sam && method.algorithm != "sam") config["algorithms"] = {{method.algorithm, basin::Json::parse(method.keys)}};
+  if (!method.lora.empty()) config["adapters"] = {{"lora", {{"r", 8}, {"alpha", 16}, {"targets", method.lora}}}};
   if (parallel.mode != "none") config["parallel"] = {{"mode", parallel.mode}, {"overlap", parallel.overlap}};
   if (parallel.mixed_precision) config["precision"] = "amp_bf16";
   if (parallel.mixed_precision && parallel.mode == "zero3") {
@@ -224,6 +237,10 @@ int main(int argc, char** argv) {
   app.add_option("--overlap", parallel.overlap);
   app.add_option("--mixed-precision", parallel.mixed_precision);
   app.add_option("--checkpointing", parallel.checkpointing);
+  Method method;
+  app.add_option("--algorithm", method.algorithm);
+  app.add_option("--keys", method.keys);
+  app.add_option("--lora", method.lora);
   CLI11_PARSE(app, argc, argv);
   if ((parallel.mode != "none" || basin::bench::token_vocab(model) > 0) && impl.rfind("trainer", 0) != 0) {
     std::cerr << "--parallel and --model gpt or llama need a trainer impl (trainer_sgd, trainer_sam), not " << impl
@@ -234,14 +251,16 @@ int main(int argc, char** argv) {
   basin::set_compute_threads(threads);
   const bool sam = impl.find("sam") != std::string::npos;
   std::vector<double> ms = impl.rfind("trainer", 0) == 0
-                               ? time_trainer(sam, model, optimizer, batch, warmup + steps, threads, parallel)
+                               ? time_trainer(sam, model, optimizer, batch, warmup + steps, threads, parallel, method)
                                : time_optimizer(sam, model, optimizer, batch, warmup + steps);
   ms.erase(ms.begin(), ms.begin() + warmup);  // first steps allocate state and buffers
   std::vector<double> sorted = ms;
   std::sort(sorted.begin(), sorted.end());
   const std::size_t n = sorted.size();
   const double median = n % 2 == 1 ? sorted[n / 2] : (sorted[n / 2 - 1] + sorted[n / 2]) / 2;  // as Python's
-  std::cout << "peer impl=" << impl << " model=" << model << " batch=" << batch << " threads=" << threads
+  const std::string label = impl + (sam && method.algorithm != "sam" ? ":" + method.algorithm : "") +
+                            (method.lora.empty() ? "" : "+lora");
+  std::cout << "peer impl=" << label << " model=" << model << " batch=" << batch << " threads=" << threads
             << " median_ms=" << median << " min_ms=" << sorted.front() << " steps=" << ms.size()
             << " torch=" << basin::compat::torch_version() << " peak_rss_mib=" << peak_rss_mib() << std::endl;
   return 0;
