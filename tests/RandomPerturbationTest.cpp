@@ -19,6 +19,7 @@
 #include "distributed_util.h"
 #include "sam_reference.h"
 #include "sam_variants.h"
+#include "test_util.h"
 #include "two_projections.h"
 
 namespace basin {
@@ -339,17 +340,23 @@ TEST(RandomPerturbationTest, FlatLoraTrainsTheAdaptersUnderSeededNoiseOnTheFroze
   EXPECT_LT((model->forward(x) - clean).abs().max().item<double>(), 1e-6);
 }
 
-TEST(RandomPerturbationTest, FlatLoraWithoutAdaptersIsRefusedNamingTheKey) {
+TEST(RandomPerturbationTest, TheAdapterRulesWithoutAdaptersAreRefusedNamingTheKey) {
   auto model = std::make_shared<test::TwoProjections>();
   std::vector<at::Tensor> params = model->parameters();
   test::RunFacts facts = test::run_facts(9, 20);
   facts.model = model;
-  test::expect_config_error(
-      [&] {
-        test::sam_variant("flat_lora", std::make_shared<torch::optim::SGD>(params, torch::optim::SGDOptions(0.1)),
-                          Json::object(), facts);
-      },
-      {"adapters.lora", "flat_lora"}, "no adapters");
+  int checked = 0;
+  for (const auto& name : sam_family_registry().names()) {
+    if (!test::needs_adapters(name)) continue;
+    ++checked;
+    test::expect_config_error(
+        [&] {
+          test::sam_variant(name, std::make_shared<torch::optim::SGD>(params, torch::optim::SGDOptions(0.1)),
+                            Json::object(), facts);
+        },
+        {"adapters.lora", name}, name + " with no adapters");
+  }
+  EXPECT_EQ(checked, 2) << "flat_lora and bi_lora";
 }
 
 }  // namespace

@@ -73,11 +73,7 @@ class BiLoRA : public SAM {
   /// The main adapters stay at w; the perturbation is the auxiliary adapters, armed for this step's pass.
   std::vector<Perturbation> perturbation(SAMOptimizer& /*step*/, std::vector<GroupView>& groups) override {
     *armed_ = true;
-    std::vector<Perturbation> still(groups.size());
-    for (std::size_t k = 0; k < groups.size(); ++k) {
-      for (const auto& p : groups[k].params) still[k].directions.push_back(at::zeros_like(p));
-    }
-    return still;
+    return std::vector<Perturbation>(groups.size());  // scale 0: no directions needed
   }
 
   /// The step is final and its gradients finite: the auxiliary adapters ascend, then are clipped to rho.

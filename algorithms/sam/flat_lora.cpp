@@ -53,11 +53,7 @@ class FlatLoRA : public SAM {
     noise_->step = index;
     noise_->sigma = rho * rising;
     armed_ = true;
-    std::vector<Perturbation> still(groups.size());
-    for (std::size_t k = 0; k < groups.size(); ++k) {
-      for (const auto& p : groups[k].params) still[k].directions.push_back(at::zeros_like(p));
-    }
-    return still;
+    return std::vector<Perturbation>(groups.size());  // scale 0: no directions needed
   }
 
  protected:

@@ -32,7 +32,8 @@ void ParameterSwap::move(const std::vector<GroupView>& groups, const std::vector
     for (std::size_t j = 0; j < groups[k].params.size(); ++j) {
       at::Tensor param = groups[k].params[j];
       const bool mine = owns(param);
-      if (perturbation[k].scale != 0) {
+      // Scale 0 (a group at w) needs no directions; an undefined one leaves its parameter at w.
+      if (perturbation[k].scale != 0 && perturbation[k].directions[j].defined()) {
         if (mine) {
           at::Tensor& buffer = perturbed_.buffers()[b];
           at::add_out(buffer, param, perturbation[k].directions[j], perturbation[k].scale);

@@ -80,13 +80,8 @@ std::vector<Perturbation> RWP::perturbation(SAMOptimizer& step, std::vector<Grou
   at::Tensor vector_norms;
   if (!vector_squares.empty()) vector_norms = step.sum_over_shards(at::stack(vector_squares).to(step.device())).cpu().sqrt();
 
+  if (clean_rank_) return std::vector<Perturbation>(groups.size());  // the mixed form's clean half: at w
   std::vector<Perturbation> result(groups.size());
-  if (clean_rank_) {  // the mixed form's clean half: at w
-    for (std::size_t k = 0; k < groups.size(); ++k) {
-      for (const auto& p : groups[k].params) result[k].directions.push_back(at::zeros_like(p));
-    }
-    return result;
-  }
   int64_t parameter = 0, vector = 0;
   for (std::size_t k = 0; k < groups.size(); ++k) {
     result[k].scale = gamma_;
@@ -95,7 +90,7 @@ std::vector<Perturbation> RWP::perturbation(SAMOptimizer& step, std::vector<Grou
       const ParameterShare& share = groups[k].shares[j];
       const at::Tensor vector_norm = p.dim() >= 2 ? at::Tensor() : vector_norms[vector++];
       if (perturbs_on_owners() && !share.stepped_here) {  // its owner perturbs it, and the step gathers it here
-        result[k].directions.push_back(at::zeros_like(p));
+        result[k].directions.emplace_back();  // undefined: it stays at w here
         continue;
       }
       const int64_t rows = p.dim() == 0 ? 1 : p.size(0);
