@@ -50,6 +50,9 @@ METHODS = [
     ("momentum_sam", "Momentum-SAM", {"momentum_sam": {"rho": 0.3}}, 1, 1.0),
     ("late_sam", "late-phase SAM", {"sam": {"rho": 0.1, "start": 0.5}}, 1, 1.5),
     ("msam", "mSAM (m 4)", {"msam": {"rho": 0.1}}, 1, 1.9),  # the best of the screen below on its seed
+    # One pass at w + e, e random per row (their gamma picked from the screen's 0.01, 0.05, 0.1 on seed 0).
+    ("rwp", "RWP", {"rwp": {"gamma": 0.05}}, 1, 1.1),
+    ("arwp", "ARWP", {"arwp": {"gamma": 0.05}}, 1, 1.1),
     # The other variants, one seed each: a screen, to see whether one of them
     # beats the ones above (rho 0.1 as SAM's here, else their defaults).
     ("esam", "ESAM", {"esam": {"rho": 0.1}}, 1, 1.8),
@@ -60,13 +63,21 @@ METHODS = [
     ("vasso", "VaSSO", {"vasso": {"rho": 0.1}}, 1, 2.0),
     ("ae_sam", "AE-SAM", {"ae_sam": {"rho": 0.1}}, 1, 1.2),
     ("mesa", "MESA", {"mesa": {"start_epoch": 5}}, 1, 1.5),
+    ("gcsam", "GCSAM", {"gcsam": {"rho": 0.1}}, 1, 2.0),
+    ("rwp_gamma_0.01", "RWP (gamma 0.01)", {"rwp": {"gamma": 0.01}}, 1, 1.1),  # their papers' default
+    ("rwp_gamma_0.1", "RWP (gamma 0.1)", {"rwp": {"gamma": 0.1}}, 1, 1.1),
 ]
 SWEEP_METHODS = ["sgd", "sam"]  # run at every noise rate
-SCREEN_METHODS = ["esam", "saf", "wsam", "friendly_sam", "fisher_sam", "vasso", "ae_sam", "mesa"]  # one seed, main noise
+SCREEN_METHODS = ["esam", "saf", "wsam", "friendly_sam", "fisher_sam", "vasso", "ae_sam", "mesa", "gcsam",
+                  "rwp_gamma_0.01", "rwp_gamma_0.1"]
+# The MLP uses each weight once per sample, so drawing a random perturbation
+# (a normal per weight a step) costs there nearly what its step does; basin's
+# small CNN reuses its filters at every position. The one-pass methods'
+# cost question is asked again on it: the same data, keys and seeds.
+CNN_CHECK = {"model": {"name": "cnn"}, "methods": ["sgd", "sam", "rwp", "arwp"]}  # one seed, main noise
 
 
-ADAPTERS_ONLY = {"flat_lora", "bi_lora"}  # they train low-rank adapters, which the study's CNN has none of
-OWN_SCALE = {"rwp": {}, "arwp": {}}  # their noise scale is gamma (its default), not rho
+ADAPTERS_ONLY = {"flat_lora", "bi_lora"}  # they train low-rank adapters, which the study's MLP has none of
 
 
 def add_registered_variants(basin_train):
@@ -76,9 +87,9 @@ def add_registered_variants(basin_train):
     known = {name for name, *_ in METHODS}
     for name in json.loads(listed.stdout)["sam_family"]:
         if name not in known and name not in ADAPTERS_ONLY:
-            METHODS.append((name, name, {name: OWN_SCALE.get(name, {"rho": 0.1})}, 1, 2.0))
+            METHODS.append((name, name, {name: {"rho": 0.1}}, 1, 2.0))
             SCREEN_METHODS.append(name)
-CALIBRATION_EPOCHS = 2  # of each method, after SGD's, for the cost figures
+CALIBRATION_EPOCHS = 10  # of each method, after SGD's, for the cost figures (an MLP epoch is a fifth of a second)
 NOISE_RATES = [0.0, 0.2, 0.4, 0.6]
 MAIN_NOISE = 0.4
 SEEDS = [0, 1, 2]
@@ -86,6 +97,7 @@ SEEDS = [0, 1, 2]
 SMOKE = {
     "base": {"max_epochs": 2, "data": {"train_subset": 512, "eval_batch_size": 1000}},
     "methods": ["sgd", "sam", "looksam", "ae_sam"],
+    "cnn_methods": ["sgd", "rwp"],
     "noise_rates": [0.0, 0.4],
     "seeds": [0],
 }
@@ -169,6 +181,15 @@ def plan(root, smoke):
             for seed in seeds[:1] if method in SCREEN_METHODS else seeds:
                 runs.append(Run(method, noise, seed, root, base))
     return runs
+
+
+def cnn_plan(root, smoke):
+    """CNN_CHECK's runs: the main noise rate, every seed, the MLP replaced by the CNN."""
+    base = merged(BASE_CONFIG, SMOKE["base"]) if smoke else merged(BASE_CONFIG, {})
+    base["model"] = dict(CNN_CHECK["model"])
+    seeds = SMOKE["seeds"] if smoke else SEEDS
+    methods = SMOKE["cnn_methods"] if smoke else CNN_CHECK["methods"]
+    return [Run(method, MAIN_NOISE, seed, os.path.join(root, "cnn"), base) for method in methods for seed in seeds]
 
 
 def minutes(seconds):
@@ -295,6 +316,10 @@ def summarize(runs):
     return groups
 
 
+def seconds_text(seconds):
+    return f"{seconds:.0f} s" if seconds >= 10 else f"{seconds:.1f} s"
+
+
 def fmt(mean, spread):
     return f"{100 * mean:.1f} ± {100 * spread:.1f}"
 
@@ -358,7 +383,7 @@ def update_readme(path, text):
     print(f"study: wrote the tables into {path}", flush=True)
 
 
-# Eleven lines must stay apart: the baselines dark, SAM and its two-pass
+# Thirteen lines must stay apart: the baselines dark, SAM and its two-pass
 # variants solid, the cheaper ones dashed.
 LINE_STYLES = {
     "sgd": "lw 3 lc rgb 'black'",
@@ -372,6 +397,8 @@ LINE_STYLES = {
     "esam": "lw 2 lc rgb '#6b6b00' dt 5",
     "saf": "lw 2 lc rgb '#9400d3' dt 3",
     "msam": "lw 2 lc rgb '#882255'",
+    "rwp": "lw 2 lc rgb '#44aa99' dt 2",
+    "arwp": "lw 2 lc rgb '#999933' dt 4",
 }
 
 
@@ -435,21 +462,22 @@ set grid
     subprocess.run(["gnuplot"], input=script, text=True, cwd=out_dir, check=True)
 
 
-# Where scripts/lm_study.py's section of results.md begins: this study rewrites what comes before.
-OTHER_STUDIES = "<!-- language-model study"
+# Where scripts/lm_study.py's sections of results.md begin: this study rewrites what comes before the first.
+OTHER_STUDIES = ("<!-- language-model study", "<!-- fine-tuning study")
 
 
 def kept_sections(path):
-    """The other studies' sections of results.md (from OTHER_STUDIES on), kept when this one rewrites its own."""
+    """The other studies' sections of results.md (from the first of OTHER_STUDIES on), kept when this one
+    rewrites its own."""
     if not os.path.exists(path):
         return ""
     with open(path) as f:
         text = f.read()
-    at = text.find(OTHER_STUDIES)
-    return "" if at < 0 else "\n" + text[at:]
+    found = [at for at in (text.find(marker) for marker in OTHER_STUDIES) if at >= 0]
+    return "\n" + text[min(found):] if found else ""
 
 
-def write_report(runs, out_dir, smoke, notes_path, timing, readme=None):
+def write_report(runs, out_dir, smoke, notes_path, timing, readme=None, cnn=None):
     os.makedirs(out_dir, exist_ok=True)
     groups = summarize(runs)
     noise_rates = sorted({n for (_, n) in groups})
@@ -466,8 +494,9 @@ def write_report(runs, out_dir, smoke, notes_path, timing, readme=None):
     add("")
     kept = kept_sections(os.path.join(out_dir, "results.md"))
     if kept:
-        add("A second study follows this one: [SAM on a small language model, and forgetting]"
-            "(#results-sam-on-a-small-language-model-and-forgetting) (`scripts/lm_study.py`).")
+        add("Two studies follow this one (`scripts/lm_study.py`): [SAM on a small language model, and forgetting]"
+            "(#results-sam-on-a-small-language-model-and-forgetting), and [fine-tuning through adapters]"
+            "(#results-fine-tuning-through-adapters).")
         add("")
     config = runs[0].config
     add(f"**Setup.** Fashion-MNIST (the Debian package), a {config['data']['train_subset']}-sample training subset "
@@ -547,12 +576,12 @@ plot {series}""")
         epoch_s = total_s / epochs
         reach = [first_reach(r, target) for r in g["runs"]]
         reached = [training_seconds(m, e, epochs, timing) for e in reach if e is not None]
-        reach_text = (f"{statistics.mean(reached):.0f} s ({len(reached)} of {len(reach)} seeds)" if reached
+        reach_text = (f"{seconds_text(statistics.mean(reached))} ({len(reached)} of {len(reach)} seeds)" if reached
                       else "never")
         cost = cost_over_sgd(m, epochs, len(sgd["runs"][0]["curve"]), timing)
         table.append((m, g["label"], statistics.mean(finals), cost, reach_text))
         add(f"| {g['label']} | {keys(m)} | {fmt(*mean_spread(finals))} | {fmt(*mean_spread(peaks))} | {epoch_s:.2f} | "
-            f"{total_s:.0f} | {cost:.2f} | {reach_text} |")
+            f"{total_s:.1f} | {cost:.2f} | {reach_text} |")
     add("")
     if screened:
         seed = min(r.seed for r in runs if r.method in screened)
@@ -562,7 +591,8 @@ plot {series}""")
         add("")
         on_seed = "; ".join(f"{groups[(m, main)]['label']} {100 * seed_final(runs, m, main, seed):.1f}"
                             for m in methods if seed_final(runs, m, main, seed) is not None)
-        add(f"A screen: seed {seed} alone, rho 0.1 as SAM's here or the variant's default (the keys say which). "
+        add(f"A screen: seed {seed} alone, rho 0.1 as SAM's here or the variant's default, and RWP at its papers' gamma "
+            f"and at twice the one above (the keys say which). "
             f"Between seeds the final accuracy of the methods above moves by up to {100 * widest:.1f} points, so a "
             f"difference under that says little. The "
             f"methods above on seed {seed}: {on_seed}.")
@@ -574,6 +604,8 @@ plot {series}""")
             add(f"| {groups[(m, main)]['label']} | {keys(m)} | {100 * run['final']:.1f} | {100 * run['peak']:.1f} | "
                 f"{cost_over_sgd(m, len(run['curve']), len(sgd['runs'][0]['curve']), timing):.2f} |")
         add("")
+    if cnn:
+        lines += cnn_section(*cnn, main)
     add(f"![test accuracy per epoch at {100 * main:.0f}% noise](epochs.png)")
     add("")
     add(f"![accuracy against relative cost at {100 * main:.0f}% noise](cost.png)")
@@ -627,6 +659,30 @@ plot {points}""", size="900,520")
     print(f"study: wrote {os.path.join(out_dir, 'results.md')} and its plots", flush=True)
 
 
+def cnn_section(runs, timing, main):
+    """The report's lines for CNN_CHECK: final and peak accuracy and cost over SGD on the CNN."""
+    groups = summarize(runs)
+    methods = [m for m in CNN_CHECK["methods"] + SMOKE["cnn_methods"] if (m, main) in groups]
+    methods = list(dict.fromkeys(methods))
+    seeds = sorted({r.seed for r in runs})
+    sgd_epochs = len(groups[("sgd", main)]["runs"][0]["curve"])
+    lines = ["### The one-pass methods on a CNN", "",
+             f"The MLP uses each weight once per sample, so RWP's draw of a normal per weight a step costs there "
+             f"nearly what the step does. The same runs with the MLP replaced by basin's small CNN "
+             f"(`{json.dumps(CNN_CHECK['model'])}`: two 3x3 convolutions of 32 and 64 channels, a hidden layer of "
+             f"128; models/cnn.cpp), which reuses its filters at every position; every other setting and key as "
+             f"above, {len(seeds)} seed{'s' if len(seeds) > 1 else ''}, timed as above.", "",
+             "| method on the CNN | keys | final | peak | s / epoch | cost / SGD |", "| --- | --- | --- | --- | --- | --- |"]
+    for m in methods:
+        g = groups[(m, main)]["runs"]
+        epochs = len(g[0]["curve"])
+        lines.append(f"| {groups[(m, main)]['label']} | {keys(m)} | {fmt(*mean_spread([r['final'] for r in g]))} | "
+                     f"{fmt(*mean_spread([r['peak'] for r in g]))} | {timing[m]['seconds_per_epoch']:.2f} | "
+                     f"{cost_over_sgd(m, epochs, sgd_epochs, timing):.2f} |")
+    lines.append("")
+    return lines
+
+
 def notes_section(notes_path, smoke):
     """The hand-written "What it shows" from notes_path, as report lines (none for a smoke run)."""
     if not notes_path or not os.path.exists(notes_path) or smoke:
@@ -657,16 +713,19 @@ def main():
     root = args.runs or (os.path.join(args.out, "runs") if args.smoke else os.path.join("runs", "study"))
     add_registered_variants(os.path.abspath(args.basin_train))
     runs = plan(root, args.smoke)
+    cnn_runs = cnn_plan(root, args.smoke)
     if not args.report_only:
         try:
-            run_all(runs, os.path.abspath(args.basin_train), args.jobs)
+            run_all(runs + cnn_runs, os.path.abspath(args.basin_train), args.jobs)
         except KeyboardInterrupt:
             sys.exit("study: interrupted; the runs finished are kept and a running one resumes from its last "
                      "checkpoint when the study is started again")
-    timing = calibrate(runs, root, os.path.abspath(args.basin_train), 1 if args.smoke else CALIBRATION_EPOCHS,
-                       args.report_only)
+    epochs = 1 if args.smoke else CALIBRATION_EPOCHS
+    timing = calibrate(runs, root, os.path.abspath(args.basin_train), epochs, args.report_only)
+    cnn_timing = calibrate(cnn_runs, os.path.join(root, "cnn"), os.path.abspath(args.basin_train), epochs,
+                           args.report_only)
     notes = os.path.join(os.path.dirname(os.path.abspath(__file__)), "study_notes.md")
-    write_report(runs, args.out, args.smoke, notes, timing, args.readme)
+    write_report(runs, args.out, args.smoke, notes, timing, args.readme, (cnn_runs, cnn_timing))
 
 
 if __name__ == "__main__":
