@@ -114,7 +114,7 @@ def fine_tune_config(pretrained, seed, steps):
     config = merged(base, FINE_TUNE)
     config.update({"seed": seed, "threads": 1, "init_from": pretrained, "algorithms": {},
                    "log_every": 10})  # update: the example's SAM replaced, not merged
-    del config["max_steps"]  # the example's pretraining length: the epoch decides
+    config.pop("max_steps", None)  # the example's pretraining length: the epoch decides
     if steps is not None:
         config["max_steps"] = steps
     config["data"] = merged(base["data"], {"train": train, "test": test})
@@ -323,7 +323,7 @@ def write_adapters_report(results, out_dir, smoke, notes_path):
     adapter_parameters = 16 * LORA["r"] * model["n_embd"] * model["n_layer"]
     add(f"**Setup.** The fortunes GPTs pretrained above with {base_label} (one per seed) fine-tuned on the licence "
         f"texts ({LICENCE_TEST} held out) for {steps} steps{'' if smoke else ' (one epoch)'}, batch and schedule as part 2's, five ways: full "
-        f"fine-tuning (part 2's runs: AdamW lr {FINE_TUNE['optimizer']['lr']}, weight decay "
+        f"fine-tuning (part 2's recipe, its runs made again with this part's: AdamW lr {FINE_TUNE['optimizer']['lr']}, weight decay "
         f"{FINE_TUNE['optimizer']['weight_decay']}); LoRA ({lora}, dropout 0, on every projection of every block: "
         f"`{LORA['targets']}`, {4 * model['n_layer']} matrices, {adapter_parameters} parameters trained) with AdamW at lr {ADAPTER_LR} and no weight decay, the base frozen; "
         f"and SAM, Flat-LoRA and Bi-LoRA over those adapters, rho 0.05 each (their papers' value; the rest their "

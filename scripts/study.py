@@ -258,8 +258,10 @@ def calibrate(runs, root, basin_train, epochs, report_only=False):
     if os.path.exists(path):
         with open(path) as f:
             measured = json.load(f)
-    # A method that starts late is timed from its start (older files timed its plain epochs too).
-    todo = [m for m in methods if m not in measured or (delayed(m) and not measured[m].get("from_start"))]
+    # A method that starts late is timed from its start (older files timed its plain epochs too); a
+    # timing over another number of epochs than this study's is redone.
+    todo = [m for m in methods if m not in measured or measured[m].get("epochs") != epochs
+            or (delayed(m) and not measured[m].get("from_start"))]
     if not todo:
         return measured
     if report_only:
@@ -282,7 +284,7 @@ def calibrate(runs, root, basin_train, epochs, report_only=False):
             run.execute(basin_train)
             seconds[name] = statistics.mean(r["train_seconds"] for r in run.epoch_records())
         measured[method] = {"seconds_per_epoch": seconds[method], "over_sgd": seconds[method] / seconds["sgd"],
-                            "from_start": True}
+                            "from_start": True, "epochs": epochs}
         print(f"study: timed {method}: {seconds[method]:.2f} s an epoch, {measured[method]['over_sgd']:.2f} of SGD's",
               flush=True)
         with open(path, "w") as f:
@@ -365,8 +367,8 @@ def glance(groups, noise_rates, sweep, table, main, over, target, screened):
     lines.append(f"Mean ± standard deviation over {over}. Cost / SGD: training time over SGD's, each method timed "
                  f"alone. Time to reach SGD's best: training time until the clean test accuracy first reaches the "
                  f"mean of SGD's per-seed peaks ({100 * target:.1f}%; picked with the test set, so optimistic), for "
-                 f"the seeds that do." + (f" The other {len(screened)} variants, one seed each, are in "
-                                           f"docs/results.md." if screened else ""))
+                 f"the seeds that do." + (f" A screen of {len(screened)} more (the other variants, and RWP at other "
+                                           f"gammas), one seed each, is in docs/results.md." if screened else ""))
     return "\n".join(lines)
 
 
@@ -493,10 +495,12 @@ def write_report(runs, out_dir, smoke, notes_path, timing, readme=None, cnn=None
     add("Written by `bash scripts/study.sh`" + (" --smoke" if smoke else "") + "; every number below comes from its runs.")
     add("")
     kept = kept_sections(os.path.join(out_dir, "results.md"))
-    if kept:
-        add("Two studies follow this one (`scripts/lm_study.py`): [SAM on a small language model, and forgetting]"
-            "(#results-sam-on-a-small-language-model-and-forgetting), and [fine-tuning through adapters]"
-            "(#results-fine-tuning-through-adapters).")
+    following = [link for marker, link in zip(OTHER_STUDIES, (
+        "[SAM on a small language model, and forgetting](#results-sam-on-a-small-language-model-and-forgetting)",
+        "[fine-tuning through adapters](#results-fine-tuning-through-adapters)")) if marker in kept]
+    if following:
+        add(("Two studies follow" if len(following) > 1 else "A second study follows") + " this one "
+            "(`scripts/lm_study.py`): " + ", and ".join(following) + ".")
         add("")
     config = runs[0].config
     add(f"**Setup.** Fashion-MNIST (the Debian package), a {config['data']['train_subset']}-sample training subset "
@@ -556,8 +560,10 @@ plot {series}""")
     add(f"Seconds are training time (evaluation aside) per epoch, measured after the runs one process at a time, "
         f"each method right after SGD over {calibration_epochs} epoch{'s' if calibration_epochs > 1 else ''} (the runs' own clocks "
         f"depend on what ran beside them); the totals are those times the method's epochs. \"Cost / SGD\" is the "
-        f"method's time over that of the SGD run timed right before it, so it can differ by a percent or two from the "
-        f"ratio of the seconds columns. \"Reaches SGD's best\": the training time until the test accuracy first "
+        f"method's time over that of the SGD run timed right before it, so it can differ from the ratio of the "
+        f"seconds columns: the SGD runs' timings move by up to a fifth between pairs here (an epoch of this MLP "
+        f"takes a fifth of a second), so costs within 0.2 of each other do not order two methods. "
+        f"\"Reaches SGD's best\": the training time until the test accuracy first "
         f"reaches SGD's best, the mean of its seeds' peaks ({100 * target:.1f}%, itself picked with the test set; "
         f"the seeds peak at different epochs, so it lies above the top of SGD's mean curve), "
         f"for the seeds that do. The methods that start late (late-phase SAM, SAF, MESA) are timed once started; "
@@ -722,10 +728,12 @@ def main():
                      "checkpoint when the study is started again")
     epochs = 1 if args.smoke else CALIBRATION_EPOCHS
     timing = calibrate(runs, root, os.path.abspath(args.basin_train), epochs, args.report_only)
-    cnn_timing = calibrate(cnn_runs, os.path.join(root, "cnn"), os.path.abspath(args.basin_train), epochs,
-                           args.report_only)
+    cnn = None  # runs from before the CNN's part have none: their report goes without it
+    if all(r.done() for r in cnn_runs):
+        cnn = (cnn_runs, calibrate(cnn_runs, os.path.join(root, "cnn"), os.path.abspath(args.basin_train), epochs,
+                                   args.report_only))
     notes = os.path.join(os.path.dirname(os.path.abspath(__file__)), "study_notes.md")
-    write_report(runs, args.out, args.smoke, notes, timing, args.readme, (cnn_runs, cnn_timing))
+    write_report(runs, args.out, args.smoke, notes, timing, args.readme, cnn)
 
 
 if __name__ == "__main__":

@@ -20,6 +20,9 @@ void ParameterSwap::move(const std::vector<GroupView>& groups, const std::vector
                              std::to_string(k));
     }
   }
+  bool any_moved = false;
+  for (const auto& p : perturbation) any_moved = any_moved || p.scale != 0;
+  if (!any_moved) return;  // every group at w (Flat-LoRA, Bi-LoRA, a clean rank): no copies to hold
   std::vector<at::Tensor> own;
   for (const auto& g : groups) {
     for (const auto& p : g.params) {
