@@ -74,7 +74,7 @@ SCREEN_METHODS = ["esam", "saf", "wsam", "friendly_sam", "fisher_sam", "vasso", 
 # (a normal per weight a step) costs there nearly what its step does; basin's
 # small CNN reuses its filters at every position. The one-pass methods'
 # cost question is asked again on it: the same data, keys and seeds.
-CNN_CHECK = {"model": {"name": "cnn"}, "methods": ["sgd", "sam", "rwp", "arwp"]}  # one seed, main noise
+CNN_CHECK = {"model": {"name": "cnn"}, "methods": ["sgd", "sam", "rwp", "arwp"]}  # every seed, main noise
 
 
 ADAPTERS_ONLY = {"flat_lora", "bi_lora"}  # they train low-rank adapters, which the study's MLP has none of
@@ -668,8 +668,7 @@ plot {points}""", size="900,520")
 def cnn_section(runs, timing, main):
     """The report's lines for CNN_CHECK: final and peak accuracy and cost over SGD on the CNN."""
     groups = summarize(runs)
-    methods = [m for m in CNN_CHECK["methods"] + SMOKE["cnn_methods"] if (m, main) in groups]
-    methods = list(dict.fromkeys(methods))
+    methods = [m for m in CNN_CHECK["methods"] if (m, main) in groups]  # the smoke run's are among them
     seeds = sorted({r.seed for r in runs})
     sgd_epochs = len(groups[("sgd", main)]["runs"][0]["curve"])
     lines = ["### The one-pass methods on a CNN", "",
