@@ -12,15 +12,16 @@
 // file's ids; without it the files' ids simply join. A file that is not
 // UTF-8 is refused, naming it and the offset of its first bad byte (what
 // Python's open() refuses too): basin never guesses an encoding. The ids are
-// stored as int32; the vocabulary is the tokenizer's.
+// held in memory as int32; the vocabulary is the tokenizer's. Bytes are not
+// held: each file is memory-mapped as it lies on disk.
 //
 // "train" and "test" are a file, a folder (its files, by name) or a list of
 // either; their bytes are joined in that order. Without "test", the last
 // "test_fraction" of the train bytes (default 0.1) is held out, a tail no
 // training window reaches. Each split is tiled with windows of block_size + 1
 // bytes starting every block_size bytes: x is a window's first block_size
-// bytes, y the same shifted by one, [N, block_size], views of the bytes
-// stored once (batches carry them as int64). The tiling is fixed, so the
+// bytes, y the same shifted by one, [N, block_size], cut from the stream as
+// batches are gathered (batches carry them as int64). The tiling is fixed, so the
 // run's seed, shuffling, sharding across ranks and resume apply to windows
 // as they do to any other samples.
 #include <cerrno>
@@ -51,15 +52,21 @@ void append_file(const Params& params, const std::string& key, const fs::path& f
   if (in.bad()) throw ConfigError("config key '" + params.path_of(key) + "': reading '" + file.string() + "' failed");
 }
 
-/// The bytes of `files`, joined, as a uint8 tensor.
-at::Tensor read_bytes(const Params& params, const std::string& key, const std::vector<fs::path>& files) {
-  std::string bytes;
-  for (const fs::path& file : files) append_file(params, key, file, bytes);
-  return at::from_blob(bytes.data(), {static_cast<int64_t>(bytes.size())}, at::kByte).clone();
+/// The bytes of `files`, joined, each file mapped as it lies on disk.
+TokenStream read_bytes(const Params& params, const std::string& key, const std::vector<fs::path>& files) {
+  TokenStream bytes;
+  for (const fs::path& file : files) {
+    try {
+      bytes.append_file(file, TokenType::kUint8);
+    } catch (const std::runtime_error& unmapped) {
+      throw ConfigError("config key '" + params.path_of(key) + "': " + unmapped.what());
+    }
+  }
+  return bytes;
 }
 
-/// The ids of `files`' texts, each followed by `eos` (when not -1), joined, as an int32 tensor.
-at::Tensor read_tokens(const Params& params, const std::string& key, const std::vector<fs::path>& files,
+/// The ids of `files`' texts, each followed by `eos` (when not -1), joined, held as int32.
+TokenStream read_tokens(const Params& params, const std::string& key, const std::vector<fs::path>& files,
                        tokenizer::Tokenizer& tokenizer, int32_t eos) {
   std::vector<int32_t> ids;
   std::string text;
@@ -78,7 +85,9 @@ at::Tensor read_tokens(const Params& params, const std::string& key, const std::
     ids.insert(ids.end(), encoded.begin(), encoded.end());
     if (eos >= 0) ids.push_back(eos);
   }
-  return at::from_blob(ids.data(), {static_cast<int64_t>(ids.size())}, at::kInt).clone();
+  TokenStream stream;
+  stream.append(at::from_blob(ids.data(), {static_cast<int64_t>(ids.size())}, at::kInt));
+  return stream;
 }
 
 std::shared_ptr<DataSplits> text_corpus(Params& params, int64_t /*seed*/) {

@@ -2,8 +2,6 @@
 
 #include <algorithm>
 
-#include <ATen/ATen.h>
-
 namespace basin {
 namespace token_windows {
 
@@ -46,13 +44,12 @@ std::string named(const Params& params, const std::string& key, const std::vecto
   return text;
 }
 
-TensorDataset windows(const at::Tensor& tokens, int64_t block, const std::string& where, const std::string& unit) {
-  if (tokens.size(0) < block + 1) {
-    throw ConfigError(where + " holds " + std::to_string(tokens.size(0)) + " " + unit +
+TensorDataset windows(const TokenStream& tokens, int64_t block, const std::string& where, const std::string& unit) {
+  if (tokens.size() < block + 1) {
+    throw ConfigError(where + " holds " + std::to_string(tokens.size()) + " " + unit +
                       "; expected at least block_size + 1 = " + std::to_string(block + 1));
   }
-  const at::Tensor tiles = tokens.unfold(0, block + 1, block);  // [N, block + 1], a view
-  return TensorDataset(tiles.slice(1, 0, block), tiles.slice(1, 1, block + 1));
+  return TensorDataset(tokens, block);
 }
 
 DataSplits split_windows(Params& params, const StreamReader& read, const std::string& unit) {
@@ -60,24 +57,24 @@ DataSplits split_windows(Params& params, const StreamReader& read, const std::st
   if (block == 0) params.fail("block_size", "a positive number of " + unit + " per window", params.raw("block_size"));
   if (!params.has("train")) params.fail("train", "a file, a folder or a list of them", Json());
   const auto train_files = files_of(params, "train");
-  at::Tensor train = read("train", train_files);
+  TokenStream train = read("train", train_files);
   DataSplits splits;
   if (params.has("test")) {
     const auto test_files = files_of(params, "test");
     splits.test = windows(read("test", test_files), block, named(params, "test", test_files), unit);
   } else {
     const double fraction = params.number("test_fraction", 0.1, 0.0, 1.0);
-    const auto held = static_cast<int64_t>(static_cast<double>(train.size(0)) * fraction);
+    const auto held = static_cast<int64_t>(static_cast<double>(train.size()) * fraction);
     if (fraction <= 0.0 || fraction >= 1.0 || held < block + 1) {
       throw ConfigError("config key '" + params.path_of("test_fraction") + "': " + std::to_string(fraction) + " of " +
-                        std::to_string(train.size(0)) + " " + unit + " holds " + std::to_string(held) +
+                        std::to_string(train.size()) + " " + unit + " holds " + std::to_string(held) +
                         " for the test split; expected between 0 and 1, and at least block_size + 1 = " +
                         std::to_string(block + 1) + " " + unit + " (or give \"test\" files)");
     }
-    const int64_t kept = train.size(0) - held;
-    splits.test = windows(train.slice(0, kept), block,
+    const int64_t kept = train.size() - held;
+    splits.test = windows(train.slice(kept, train.size()), block,
                           named(params, "train", train_files) + "'s last " + std::to_string(held) + " " + unit, unit);
-    train = train.slice(0, 0, kept);
+    train = train.slice(0, kept);
   }
   splits.train = windows(train, block, named(params, "train", train_files), unit);
   splits.info.input_shape = {block};

@@ -8,9 +8,8 @@
 #include <string>
 #include <vector>
 
-#include <ATen/core/Tensor.h>
-
 #include "basin/core/data/dataset.h"
+#include "basin/core/data/token_stream.h"
 
 namespace basin {
 namespace token_windows {
@@ -22,16 +21,15 @@ std::vector<std::filesystem::path> files_of(Params& params, const std::string& k
 /// "config key 'data.train': 'a.txt'" (and how many more files), for messages.
 std::string named(const Params& params, const std::string& key, const std::vector<std::filesystem::path>& files);
 
-/// `tokens` (1-D) tiled with windows of block + 1, one every block tokens: x
-/// a window's first block tokens, y the same shifted by one. Both are views
-/// of `tokens`, which is stored once, in its dtype. A ConfigError from
-/// `where` when `tokens` is shorter than one window (`unit` names a token:
-/// "bytes", "tokens").
-TensorDataset windows(const at::Tensor& tokens, int64_t block, const std::string& where, const std::string& unit);
+/// `tokens` tiled with windows of block + 1, one every block tokens: x a
+/// window's first block tokens, y the same shifted by one, cut from the
+/// stream as batches are gathered. A ConfigError from `where` when `tokens`
+/// is shorter than one window (`unit` names a token: "bytes", "tokens").
+TensorDataset windows(const TokenStream& tokens, int64_t block, const std::string& where, const std::string& unit);
 
 /// Reads a split's token stream from the files at `key` (a ConfigError names
 /// the key and the file).
-using StreamReader = std::function<at::Tensor(const std::string& key, const std::vector<std::filesystem::path>& files)>;
+using StreamReader = std::function<TokenStream(const std::string& key, const std::vector<std::filesystem::path>& files)>;
 
 /// The data section's "block_size", "train", and "test" or "test_fraction"
 /// read into windowed splits: "test" files when given, else the last

@@ -1,6 +1,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <set>
 
 #include <ATen/ATen.h>
@@ -51,6 +52,46 @@ TEST(DataPipelineTest, EpochOrderIsASeededPermutationThatChangesPerEpoch) {
   for (int64_t i = 0; i < 1000; ++i) ASSERT_EQ(sorted[i], i);
   const auto plain = epoch_order(5, 5, 3, false);
   EXPECT_EQ(plain, (std::vector<int64_t>{0, 1, 2, 3, 4}));
+}
+
+TEST(DataPipelineTest, AComputedEpochOrderIsASeededPermutationReadByPosition) {
+  // Sizes at, below and just past the Feistel domain's powers of four, where cycle walking does the most.
+  for (const int64_t size : {1, 2, 3, 4, 5, 17, 64, 65, 1000, 4097}) {
+    const EpochOrder order(size, 5, 0, /*shuffle=*/true, /*computed=*/true);
+    const auto all = order.take(0, size);
+    auto sorted = all;
+    std::sort(sorted.begin(), sorted.end());
+    for (int64_t i = 0; i < size; ++i) ASSERT_EQ(sorted[static_cast<std::size_t>(i)], i) << "size " << size;
+    // Read by position: any slice of positions is the same slice of the whole order (a rank's share, a resumed step's).
+    const int64_t first = size / 3, count = size - first;
+    const auto part = order.take(first, count);
+    EXPECT_EQ(part, std::vector<int64_t>(all.begin() + first, all.end())) << "size " << size;
+    EXPECT_EQ(all, EpochOrder(size, 5, 0, true, true).take(0, size)) << "the same on every rank and resume";
+  }
+  const int64_t n = 100000;
+  const auto e0 = EpochOrder(n, 5, 0, true, true).take(0, n);
+  EXPECT_NE(e0, EpochOrder(n, 5, 1, true, true).take(0, n));
+  EXPECT_NE(e0, EpochOrder(n, 6, 0, true, true).take(0, n));
+  // Shuffled, not shifted: few samples keep their position (1 expected of a uniform permutation), and the
+  // order is uncorrelated with the position (|r| of a uniform one is about 1 / sqrt(n) = 0.003).
+  int64_t fixed = 0;
+  double sum_xy = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    fixed += e0[static_cast<std::size_t>(i)] == i;
+    sum_xy += static_cast<double>(i) * static_cast<double>(e0[static_cast<std::size_t>(i)]);
+  }
+  const double mean = (n - 1) / 2.0, variance = (static_cast<double>(n) * n - 1) / 12.0;
+  const double correlation = (sum_xy / n - mean * mean) / variance;
+  EXPECT_LT(fixed, 10);
+  EXPECT_LT(std::abs(correlation), 0.02);
+  // Neighbours in the order are not neighbours in the data: within n/100 of each other about 2% of the time.
+  int64_t near = 0;
+  for (int64_t i = 0; i + 1 < n; ++i) near += std::abs(e0[static_cast<std::size_t>(i + 1)] - e0[static_cast<std::size_t>(i)]) < n / 100;
+  EXPECT_LT(near, n * 3 / 100);
+  // Unshuffled it is the identity; held, it is epoch_order's permutation.
+  EXPECT_EQ(EpochOrder(5, 5, 3, false, true).take(0, 5), (std::vector<int64_t>{0, 1, 2, 3, 4}));
+  EXPECT_EQ(EpochOrder(1000, 5, 2, true, false).take(0, 1000), epoch_order(1000, 5, 2, true));
+  EXPECT_THROW(EpochOrder(10, 5, 0, true, true).take(8, 3), std::out_of_range);
 }
 
 TEST(DataPipelineTest, SubsetIsDeterministicAndDistinct) {

@@ -15,6 +15,7 @@
 #include "basin/core/config/config.h"
 #include "basin/core/config/config_error.h"
 #include "basin/core/data/dataset.h"
+#include "basin/core/data/token_stream.h"
 #include "python_models.h"
 #include "test_paths.h"
 #include "test_util.h"
@@ -38,13 +39,15 @@ at::Tensor expected_window(const std::string& bytes, int64_t k, int64_t block, i
 void expect_windows(const TensorDataset& split, const std::string& bytes, int64_t block) {
   const int64_t count = (static_cast<int64_t>(bytes.size()) - 1) / block;
   ASSERT_EQ(split.size(), count);
-  ASSERT_EQ(split.inputs().sizes(), (std::vector<int64_t>{count, block}));
-  ASSERT_EQ(split.targets().sizes(), (std::vector<int64_t>{count, block}));
-  // Stored once, a byte per byte: x and y are views of one stream.
-  EXPECT_EQ(split.inputs().scalar_type(), at::kByte);
-  EXPECT_TRUE(split.inputs().is_alias_of(split.targets()));
+  // Not held: the files are mapped as they lie, a byte per byte, and windows are cut as batches are gathered.
+  ASSERT_TRUE(split.windowed());
+  EXPECT_TRUE(split.per_token());
+  EXPECT_EQ(split.stream().held_bytes(), 0);
+  EXPECT_GE(split.stream().mapped_bytes(), static_cast<int64_t>(bytes.size()));
   // Batches carry int64 ids, in gathered order.
   const Batch all = split.slice(0, count);
+  ASSERT_EQ(all.inputs.sizes(), (std::vector<int64_t>{count, block}));
+  ASSERT_EQ(all.targets.sizes(), (std::vector<int64_t>{count, block}));
   EXPECT_EQ(all.inputs.scalar_type(), at::kLong);
   EXPECT_EQ(all.targets.scalar_type(), at::kLong);
   for (int64_t k = 0; k < count; ++k) {
@@ -84,7 +87,7 @@ TEST(TextDataTest, AFolderOrAListJoinsItsFilesInOrder) {
   const DataSplits from_list = read({{"train", Json::array({dir.file("corpus/a.txt"), dir.file("corpus/b.txt"), dir.file("more.txt")})},
                                      {"test", dir.file("more.txt")},
                                      {"block_size", 5}});
-  EXPECT_TRUE(from_list.train.inputs().equal(from_folder.train.inputs()));
+  EXPECT_TRUE(from_list.train.slice(0, from_list.train.size()).inputs.equal(from_folder.train.slice(0, from_folder.train.size()).inputs));
 }
 
 TEST(TextDataTest, WithoutTestFilesTheTailIsHeldOutAndNoTrainingWindowReachesIt) {

@@ -1,11 +1,14 @@
 // Token data for language models: "tokens" files (raw uint16/uint32 ids as
-// nanoGPT writes them, or a torch.save'd 1-D tensor) cut into windows;
-// "tensors" with integer x and [N, T] y; what does not fit refused naming the
+// nanoGPT writes them, or a torch.save'd 1-D tensor) cut into windows,
+// raw files mapped and joined into one stream whose pages do not stay
+// resident; "tensors" with integer x and [N, T] y; what does not fit refused naming the
 // key and the file; and a gpt trained by basin-train on token files, its
 // records carrying perplexity and next-token accuracy.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <string>
 
@@ -14,6 +17,7 @@
 #include "basin/core/config/config.h"
 #include "basin/core/config/config_error.h"
 #include "basin/core/data/dataset.h"
+#include "basin/core/data/token_stream.h"
 #include "basin/core/serialization/torch_save_file.h"
 #include "basin/core/train/trainer.h"
 #include "test_paths.h"
@@ -48,8 +52,7 @@ DataSplits read(const Json& data) {
 void expect_windows(const TensorDataset& split, const std::vector<int64_t>& ids, int64_t block) {
   const int64_t count = (static_cast<int64_t>(ids.size()) - 1) / block;
   ASSERT_EQ(split.size(), count);
-  EXPECT_EQ(split.inputs().scalar_type(), at::kInt) << "ids are stored as int32, once";
-  EXPECT_TRUE(split.inputs().is_alias_of(split.targets()));
+  ASSERT_TRUE(split.windowed()) << "windows are cut from the stream as batches are gathered";
   const Batch all = split.slice(0, count);
   ASSERT_EQ(all.inputs.scalar_type(), at::kLong);
   for (int64_t k = 0; k < count; ++k) {
@@ -88,6 +91,64 @@ TEST(TokenDataTest, RawIdsOfEitherWidthAndSavedTensorsAreCutIntoWindows) {
   std::vector<int64_t> both = train;
   both.insert(both.end(), {5, 6, 7, 8});
   expect_windows(joined.train, both, 8);
+  // Raw files are mapped, not held; a saved tensor is held, as int32.
+  EXPECT_EQ(narrow.train.stream().held_bytes(), 0);
+  EXPECT_EQ(narrow.train.stream().mapped_bytes(), 2 * 203);
+  EXPECT_EQ(joined.train.stream().held_bytes(), 4 * 4);
+}
+
+TEST(TokenDataTest, AFolderOfFilesIsOneStreamWhoseWindowsStraddleTheFiles) {
+  // Files shorter than a window, and an empty one, join the stream like any other; the held-out tail of
+  // test_fraction starts inside a file.
+  test::TempDir dir;
+  std::filesystem::create_directory(dir.file("shards"));
+  const std::vector<std::vector<int64_t>> shards = {ramp(10, 7, 60000), ramp(3, 11, 60000), {}, ramp(50, 13, 60000)};
+  std::vector<int64_t> all;
+  for (std::size_t i = 0; i < shards.size(); ++i) {
+    write_raw(dir.file("shards/" + std::to_string(i) + ".bin"), shards[i], 2);
+    all.insert(all.end(), shards[i].begin(), shards[i].end());
+  }
+  const DataSplits splits = read({{"train", dir.file("shards")}, {"block_size", 4}, {"test_fraction", 0.3}});
+  const auto kept = static_cast<std::ptrdiff_t>(all.size() - static_cast<std::size_t>(0.3 * static_cast<double>(all.size())));
+  expect_windows(splits.train, std::vector<int64_t>(all.begin(), all.begin() + kept), 4);
+  expect_windows(splits.test, std::vector<int64_t>(all.begin() + kept, all.end()), 4);
+  EXPECT_EQ(splits.train.stream().mapped_bytes(), 2 * static_cast<int64_t>(all.size()));
+  // Gathered in any order, a window is the same.
+  const Batch picked = splits.train.gather({2, 0, 2});
+  EXPECT_TRUE(picked.inputs[0].equal(picked.inputs[2]));
+  EXPECT_EQ(picked.inputs[0][0].item<int64_t>(), all[8]);
+  EXPECT_EQ(picked.targets[0][3].item<int64_t>(), all[12]) << "the window of ids 8 to 12 spans the first three files";
+}
+
+/// This process's resident memory, in KiB (VmRSS: file pages included, as top shows it).
+int64_t resident_kib() {
+  std::ifstream status("/proc/self/status");
+  std::string line;
+  while (std::getline(status, line)) {
+    if (line.rfind("VmRSS:", 0) == 0) return std::stoll(line.substr(6));
+  }
+  return -1;
+}
+
+TEST(TokenDataTest, ReadingEveryPartOfAStreamDoesNotKeepItResident) {
+  // A 256 MiB corpus (sparse: it costs no disk) read whole, window after window: without handing its
+  // pages back, the process would end up holding all of it.
+  test::TempDir dir;
+  constexpr int64_t kBytes = int64_t{256} << 20, kWindow = int64_t{64} << 10;
+  std::ofstream(dir.file("big.bin")).close();
+  std::filesystem::resize_file(dir.file("big.bin"), kBytes);
+  TokenStream stream;
+  stream.append_file(dir.file("big.bin"), TokenType::kUint8);
+  ASSERT_EQ(stream.size(), kBytes);
+  const int64_t before = resident_kib();
+  ASSERT_GT(before, 0);
+  std::vector<int64_t> window(static_cast<std::size_t>(kWindow));
+  int64_t largest = 0;
+  for (int64_t at = 0; at + kWindow <= kBytes; at += kWindow) {
+    stream.read(at, kWindow, window.data());
+    if (at % (int64_t{4} << 20) == 0) largest = std::max(largest, resident_kib() - before);
+  }
+  EXPECT_LT(largest, 100 << 10) << "KiB resident beyond the start, at most, while reading 256 MiB";
 }
 
 void expect_refused(const Json& data, const std::vector<std::string>& words) {

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <numeric>
 #include <stdexcept>
+#include <string>
 
 #include "basin/core/base/random.h"
 
@@ -52,6 +53,58 @@ std::vector<int64_t> epoch_order(int64_t size, uint64_t seed, int64_t epoch, boo
   }
   Rng rng(seed, kEpochStream + static_cast<uint64_t>(epoch));
   return permutation(size, rng);
+}
+
+namespace {
+constexpr int kFeistelRounds = 6;
+
+uint64_t mixed(uint64_t z) {  // SplitMix64's finalizer
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+  return z ^ (z >> 31);
+}
+}  // namespace
+
+EpochOrder::EpochOrder(int64_t size, uint64_t seed, int64_t epoch, bool shuffle, bool computed)
+    : size_(size), shuffle_(shuffle) {
+  if (!shuffle) return;
+  if (!computed) {
+    held_ = epoch_order(size, seed, epoch, true);
+    return;
+  }
+  while ((int64_t{1} << (2 * half_bits_)) < size) ++half_bits_;
+  Rng rng(seed, kEpochStream + static_cast<uint64_t>(epoch));
+  for (int round = 0; round < kFeistelRounds; ++round) keys_.push_back(rng.next());
+}
+
+int64_t EpochOrder::at(int64_t position) const {
+  if (!shuffle_) return position;
+  if (!held_.empty()) return held_[static_cast<std::size_t>(position)];
+  // A balanced Feistel network permutes [0, 2^(2h)); applied again until the
+  // value lands below size_, it permutes [0, size_) (cycle walking; the
+  // domain is under 4 * size_, so under 4 rounds of walking on average).
+  const uint64_t mask = (uint64_t{1} << half_bits_) - 1;
+  auto x = static_cast<uint64_t>(position);
+  do {
+    uint64_t left = x >> half_bits_, right = x & mask;
+    for (uint64_t key : keys_) {
+      const uint64_t next = left ^ (mixed(right ^ key) & mask);
+      left = right;
+      right = next;
+    }
+    x = (left << half_bits_) | right;
+  } while (x >= static_cast<uint64_t>(size_));
+  return static_cast<int64_t>(x);
+}
+
+std::vector<int64_t> EpochOrder::take(int64_t first, int64_t count) const {
+  if (first < 0 || count < 0 || first + count > size_) {
+    throw std::out_of_range("EpochOrder::take: positions [" + std::to_string(first) + ", " +
+                            std::to_string(first + count) + ") of " + std::to_string(size_));
+  }
+  std::vector<int64_t> samples(static_cast<std::size_t>(count));
+  for (int64_t i = 0; i < count; ++i) samples[static_cast<std::size_t>(i)] = at(first + i);
+  return samples;
 }
 
 }  // namespace basin

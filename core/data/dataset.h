@@ -1,6 +1,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
@@ -23,17 +24,29 @@ struct DatasetInfo {
   std::string tokenizer;  // the tokenizer.json a text corpus was tokenized with; empty for bytes or ids
 };
 
+class TokenStream;
+
 /// Samples held in memory: inputs [N, ...] (float, or integer ids for models
 /// that start with an embedding), targets [N] class indices or [N, T] token
-/// ids. Ids may be stored narrow (uint8, int32) and as views of one token
-/// stream (a language corpus's windows overlap by a token); batches carry
-/// them as int64.
+/// ids, ids possibly stored narrow (uint8, int32). Or a language corpus's
+/// windows, cut from its token stream as batches are gathered: window k is
+/// x = ids [k * block, (k + 1) * block) and y the same shifted by one, so
+/// nothing is held per window. Batches carry ids as int64.
 class TensorDataset {
  public:
   TensorDataset() = default;
   TensorDataset(at::Tensor inputs, at::Tensor targets);
+  /// The windows of `stream` (at least block + 1 ids long).
+  TensorDataset(TokenStream stream, int64_t block);
 
-  int64_t size() const { return inputs_.defined() ? inputs_.size(0) : 0; }
+  int64_t size() const;
+  /// Whether targets are token sequences ([N, T]), not one class per sample.
+  bool per_token() const;
+  /// Whether the samples are windows of a token stream, read at gather time.
+  bool windowed() const { return stream_ != nullptr; }
+  /// The stream windows are cut from (windowed datasets only).
+  const TokenStream& stream() const;
+  /// Samples held in memory (undefined for a windowed dataset: gather or slice it).
   const at::Tensor& inputs() const { return inputs_; }
   const at::Tensor& targets() const { return targets_; }
   at::Tensor& mutable_targets() { return targets_; }
@@ -44,8 +57,12 @@ class TensorDataset {
   Batch slice(int64_t begin, int64_t end) const;
 
  private:
+  Batch windows(const at::Tensor& indices) const;
+
   at::Tensor inputs_;
   at::Tensor targets_;
+  std::shared_ptr<const TokenStream> stream_;
+  int64_t block_ = 0;
 };
 
 /// A dataset's training and test splits.

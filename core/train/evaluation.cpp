@@ -44,7 +44,7 @@ EvalResult evaluate(Model& model, const TensorDataset& test, const Loss& loss, i
     correct += loss.correct(logits, targets).item<int64_t>();
   }
   model.train();
-  const bool tokens = test.size() > 0 && Loss::per_token(test.targets());
+  const bool tokens = test.size() > 0 && test.per_token();
   EvalResult result;
   result.samples = test.size();
   result.accuracy = predicted > 0 ? static_cast<double>(correct) / static_cast<double>(predicted) : 0.0;

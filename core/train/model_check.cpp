@@ -42,9 +42,9 @@ void check_token_logits(const at::Tensor& logits, const at::Tensor& targets, con
 
 /// Token targets are ids below the vocabulary, or the loss's ignore_index.
 void check_token_targets(const TensorDataset& split, const std::string& name, const Loss& loss, int64_t vocabulary) {
-  if (split.size() == 0 || !Loss::per_token(split.targets()) || loss.from_model()) return;
-  // Ids stored narrow (bytes, int32 token streams) were checked against the vocabulary as they were read.
-  if (split.targets().scalar_type() != at::kLong) return;
+  if (split.size() == 0 || !split.per_token() || loss.from_model()) return;
+  // Windows of a token stream, and ids stored narrow, were checked against the vocabulary as they were read.
+  if (split.windowed() || split.targets().scalar_type() != at::kLong) return;
   const at::Tensor& targets = split.targets();
   const at::Tensor wrong = targets.lt(0).logical_or(targets.ge(vocabulary)).logical_and(targets.ne(loss.ignore_index()));
   if (!wrong.any().item<bool>()) return;

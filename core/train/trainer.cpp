@@ -69,7 +69,7 @@ bool Trainer::batch_remains(int64_t consumed) const {
 }
 
 bool Trainer::token_cross_entropy() const {
-  return loss_.gives_perplexity() && data_.train.size() > 0 && Loss::per_token(data_.train.targets());
+  return loss_.gives_perplexity() && data_.train.size() > 0 && data_.train.per_token();
 }
 
 double Trainer::current_lr() const {
@@ -234,14 +234,14 @@ FitSummary Trainer::fit() {
     // (a disjoint, deterministic shard). The order depends on (seed, epoch)
     // alone, so a resumed epoch continues at the sample it stopped at, at
     // any world size.
-    const auto order = epoch_order(data_.train.size(), static_cast<uint64_t>(state_.seed), ts.epoch, shuffle_);
+    const EpochOrder order(data_.train.size(), static_cast<uint64_t>(state_.seed), ts.epoch, shuffle_,
+                           /*computed=*/data_.train.windowed());
     while (batch_remains(epoch_samples_)) {
       if (state_.max_steps > 0 && ts.step >= state_.max_steps) {
         done = true;
         break;
       }
-      const auto first = order.begin() + epoch_samples_ + state_.rank * batch_size_;
-      train_batch(data_.train.gather(std::vector<int64_t>(first, first + batch_size_)));
+      train_batch(data_.train.gather(order.take(epoch_samples_ + state_.rank * batch_size_, batch_size_)));
       agree_on_stop();
       if (interrupted_) break;
       if ((state_.max_steps > 0 && ts.step >= state_.max_steps) || state_.stop_requested) {

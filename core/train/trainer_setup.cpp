@@ -134,11 +134,11 @@ void Trainer::build(const Json& config, std::vector<std::shared_ptr<Callback>> c
     throw ConfigError("config key 'data.batch_size': " + std::to_string(batch_size_) + " is larger than the " +
                       std::to_string(data_.train.size()) + " training samples");
   }
-  if (label_noise > 0 && Loss::per_token(data_.train.targets())) {
+  if (label_noise > 0 && data_.train.per_token()) {
     data.fail("label_noise", "0: the data's targets are token sequences, not class labels", Json(label_noise));
   }
   // A language model's logits are [n, T, V]: 1000 windows of them would not fit (GPT-2's at block 128: 26 GB).
-  if (!eval_batch_given && Loss::per_token(data_.train.targets())) eval_batch_size_ = batch_size_;
+  if (!eval_batch_given && data_.train.per_token()) eval_batch_size_ = batch_size_;
   add_label_noise(data_.train.mutable_targets(), label_noise, data_.info.num_classes,
                   static_cast<uint64_t>(state_.seed));
   // Each step takes batch_size samples on every rank: world_size * batch_size in all.
@@ -167,7 +167,7 @@ void Trainer::build(const Json& config, std::vector<std::shared_ptr<Callback>> c
   model_->to(state_.device);
   check_model_fits_data(*model_, data_, loss, batch_size_ / microbatches_, state_.device);
   state_.outputs_given = !loss.from_model();
-  state_.outputs_per_token = Loss::per_token(data_.train.targets());
+  state_.outputs_per_token = data_.train.per_token();
   state_.model = model_;
   state_.forward = [model = model_.get()](const at::Tensor& inputs) { return model->run(inputs); };
   state_.optimizer = make_optimizer(optimizer, *model_);
