@@ -192,9 +192,12 @@ int main(int argc, char** argv) {
     if (start.resumes) {
       // A zero3 checkpoint is a manifest: each rank of a zero3 job of its size
       // resumes from its own file beside it; any other job joins the files.
-      const basin::StateDict checkpoint =
-          basin::checkpoint_for_rank(start.point.path, start.point.checkpoint, job.rank, job.world_size,
-                                     basin::saves_rank_files(trainer.state()), reshard || allow_config_change);
+      // A rank that cannot read its own file stops every rank at once (read_on_every_rank).
+      const basin::StateDict checkpoint = basin::read_on_every_rank(
+          trainer.state().communicator.get(), trainer.state().device, [&] {
+            return basin::checkpoint_for_rank(start.point.path, start.point.checkpoint, job.rank, job.world_size,
+                                              basin::saves_rank_files(trainer.state()), reshard || allow_config_change);
+          });
       start.point.checkpoint = basin::new_state_dict();  // the rank's own part is all this rank keeps
       const int64_t saved_world = basin::saved_world_size(checkpoint);
       trainer.resume(checkpoint, basin::ResumeOptions{allow_config_change, reshard});

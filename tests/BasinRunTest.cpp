@@ -163,5 +163,25 @@ TEST(BasinRunTest, RanksSeeTorchrunVariables) {
   EXPECT_EQ(ports.size(), 1u);
 }
 
+TEST(BasinRunTest, RanksFormAJobFromSlurmsVariablesAlone) {
+  // As srun starts them: each task sees SLURM_* (its rank, the task count, the node list) and no torchrun
+  // variable. basin-run only starts the processes here; the wrapper turns its variables into Slurm's.
+  test::TempDir dir;
+  const std::string as_slurm =
+      "sh -c 'SLURM_NTASKS=$WORLD_SIZE SLURM_PROCID=$RANK SLURM_LOCALID=$LOCAL_RANK SLURM_JOB_NODELIST=localhost "
+      "SLURM_JOB_ID=4242 exec env -u WORLD_SIZE -u RANK -u LOCAL_RANK -u MASTER_ADDR " +
+      kTrain + " --config " + kConfigs + "/synthetic_ddp.json --run-dir " + dir.file("run") + "'";
+  const auto result = test::run_command(kRun + " --nproc 2 -- " + as_slurm);
+  ASSERT_EQ(result.exit_code, 0) << result.output;
+  const std::regex digest(R"(\[rank (\d)\] .*rank \d/2: final weights digest ([0-9a-f]{16}))");
+  std::vector<std::string> digests(2);
+  for (std::sregex_iterator it(result.output.begin(), result.output.end(), digest), end; it != end; ++it) {
+    digests[std::stoul((*it)[1])] = (*it)[2];
+  }
+  EXPECT_FALSE(digests[0].empty()) << result.output;
+  EXPECT_EQ(digests[0], digests[1]) << result.output;
+  EXPECT_EQ(Json::parse(test::read_text(dir.file("run/summary.json")))["steps"], 48) << "two ranks, not two lone runs";
+}
+
 }  // namespace
 }  // namespace basin

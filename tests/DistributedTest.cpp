@@ -8,6 +8,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <mutex>
@@ -382,7 +383,8 @@ TEST(DistributedTest, NcclZeroThreeOnOneRankEqualsAnUnshardedRunOnTheDevice) {
 class EnvironmentGuard {
  public:
   explicit EnvironmentGuard(std::vector<std::pair<std::string, std::string>> values) {
-    for (const char* name : {"RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"}) {
+    for (const char* name : {"RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "SLURM_NTASKS",
+                             "SLURM_PROCID", "SLURM_LOCALID", "SLURM_JOB_NODELIST", "SLURM_JOB_ID"}) {
       const char* old = std::getenv(name);
       saved_.emplace_back(name, old == nullptr ? std::optional<std::string>() : std::string(old));
       unsetenv(name);
@@ -419,6 +421,57 @@ TEST(DistributedTest, BadJobEnvironmentNamesTheVariable) {
   // A rank of a job must choose a parallel mode.
   EnvironmentGuard guard({{"WORLD_SIZE", "2"}, {"RANK", "0"}, {"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", "1234"}});
   EXPECT_NE(test::trainer_config_error(test::smoke_config()).find("'parallel.mode'"), std::string::npos);
+}
+
+TEST(DistributedTest, SlurmTasksAreRanksWhereTorchrunsVariablesAreAbsent) {
+  const std::vector<std::pair<std::string, std::string>> task = {
+      {"SLURM_NTASKS", "4"}, {"SLURM_PROCID", "3"}, {"SLURM_LOCALID", "1"},
+      {"SLURM_JOB_NODELIST", "gpu[003-004,010],cpu1"}, {"SLURM_JOB_ID", "123456"}};
+  auto job_of = [](std::vector<std::pair<std::string, std::string>> env) {
+    EnvironmentGuard guard(std::move(env));
+    EXPECT_TRUE(in_multi_process_job());
+    return read_job_environment();
+  };
+  JobEnvironment job = job_of(task);
+  EXPECT_EQ(job.rank, 3);
+  EXPECT_EQ(job.world_size, 4);
+  EXPECT_EQ(job.local_rank, 1);
+  EXPECT_EQ(job.master_addr, "gpu003") << "the node list's first host";
+  EXPECT_EQ(job.master_port, 15000 + 3456) << "derived from the job id, the same on every node";
+  // The node list's other forms; MASTER_ADDR and MASTER_PORT, when set, win.
+  auto with = [&](std::vector<std::pair<std::string, std::string>> more) {
+    auto env = task;
+    for (auto& [name, value] : more) {
+      auto same = std::find_if(env.begin(), env.end(), [&](const auto& e) { return e.first == name; });
+      if (same != env.end()) same->second = value;
+      else env.emplace_back(name, value);
+    }
+    return env;
+  };
+  EXPECT_EQ(job_of(with({{"SLURM_JOB_NODELIST", "node7,node8"}})).master_addr, "node7");
+  EXPECT_EQ(job_of(with({{"SLURM_JOB_NODELIST", "a[01-02]-ib"}})).master_addr, "a01-ib");
+  EXPECT_EQ(job_of(with({{"SLURM_JOB_NODELIST", "solo"}})).master_addr, "solo");
+  job = job_of(with({{"MASTER_ADDR", "10.0.0.9"}, {"MASTER_PORT", "29555"}}));
+  EXPECT_EQ(job.master_addr, "10.0.0.9");
+  EXPECT_EQ(job.master_port, 29555);
+  // torchrun's variables (one torchrun per node under srun) take precedence.
+  job = job_of(with({{"WORLD_SIZE", "8"}, {"RANK", "5"}, {"LOCAL_RANK", "1"}, {"MASTER_ADDR", "10.0.0.9"},
+                     {"MASTER_PORT", "29555"}}));
+  EXPECT_EQ(job.world_size, 8);
+  EXPECT_EQ(job.rank, 5);
+  // One task is a single process; what does not fit names the variable.
+  {
+    EnvironmentGuard guard(with({{"SLURM_NTASKS", "1"}, {"SLURM_PROCID", "0"}}));
+    EXPECT_FALSE(in_multi_process_job());
+  }
+  auto error_for = [](std::vector<std::pair<std::string, std::string>> env) {
+    EnvironmentGuard guard(std::move(env));
+    return test::config_error_of([] { read_job_environment(); });
+  };
+  EXPECT_NE(error_for(with({{"SLURM_PROCID", "4"}})).find("SLURM_PROCID=4"), std::string::npos);
+  EXPECT_NE(error_for(with({{"SLURM_JOB_NODELIST", ""}})).find("SLURM_JOB_NODELIST"), std::string::npos);
+  EXPECT_NE(error_for(with({{"SLURM_JOB_NODELIST", "gpu[1-2"}})).find("SLURM_JOB_NODELIST='gpu[1-2'"), std::string::npos);
+  EXPECT_NE(error_for(with({{"SLURM_JOB_ID", "x"}})).find("SLURM_JOB_ID='x'"), std::string::npos);
 }
 
 TEST(DistributedTest, PortInUseIsNamed) {

@@ -7,6 +7,7 @@
 #include <chrono>
 #include <csignal>
 #include <filesystem>
+#include <fstream>
 #include <random>
 #include <thread>
 
@@ -352,6 +353,34 @@ TEST(ResumeProgramTest, ResumeLatestFallsBackPastADamagedCheckpointAndSaysSo) {
   EXPECT_NE(resumed.output.find(files.front()), std::string::npos) << resumed.output;
   EXPECT_NE(resumed.output.find("falling back"), std::string::npos) << resumed.output;
   EXPECT_NE(resumed.output.find(files[1]), std::string::npos) << resumed.output;
+}
+
+// A damaged rank file of a zero3 checkpoint fails on its own rank alone: the
+// others learn it at once, not after parallel.timeout_seconds, and every rank
+// exits 2 naming the file.
+TEST(ResumeProgramTest, ADamagedRankFileStopsEveryRankAtOnceNamingIt) {
+  test::TempDir dir;
+  Json config = zero3_sam_config();
+  config["data"]["train_size"] = 640;
+  config["max_epochs"] = 1;
+  config["parallel"]["timeout_seconds"] = 300;
+  const std::string config_file = dir.file("config.json"), run_dir = dir.file("run");
+  test::write_text(config_file, config.dump());
+  const std::string job = std::string(BASIN_RUN_EXE) + " --nproc 2 -- " + kTrain + " --config " + config_file + " --run-dir " + run_dir;
+  const auto first = test::run_command(job, 120);
+  ASSERT_EQ(first.exit_code, 0) << first.output;
+  const std::string manifest = final_checkpoint(run_dir);
+  const std::string damaged = rank_files(manifest, read_checkpoint_file(manifest))[1];
+  std::ofstream(damaged, std::ios::binary | std::ios::app) << "x";  // one byte too many
+  const auto start = std::chrono::steady_clock::now();
+  const auto resumed = test::run_command(job + " --resume " + manifest, 200);
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_EQ(resumed.exit_code, 2) << resumed.output;
+  EXPECT_LT(seconds, 60) << "the ranks waited for the collective's timeout (300 s)\n" << resumed.output;
+  for (const std::string rank : {"[rank 0]", "[rank 1]"}) {
+    const auto line = resumed.output.find(rank + " basin-train: the job cannot resume: rank 1: checkpoint '" + damaged + "'");
+    EXPECT_NE(line, std::string::npos) << rank << " does not name the file\n" << resumed.output;
+  }
 }
 
 TEST(ResumeProgramTest, AFullDiskStopsTrainingAndKeepsTheLastCheckpoint) {

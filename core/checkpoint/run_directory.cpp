@@ -147,4 +147,30 @@ void check_ranks_resume_the_same(Communicator& communicator, c10::Device device,
   if (!disagreement.empty()) throw CheckpointError(disagreement);
 }
 
+StateDict read_on_every_rank(Communicator* communicator, c10::Device device, const std::function<StateDict()>& read) {
+  StateDict read_here = new_state_dict();
+  std::string failure;  // this rank's, or empty
+  try {
+    read_here = read();
+  } catch (const std::exception& error) {  // CheckpointError, or LibTorch's unpickler giving up
+    if (communicator == nullptr || communicator->world_size() < 2) throw;
+    failure = error.what();
+  }
+  if (communicator == nullptr || communicator->world_size() < 2) return read_here;
+  // One round of collectives, whatever happened: a rank that failed alone
+  // would otherwise leave the others waiting in the next collective until
+  // parallel.timeout_seconds.
+  const auto all = gather_bytes(*communicator, failure, 0, device);
+  std::string message;
+  if (communicator->rank() == 0) {
+    for (std::size_t r = 0; r < all.size(); ++r) {
+      if (all[r].empty()) continue;
+      message += std::string(message.empty() ? "" : "; ") + "rank " + std::to_string(r) + ": " + all[r];
+    }
+  }
+  message = broadcast_bytes(*communicator, message, 0, device);
+  if (!message.empty()) throw CheckpointError("the job cannot resume: " + message);
+  return read_here;
+}
+
 }  // namespace basin

@@ -1,5 +1,6 @@
 #pragma once
 
+#include <functional>
 #include <string>
 
 #include <c10/core/Device.h>
@@ -112,5 +113,12 @@ bool restarts_reshard();
 /// rank, naming each rank's file, when they differ. `path` is empty when
 /// this rank found none.
 void check_ranks_resume_the_same(Communicator& communicator, c10::Device device, const std::string& path);
+
+/// Runs `read`, this rank's part of reading a checkpoint, and agrees on the
+/// outcome over `communicator` (collective; null or one rank: just reads).
+/// When it throws on any rank (a damaged rank file is read by its rank
+/// alone), every rank throws a CheckpointError naming each rank that failed
+/// and what it said, at once rather than after a collective's timeout.
+StateDict read_on_every_rank(Communicator* communicator, c10::Device device, const std::function<StateDict()>& read);
 
 }  // namespace basin

@@ -11,6 +11,7 @@
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
+#include "basin/core/base/torch_compat.h"
 #include "basin/core/communication/communicator.h"
 #include "basin/core/communication/peer_watch.h"
 #include "basin/core/communication/watched_communicator.h"
@@ -83,16 +84,62 @@ GlooDevice gloo_device(const std::string& master_addr) {
   return device;
 }
 
+bool several(const char* count) { return count != nullptr && std::string(count) != "1" && std::string(count) != ""; }
+
+// Slurm's srun, one task per rank, says where a task sits in these instead;
+// they are read only where torchrun's are absent (one torchrun per node
+// under srun sets its own), as Lightning does.
+bool in_slurm_job() { return variable("WORLD_SIZE") == nullptr && several(variable("SLURM_NTASKS")); }
+
+/// The first host of a Slurm node list: "gpu[003-004,010],cpu1" gives "gpu003".
+std::string first_host(const std::string& nodes) {
+  const std::size_t bracket = nodes.find('['), comma = nodes.find(',');
+  if (bracket == std::string::npos || (comma != std::string::npos && comma < bracket)) return nodes.substr(0, comma);
+  const std::size_t close = nodes.find(']', bracket);
+  if (close == std::string::npos) throw ConfigError("environment variable SLURM_JOB_NODELIST='" + nodes + "': an unclosed '['");
+  const std::string range = nodes.substr(bracket + 1, close - bracket - 1);
+  const std::string suffix = nodes.substr(close + 1, nodes.find(',', close) - close - 1);
+  return nodes.substr(0, bracket) + range.substr(0, range.find_first_of("-,")) + suffix;
+}
+
+JobEnvironment read_slurm_environment() {
+  JobEnvironment job;
+  job.world_size = integer_variable("SLURM_NTASKS", 1, 1 << 20);
+  job.rank = integer_variable("SLURM_PROCID", 0, 1 << 20);
+  if (job.rank >= job.world_size) {
+    throw ConfigError("environment variables SLURM_PROCID=" + std::to_string(job.rank) + " and SLURM_NTASKS=" +
+                      std::to_string(job.world_size) + " are inconsistent: SLURM_PROCID must be below SLURM_NTASKS");
+  }
+  job.local_rank = variable("SLURM_LOCALID") != nullptr ? integer_variable("SLURM_LOCALID", 0, 1 << 20) : job.rank;
+  const char* addr = variable("MASTER_ADDR");
+  if (addr != nullptr && *addr != '\0') {
+    job.master_addr = addr;
+  } else {
+    const char* nodes = variable("SLURM_JOB_NODELIST");
+    if (nodes == nullptr || *nodes == '\0') {
+      throw ConfigError("environment variables MASTER_ADDR and SLURM_JOB_NODELIST are not set: a Slurm job's "
+                        "first node hosts the store");
+    }
+    job.master_addr = first_host(nodes);
+  }
+  if (variable("MASTER_PORT") != nullptr) {
+    job.master_port = integer_variable("MASTER_PORT", 1, 65535);
+  } else {
+    // One port per job, the same on every node: 15000 plus the job id's last four digits.
+    const int id = integer_variable("SLURM_JOB_ID", 0, 1 << 30);
+    job.master_port = 15000 + id % 10000;
+  }
+  return job;
+}
+
 }  // namespace
 
-bool in_multi_process_job() {
-  const char* world = variable("WORLD_SIZE");
-  return world != nullptr && std::string(world) != "1" && std::string(world) != "";
-}
+bool in_multi_process_job() { return several(variable("WORLD_SIZE")) || in_slurm_job(); }
 
 JobEnvironment read_job_environment() {
   JobEnvironment job;
   if (!in_multi_process_job()) return job;
+  if (in_slurm_job()) return read_slurm_environment();
   job.world_size = integer_variable("WORLD_SIZE", 1, 1 << 20);
   job.rank = integer_variable("RANK", 0, 1 << 20);
   if (job.rank >= job.world_size) {
@@ -121,6 +168,29 @@ std::shared_ptr<Communicator> connect_job(const JobEnvironment& job, std::chrono
   options.numWorkers = static_cast<std::size_t>(job.world_size);
   options.waitWorkers = !agent_store;
   options.timeout = timeout;
+#if !BASIN_TORCH_AT_LEAST(2, 0)
+  // LibTorch 1.x's store client cannot talk to torchrun 2.x's store: its
+  // server drops the connection at the client's first request, and the
+  // client waits for the answer until its timeout. A short probe says so in
+  // seconds.
+  if (agent_store) {
+    c10d::TCPStoreOptions probe = options;
+    probe.timeout = std::chrono::seconds(10);
+    try {
+      // A set goes unanswered; the get that follows is where a 2.x store fails the client.
+      c10d::TCPStore store(job.master_addr, probe);
+      const std::string key = "basin/probe/" + std::to_string(job.rank);
+      store.set(key, {1});
+      store.get(key);
+    } catch (const std::exception&) {
+      throw ConfigError(
+          "torchrun's store at " + job.master_addr + ":" + std::to_string(job.master_port) + " does not answer " +
+          "this build's LibTorch " + compat::torch_version() + " (torchrun 2.x's store drops the requests of 1.x clients): launch with "
+          "basin-run, or under torchrun set TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 and use --standalone or "
+          "--rdzv-backend c10d, or build against PyPI's LibTorch (BASIN_LIBTORCH=pypi)");
+    }
+  }
+#endif
   c10::intrusive_ptr<c10d::Store> store;
   try {
     store = c10::make_intrusive<c10d::TCPStore>(job.master_addr, options);

@@ -9,7 +9,11 @@ namespace basin {
 class Communicator;
 
 /// Where this process sits in a job, as torchrun and cluster launchers say
-/// it: RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT.
+/// it: RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT; or, where
+/// WORLD_SIZE is absent, as Slurm's srun says it: SLURM_PROCID,
+/// SLURM_NTASKS, SLURM_LOCALID, the first host of SLURM_JOB_NODELIST (unless
+/// MASTER_ADDR is set) and MASTER_PORT, else 15000 plus SLURM_JOB_ID's last
+/// four digits.
 struct JobEnvironment {
   int rank = 0;
   int world_size = 1;
@@ -19,7 +23,7 @@ struct JobEnvironment {
 };
 
 /// Reads the job variables. A single process needs none of them; a job
-/// needs all but LOCAL_RANK. Missing, malformed or inconsistent values
+/// needs all but LOCAL_RANK (SLURM_LOCALID). Missing, malformed or inconsistent values
 /// (RANK >= WORLD_SIZE, ...) throw ConfigError naming the variable.
 JobEnvironment read_job_environment();
 
