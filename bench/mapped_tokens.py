@@ -56,7 +56,7 @@ def run_job(args, train, name):
         f.write(WRAPPER)
     command = [os.path.join(args.build, "programs", "basin-run"), "--nproc", "2", "--",
                sys.executable, wrapper, os.path.join(args.build, "programs", "basin-train"),
-               "--config", config_path, "--run-dir", os.path.join(args.dir, "run-" + name)]
+               "--config", config_path, "--run-dir", os.path.join(args.dir, "run-" + name), "--overwrite"]
     env = dict(os.environ, OMP_NUM_THREADS="1")
     start = time.monotonic()
     out = subprocess.run(command, env=env, capture_output=True, text=True)

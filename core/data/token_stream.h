@@ -5,8 +5,8 @@
 // (a tokenized text, a torch.save'd tensor), joined in order. A read copies
 // the ids asked for, widened to int64, so a window may straddle two files.
 // What a read pulled into the process from a mapping is handed back to the
-// page cache every so often: a rank's resident memory does not grow with the
-// corpus, however long it trains.
+// page cache once the ids are copied: a rank's resident memory does not grow
+// with the corpus, however long it trains.
 #include <cstdint>
 #include <filesystem>
 #include <memory>
