@@ -35,8 +35,9 @@ bool torch_saved(const fs::path& file) { return file.extension() == ".pt" || fil
 
 /// Checks the raw little-endian ids of `width` bytes each in `file`, read a
 /// chunk at a time: `check(ids, count, first position)` on each chunk.
+/// Returns how many ids it checked.
 template <typename Check>
-void check_raw(const std::string& where, const fs::path& file, int width, const Check& check) {
+int64_t check_raw(const std::string& where, const fs::path& file, int width, const Check& check) {
   std::ifstream in(file, std::ios::binary);
   std::error_code error;
   const uintmax_t bytes = fs::file_size(file, error);
@@ -61,6 +62,7 @@ void check_raw(const std::string& where, const fs::path& file, int width, const 
     }
     check(ids.data(), n, first);
   }
+  return count;
 }
 
 at::Tensor read_saved(const std::string& key_path, const std::string& where, const fs::path& file) {
@@ -91,11 +93,17 @@ struct TokenReader {
         stream.append(ids);
         continue;
       }
-      check_raw(where, file, type == TokenType::kUint16 ? 2 : 4, check);
+      const int64_t checked = check_raw(where, file, type == TokenType::kUint16 ? 2 : 4, check);
+      const int64_t before = stream.size();
       try {
         stream.append_file(file, type);
       } catch (const std::runtime_error& unmapped) {
         throw ConfigError(where + ": " + unmapped.what());
+      }
+      if (stream.size() - before != checked) {
+        throw ConfigError(where + ": '" + file.string() + "' changed while it was read (" + std::to_string(checked) +
+                          " ids checked, " + std::to_string(stream.size() - before) +
+                          " mapped): corpus files must not change while a job reads them");
       }
     }
     return stream;

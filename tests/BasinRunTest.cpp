@@ -7,6 +7,7 @@
 #include <set>
 
 #include "basin/core/base/interrupt.h"
+#include "job_output.h"
 #include "test_paths.h"
 #include "test_util.h"
 
@@ -22,11 +23,7 @@ TEST(BasinRunTest, TwoProcessesTrainAndAgreeOnTheFinalWeights) {
   const auto result = test::run_command(kRun + " --nproc 2 -- " + kTrain + " --config " + kConfigs +
                                         "/synthetic_ddp.json --run-dir " + dir.file("run"));
   ASSERT_EQ(result.exit_code, 0) << result.output;
-  const std::regex digest(R"(\[rank (\d)\] .*rank \d/2: final weights digest ([0-9a-f]{16}))");
-  std::vector<std::string> digests(2);
-  for (std::sregex_iterator it(result.output.begin(), result.output.end(), digest), end; it != end; ++it) {
-    digests[std::stoul((*it)[1])] = (*it)[2];
-  }
+  const auto digests = test::final_digests(result.output, 2);
   EXPECT_FALSE(digests[0].empty()) << result.output;
   EXPECT_EQ(digests[0], digests[1]) << result.output;
   // Rank 0 alone wrote the run directory.
@@ -173,11 +170,7 @@ TEST(BasinRunTest, RanksFormAJobFromSlurmsVariablesAlone) {
       kTrain + " --config " + kConfigs + "/synthetic_ddp.json --run-dir " + dir.file("run") + "'";
   const auto result = test::run_command(kRun + " --nproc 2 -- " + as_slurm);
   ASSERT_EQ(result.exit_code, 0) << result.output;
-  const std::regex digest(R"(\[rank (\d)\] .*rank \d/2: final weights digest ([0-9a-f]{16}))");
-  std::vector<std::string> digests(2);
-  for (std::sregex_iterator it(result.output.begin(), result.output.end(), digest), end; it != end; ++it) {
-    digests[std::stoul((*it)[1])] = (*it)[2];
-  }
+  const auto digests = test::final_digests(result.output, 2);
   EXPECT_FALSE(digests[0].empty()) << result.output;
   EXPECT_EQ(digests[0], digests[1]) << result.output;
   EXPECT_EQ(Json::parse(test::read_text(dir.file("run/summary.json")))["steps"], 48) << "two ranks, not two lone runs";

@@ -384,7 +384,8 @@ class EnvironmentGuard {
  public:
   explicit EnvironmentGuard(std::vector<std::pair<std::string, std::string>> values) {
     for (const char* name : {"RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "SLURM_NTASKS",
-                             "SLURM_PROCID", "SLURM_LOCALID", "SLURM_JOB_NODELIST", "SLURM_JOB_ID"}) {
+                             "SLURM_PROCID", "SLURM_LOCALID", "SLURM_JOB_NODELIST", "SLURM_JOB_ID",
+                             "SLURM_STEP_NUM_TASKS", "SLURM_STEP_NODELIST"}) {
       const char* old = std::getenv(name);
       saved_.emplace_back(name, old == nullptr ? std::optional<std::string>() : std::string(old));
       unsetenv(name);
@@ -451,6 +452,12 @@ TEST(DistributedTest, SlurmTasksAreRanksWhereTorchrunsVariablesAreAbsent) {
   EXPECT_EQ(job_of(with({{"SLURM_JOB_NODELIST", "node7,node8"}})).master_addr, "node7");
   EXPECT_EQ(job_of(with({{"SLURM_JOB_NODELIST", "a[01-02]-ib"}})).master_addr, "a01-ib");
   EXPECT_EQ(job_of(with({{"SLURM_JOB_NODELIST", "solo"}})).master_addr, "solo");
+  EXPECT_EQ(job_of(with({{"SLURM_JOB_NODELIST", "r[1-2]n[01-04],x"}})).master_addr, "r1n01");
+  EXPECT_EQ(job_of(with({{"SLURM_JOB_ID", "4000123456"}})).master_port, 15000 + 3456) << "ids past 2^31 too";
+  // A step on part of the allocation (srun -n 2 -w gpu010): its own tasks and nodes.
+  job = job_of(with({{"SLURM_STEP_NUM_TASKS", "2"}, {"SLURM_PROCID", "1"}, {"SLURM_STEP_NODELIST", "gpu010"}}));
+  EXPECT_EQ(job.world_size, 2);
+  EXPECT_EQ(job.master_addr, "gpu010");
   job = job_of(with({{"MASTER_ADDR", "10.0.0.9"}, {"MASTER_PORT", "29555"}}));
   EXPECT_EQ(job.master_addr, "10.0.0.9");
   EXPECT_EQ(job.master_port, 29555);
@@ -460,9 +467,10 @@ TEST(DistributedTest, SlurmTasksAreRanksWhereTorchrunsVariablesAreAbsent) {
   EXPECT_EQ(job.world_size, 8);
   EXPECT_EQ(job.rank, 5);
   // One task is a single process; what does not fit names the variable.
-  {
-    EnvironmentGuard guard(with({{"SLURM_NTASKS", "1"}, {"SLURM_PROCID", "0"}}));
-    EXPECT_FALSE(in_multi_process_job());
+  for (const auto& alone : {with({{"SLURM_NTASKS", "1"}, {"SLURM_PROCID", "0"}}),
+                            with({{"SLURM_STEP_NUM_TASKS", "1"}, {"SLURM_PROCID", "0"}})}) {
+    EnvironmentGuard guard(alone);
+    EXPECT_FALSE(in_multi_process_job()) << "srun -n 1 in a larger allocation is one process";
   }
   auto error_for = [](std::vector<std::pair<std::string, std::string>> env) {
     EnvironmentGuard guard(std::move(env));
@@ -472,6 +480,10 @@ TEST(DistributedTest, SlurmTasksAreRanksWhereTorchrunsVariablesAreAbsent) {
   EXPECT_NE(error_for(with({{"SLURM_JOB_NODELIST", ""}})).find("SLURM_JOB_NODELIST"), std::string::npos);
   EXPECT_NE(error_for(with({{"SLURM_JOB_NODELIST", "gpu[1-2"}})).find("SLURM_JOB_NODELIST='gpu[1-2'"), std::string::npos);
   EXPECT_NE(error_for(with({{"SLURM_JOB_ID", "x"}})).find("SLURM_JOB_ID='x'"), std::string::npos);
+  // A task of a Slurm job must choose a parallel mode, and is told which variable made it one.
+  EnvironmentGuard guard(task);
+  const std::string refused = test::trainer_config_error(test::smoke_config());
+  EXPECT_NE(refused.find("one rank of a 4-process job (SLURM_NTASKS)"), std::string::npos) << refused;
 }
 
 TEST(DistributedTest, PortInUseIsNamed) {

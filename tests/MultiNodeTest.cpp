@@ -13,6 +13,7 @@
 #include <torch/csrc/jit/serialization/pickle.h>
 
 #include "basin/core/checkpoint/checkpoint_file.h"
+#include "job_output.h"
 #include "test_paths.h"
 #include "test_util.h"
 
@@ -24,18 +25,6 @@ namespace fs = std::filesystem;
 const std::string kRun = BASIN_RUN_EXE;
 const std::string kTrain = BASIN_TRAIN_EXE;
 const std::string kConfig = std::string(BASIN_SOURCE_DIR) + "/examples/configs/synthetic_ddp.json";
-
-int free_port() {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in address{};
-  address.sin_family = AF_INET;
-  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof address);
-  socklen_t length = sizeof address;
-  getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length);
-  close(fd);
-  return ntohs(address.sin_port);
-}
 
 /// Runs the nodes' launchers side by side (each command is one node's),
 /// each with its own output; waits for all of them.
@@ -160,7 +149,7 @@ TEST(MultiNodeTest, TwoNodesInNetworkNamespacesTrainAGptUnderZeroThreeAsOneNodeD
 
 TEST(MultiNodeTest, TwoLaunchersOnLoopbackSetTorchrunsVariablesAndTrainAsOneNodeDoes) {
   test::TempDir dir;
-  const int port = free_port();
+  const int port = test::free_port();
   const std::string show = "sh -c 'echo vars $RANK $WORLD_SIZE $LOCAL_RANK $LOCAL_WORLD_SIZE $GROUP_RANK'";
   auto nodes = run_nodes({launcher(2, 0, port, "", show), launcher(2, 1, port, "", show)});
   EXPECT_NE(nodes[0].output.find("[rank 0] vars 0 2 0 1 0"), std::string::npos) << nodes[0].output;
@@ -169,7 +158,7 @@ TEST(MultiNodeTest, TwoLaunchersOnLoopbackSetTorchrunsVariablesAndTrainAsOneNode
   const std::string train = kTrain + " --config " + kConfig + " --set max_epochs=2";
   const auto one = test::run_command(kRun + " --nproc 2 -- " + train + " --run-dir " + dir.file("one"));
   ASSERT_EQ(one.exit_code, 0) << one.output;
-  const int port2 = free_port();
+  const int port2 = test::free_port();
   nodes = run_nodes({launcher(2, 0, port2, "", train + " --run-dir " + dir.file("two")),
                      launcher(2, 1, port2, "", train + " --run-dir " + dir.file("two"))});
   ASSERT_EQ(nodes[0].exit_code, 0) << nodes[0].output << nodes[1].output;
@@ -178,7 +167,7 @@ TEST(MultiNodeTest, TwoLaunchersOnLoopbackSetTorchrunsVariablesAndTrainAsOneNode
 }
 
 TEST(MultiNodeTest, ANodeThatNeverComesFailsEveryLauncherNamingItAndTheTimeout) {
-  const int port = free_port();
+  const int port = test::free_port();
   const auto start = std::chrono::steady_clock::now();
   const auto nodes = run_nodes({kRun + " --nnodes 3 --node-rank 0 --nproc 1 --master-port " + std::to_string(port) +
                                     " --join-timeout 3 -- true",
@@ -193,14 +182,14 @@ TEST(MultiNodeTest, ANodeThatNeverComesFailsEveryLauncherNamingItAndTheTimeout) 
   EXPECT_LT(seconds, 20);
   // And node 0's launcher itself never coming: node 1 gives up, naming the address.
   const auto alone = test::run_command(kRun + " --nnodes 2 --node-rank 1 --nproc 1 --master-port " +
-                                       std::to_string(free_port()) + " --join-timeout 2 -- true", 60);
+                                       std::to_string(test::free_port()) + " --join-timeout 2 -- true", 60);
   EXPECT_EQ(alone.exit_code, 1) << alone.output;
   EXPECT_NE(alone.output.find("node 0's launcher (at 127.0.0.1:"), std::string::npos) << alone.output;
   EXPECT_NE(alone.output.find("did not answer within 2 s (--join-timeout)"), std::string::npos) << alone.output;
 }
 
 TEST(MultiNodeTest, NodesStartedDifferentlyOrTwiceAreRefused) {
-  const int port = free_port();
+  const int port = test::free_port();
   const auto nodes = run_nodes({kRun + " --nnodes 2 --node-rank 0 --nproc 1 --master-port " + std::to_string(port) +
                                     " --join-timeout 5 -- true",
                                 kRun + " --nnodes 2 --node-rank 1 --nproc 2 --master-port " + std::to_string(port) +
@@ -213,7 +202,7 @@ TEST(MultiNodeTest, NodesStartedDifferentlyOrTwiceAreRefused) {
   }
   // A second launcher for node 1 while the first is alive (its rank has started).
   test::TempDir dir;
-  const int port2 = free_port();
+  const int port2 = test::free_port();
   const std::string rank = "sh -c \"touch " + dir.file("started\\$RANK") + "; sleep 5\"";
   const auto twice = run_nodes({launcher(2, 0, port2, "--join-timeout 20", rank),
                                 launcher(2, 1, port2, "--join-timeout 20", rank),
@@ -230,7 +219,7 @@ TEST(MultiNodeTest, ARankDyingOnOneNodeRestartsEveryNode) {
   const std::string script =
       "sh -c 'if [ \"$TORCHELASTIC_RESTART_COUNT\" = 0 ]; then if [ \"$RANK\" = 1 ]; then sleep 1; exit 7; fi; "
       "exec sleep 60; fi; echo attempt $TORCHELASTIC_RESTART_COUNT of rank $RANK'";
-  const int port = free_port();
+  const int port = test::free_port();
   const auto start = std::chrono::steady_clock::now();
   const auto nodes = run_nodes({launcher(2, 0, port, "--max-restarts 2 --grace 1", script),
                                 launcher(2, 1, port, "--max-restarts 2 --grace 1", script)});
@@ -255,7 +244,7 @@ TEST(MultiNodeTest, ALostNodeStopsTheJobAndItsLauncherRejoinsTheRestart) {
                    "if [ \"$TORCHELASTIC_RESTART_COUNT\" = 0 ]; then touch " + dir.file("started$RANK") +
                        "; exec sleep 60; fi\n"
                    "echo attempt $TORCHELASTIC_RESTART_COUNT of rank $RANK\n");
-  const int port = free_port();
+  const int port = test::free_port();
   const std::string options = "--max-restarts 1 --grace 1 --node-timeout 3 --join-timeout 30";
   const std::string node_one = launcher(2, 1, port, options, "sh " + dir.file("rank.sh"));
   // Killed once attempt 0 runs on node 1, so the new launcher must join the restart.
@@ -283,7 +272,7 @@ std::vector<test::RunResult> run_with_paused_launchers(int node_timeout, int pau
   test::TempDir dir;
   test::write_text(dir.file("rank.sh"), "touch " + dir.file("started$RANK") + "; while [ ! -e " + dir.file("resumed") +
                                             " ]; do sleep 0.1; done; echo rank $RANK done\n");
-  const int port = free_port();
+  const int port = test::free_port();
   // node_timeout 0: basin-run's default window.
   const std::string options =
       (node_timeout > 0 ? "--node-timeout " + std::to_string(node_timeout) + " " : std::string()) + "--join-timeout 30";
@@ -393,7 +382,7 @@ TEST(MultiNodeTest, ARankThatCannotSeeTheNewestCheckpointIsRefusedNamingIt) {
   const std::string newest = "step-000000000032.pt";
   ASSERT_TRUE(fs::exists(dir.file("stale/checkpoints/" + newest)));
   fs::remove(dir.file("stale/checkpoints/" + newest));
-  const int port = free_port();
+  const int port = test::free_port();
   const std::string resume = " --resume latest --set max_epochs=3";
   const auto nodes = run_nodes({launcher(2, 0, port, "--max-restarts 2", kTrain + " --run-dir " + dir.file("shared") + resume),
                                 launcher(2, 1, port, "--max-restarts 2", kTrain + " --run-dir " + dir.file("stale") + resume)});

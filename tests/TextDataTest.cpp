@@ -119,6 +119,8 @@ TEST(TextDataTest, WhatDoesNotFitIsRefusedNamingTheKeyAndTheFile) {
                  {"data.test_fraction", "block_size + 1"});
   expect_refused({{"train", dir.file("empty")}, {"block_size", 4}}, {"data.train", "holds no files"});
   expect_refused({{"train", 3}, {"block_size", 4}}, {"data.train", "a file, a folder or a list"});
+  // Files are mapped as they lie on disk: a pipe or a device is none.
+  expect_refused({{"train", "/dev/null"}, {"block_size", 4}}, {"data.train", "/dev/null", "not a regular file"});
 }
 
 // A bigram model (an embedding and a head) scripted in Python trains on a

@@ -6,19 +6,16 @@
 #include <gtest/gtest.h>
 
 #include <dlfcn.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
-#include <unistd.h>
 
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
-#include <regex>
 
 #include <c10/core/CPUAllocator.h>
 
 #include "basin/core/base/torch_compat.h"
 #include "basin/core/checkpoint/checkpoint_file.h"
+#include "job_output.h"
 #include "test_paths.h"
 #include "test_util.h"
 
@@ -49,29 +46,6 @@ std::string installed_pypi_torchrun() {
   return fs::exists(torchrun) ? torchrun.string() : "";
 }
 
-/// A port no one listens at now (the OS's pick).
-int free_port() {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in address{};
-  address.sin_family = AF_INET;
-  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof address);
-  socklen_t length = sizeof address;
-  getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length);
-  close(fd);
-  return ntohs(address.sin_port);
-}
-
-/// Each rank's final weights digest in a job's output ("rank r/2: final weights digest d").
-std::vector<std::string> digests_of(const std::string& output) {
-  const std::regex digest(R"(rank (\d)/2: final weights digest ([0-9a-f]{16}))");
-  std::vector<std::string> digests(2);
-  for (std::sregex_iterator it(output.begin(), output.end(), digest), end; it != end; ++it) {
-    digests[std::stoul((*it)[1])] = (*it)[2];
-  }
-  return digests;
-}
-
 // A two-rank SAM job long enough (500 steps) to be killed in, with a checkpoint every 50 steps.
 Json job_config() {
   return Json::parse(R"({
@@ -97,7 +71,7 @@ class TorchrunTest : public ::testing::Test {
     const auto whole = test::run_command(std::string(BASIN_RUN_EXE) + " --nproc 2 -- " + kTrain + " --config " +
                                          dir_.file("config.json") + " --run-dir " + dir_.file("basin-run"), 300);
     ASSERT_EQ(whole.exit_code, 0) << whole.output;
-    expected_ = digests_of(whole.output);
+    expected_ = test::final_digests(whole.output, 2);
     ASSERT_FALSE(expected_[0].empty()) << whole.output;
   }
 
@@ -105,7 +79,7 @@ class TorchrunTest : public ::testing::Test {
   void expect_as_basin_run(const std::string& launch, const std::string& command) {
     const auto job = test::run_command("env OMP_NUM_THREADS=1 " + torchrun_ + " " + launch + " --no-python " + command, 300);
     ASSERT_EQ(job.exit_code, 0) << launch << "\n" << job.output;
-    EXPECT_EQ(digests_of(job.output), expected_) << launch << "\n" << job.output;
+    EXPECT_EQ(test::final_digests(job.output, 2), expected_) << launch << "\n" << job.output;
   }
 
   std::string train(const std::string& run) const {
@@ -118,7 +92,7 @@ class TorchrunTest : public ::testing::Test {
 };
 
 TEST_F(TorchrunTest, StaticAndStandaloneJobsTrainAsBasinRunsDoes) {
-  expect_as_basin_run("--nnodes 1 --nproc-per-node 2 --master-addr 127.0.0.1 --master-port " + std::to_string(free_port()),
+  expect_as_basin_run("--nnodes 1 --nproc-per-node 2 --master-addr 127.0.0.1 --master-port " + std::to_string(test::free_port()),
                       train("static"));
   expect_as_basin_run("--standalone --nproc-per-node 2", train("standalone"));
 }
@@ -133,11 +107,11 @@ TEST_F(TorchrunTest, AnElasticJobWithARankKilledRestartsAndResumesToTheUninterru
                                    "while [ ! -e " + at + " ]; do sleep 0.005; done; kill -9 $pid; fi; wait $pid'";
   const auto job = test::run_command(
       "env OMP_NUM_THREADS=1 " + torchrun_ + " --nnodes 1:2 --nproc-per-node 2 --rdzv-backend c10d --rdzv-endpoint 127.0.0.1:" +
-          std::to_string(free_port()) + " --rdzv-conf last_call_timeout=1 --max-restarts 2 --no-python " + rank_command, 300);
+          std::to_string(test::free_port()) + " --rdzv-conf last_call_timeout=1 --max-restarts 2 --no-python " + rank_command, 300);
   ASSERT_EQ(job.exit_code, 0) << job.output;
   EXPECT_NE(job.output.find("resumed from"), std::string::npos) << "no restart resumed\n" << job.output;
   EXPECT_EQ(Json::parse(test::read_text(dir_.file("c10d/summary.json")))["restarts"], 1) << job.output;
-  EXPECT_EQ(digests_of(job.output), expected_) << job.output;
+  EXPECT_EQ(test::final_digests(job.output, 2), expected_) << job.output;
   EXPECT_EQ(Json::parse(test::read_text(dir_.file("c10d/summary.json")))["steps"], 500);
 }
 
@@ -154,12 +128,13 @@ TEST(TorchrunOnLibTorchOneTest, TheAgentsStoreIsRefusedInSecondsAndTheUnsharedSt
   const auto refused = test::run_command(torchrun + " --standalone --nproc-per-node 2 --no-python " + train + dir.file("shared"), 120);
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   EXPECT_NE(refused.exit_code, 0) << refused.output;
+  EXPECT_NE(refused.output.find("(exitcode: 2)"), std::string::npos) << "the ranks exit 2, bad input\n" << refused.output;
   EXPECT_NE(refused.output.find("TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1"), std::string::npos) << refused.output;
   EXPECT_LT(seconds, 60) << "not refused in seconds (the store client's own timeout is 90 s)\n" << refused.output;
   const auto unshared = test::run_command("env TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 " + torchrun +
                                           " --standalone --nproc-per-node 2 --no-python " + train + dir.file("unshared"), 120);
   ASSERT_EQ(unshared.exit_code, 0) << unshared.output;
-  const auto digests = digests_of(unshared.output);
+  const auto digests = test::final_digests(unshared.output, 2);
   EXPECT_FALSE(digests[0].empty()) << unshared.output;
   EXPECT_EQ(digests[0], digests[1]) << unshared.output;
 }

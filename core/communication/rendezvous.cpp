@@ -89,45 +89,70 @@ bool several(const char* count) { return count != nullptr && std::string(count) 
 // Slurm's srun, one task per rank, says where a task sits in these instead;
 // they are read only where torchrun's are absent (one torchrun per node
 // under srun sets its own), as Lightning does.
-bool in_slurm_job() { return variable("WORLD_SIZE") == nullptr && several(variable("SLURM_NTASKS")); }
+bool in_slurm_job() {
+  if (variable("WORLD_SIZE") != nullptr) return false;
+  const char* step_tasks = variable("SLURM_STEP_NUM_TASKS");
+  return step_tasks != nullptr ? several(step_tasks) : several(variable("SLURM_NTASKS"));
+}
 
-/// The first host of a Slurm node list: "gpu[003-004,010],cpu1" gives "gpu003".
-std::string first_host(const std::string& nodes) {
-  const std::size_t bracket = nodes.find('['), comma = nodes.find(',');
-  if (bracket == std::string::npos || (comma != std::string::npos && comma < bracket)) return nodes.substr(0, comma);
-  const std::size_t close = nodes.find(']', bracket);
-  if (close == std::string::npos) throw ConfigError("environment variable SLURM_JOB_NODELIST='" + nodes + "': an unclosed '['");
-  const std::string range = nodes.substr(bracket + 1, close - bracket - 1);
-  const std::string suffix = nodes.substr(close + 1, nodes.find(',', close) - close - 1);
-  return nodes.substr(0, bracket) + range.substr(0, range.find_first_of("-,")) + suffix;
+/// The first host of a Slurm node list: "gpu[003-004,010],cpu1" gives
+/// "gpu003", "r[1-2]n[01-04]" gives "r1n01" (each bracket's first value).
+std::string first_host(const std::string& nodes, const char* name) {
+  std::string host;
+  for (std::size_t at = 0; at < nodes.size() && nodes[at] != ',';) {
+    if (nodes[at] != '[') {
+      host += nodes[at++];
+      continue;
+    }
+    const std::size_t close = nodes.find(']', at);
+    if (close == std::string::npos) throw ConfigError(std::string("environment variable ") + name + "='" + nodes + "': an unclosed '['");
+    const std::string range = nodes.substr(at + 1, close - at - 1);
+    host += range.substr(0, range.find_first_of("-,"));
+    at = close + 1;
+  }
+  return host;
+}
+
+/// A job's rank, world size and local rank (the rank where it is not set), from the variables named.
+JobEnvironment ranks_from(const char* rank_name, const char* world_name, const char* local_name) {
+  JobEnvironment job;
+  job.world_size = integer_variable(world_name, 1, 1 << 20);
+  job.rank = integer_variable(rank_name, 0, 1 << 20);
+  if (job.rank >= job.world_size) {
+    throw ConfigError(std::string("environment variables ") + rank_name + "=" + std::to_string(job.rank) + " and " +
+                      world_name + "=" + std::to_string(job.world_size) + " are inconsistent: " + rank_name +
+                      " must be below " + world_name);
+  }
+  job.local_rank = variable(local_name) != nullptr ? integer_variable(local_name, 0, 1 << 20) : job.rank;
+  return job;
 }
 
 JobEnvironment read_slurm_environment() {
-  JobEnvironment job;
-  job.world_size = integer_variable("SLURM_NTASKS", 1, 1 << 20);
-  job.rank = integer_variable("SLURM_PROCID", 0, 1 << 20);
-  if (job.rank >= job.world_size) {
-    throw ConfigError("environment variables SLURM_PROCID=" + std::to_string(job.rank) + " and SLURM_NTASKS=" +
-                      std::to_string(job.world_size) + " are inconsistent: SLURM_PROCID must be below SLURM_NTASKS");
-  }
-  job.local_rank = variable("SLURM_LOCALID") != nullptr ? integer_variable("SLURM_LOCALID", 0, 1 << 20) : job.rank;
+  // Within a step that runs on part of the allocation (srun -n, -w), the step's tasks and nodes.
+  const bool step = variable("SLURM_STEP_NUM_TASKS") != nullptr;
+  JobEnvironment job = ranks_from("SLURM_PROCID", step ? "SLURM_STEP_NUM_TASKS" : "SLURM_NTASKS", "SLURM_LOCALID");
   const char* addr = variable("MASTER_ADDR");
   if (addr != nullptr && *addr != '\0') {
     job.master_addr = addr;
   } else {
-    const char* nodes = variable("SLURM_JOB_NODELIST");
+    const char* name = variable("SLURM_STEP_NODELIST") != nullptr ? "SLURM_STEP_NODELIST" : "SLURM_JOB_NODELIST";
+    const char* nodes = variable(name);
     if (nodes == nullptr || *nodes == '\0') {
       throw ConfigError("environment variables MASTER_ADDR and SLURM_JOB_NODELIST are not set: a Slurm job's "
                         "first node hosts the store");
     }
-    job.master_addr = first_host(nodes);
+    job.master_addr = first_host(nodes, name);
   }
   if (variable("MASTER_PORT") != nullptr) {
     job.master_port = integer_variable("MASTER_PORT", 1, 65535);
   } else {
-    // One port per job, the same on every node: 15000 plus the job id's last four digits.
-    const int id = integer_variable("SLURM_JOB_ID", 0, 1 << 30);
-    job.master_port = 15000 + id % 10000;
+    // One port per job, the same on every node: 15000 plus the job id's last four digits (as Lightning).
+    const char* id = variable("SLURM_JOB_ID");
+    const std::string digits = id != nullptr ? id : "";
+    if (digits.empty() || digits.find_first_not_of("0123456789") != std::string::npos) {
+      throw ConfigError("environment variable SLURM_JOB_ID='" + digits + "': expected the job's number (or set MASTER_PORT)");
+    }
+    job.master_port = 15000 + std::stoi(digits.substr(digits.size() - std::min<std::size_t>(4, digits.size())));
   }
   return job;
 }
@@ -140,13 +165,7 @@ JobEnvironment read_job_environment() {
   JobEnvironment job;
   if (!in_multi_process_job()) return job;
   if (in_slurm_job()) return read_slurm_environment();
-  job.world_size = integer_variable("WORLD_SIZE", 1, 1 << 20);
-  job.rank = integer_variable("RANK", 0, 1 << 20);
-  if (job.rank >= job.world_size) {
-    throw ConfigError("environment variables RANK=" + std::to_string(job.rank) + " and WORLD_SIZE=" +
-                      std::to_string(job.world_size) + " are inconsistent: RANK must be below WORLD_SIZE");
-  }
-  job.local_rank = variable("LOCAL_RANK") != nullptr ? integer_variable("LOCAL_RANK", 0, 1 << 20) : job.rank;
+  job = ranks_from("RANK", "WORLD_SIZE", "LOCAL_RANK");
   const char* addr = variable("MASTER_ADDR");
   if (addr == nullptr || std::string(addr).empty()) throw ConfigError("environment variable MASTER_ADDR is not set");
   job.master_addr = addr;
@@ -182,12 +201,14 @@ std::shared_ptr<Communicator> connect_job(const JobEnvironment& job, std::chrono
       const std::string key = "basin/probe/" + std::to_string(job.rank);
       store.set(key, {1});
       store.get(key);
-    } catch (const std::exception&) {
+    } catch (const std::exception& error) {
+      const std::string what = error.what();
       throw ConfigError(
           "torchrun's store at " + job.master_addr + ":" + std::to_string(job.master_port) + " does not answer " +
           "this build's LibTorch " + compat::torch_version() + " (torchrun 2.x's store drops the requests of 1.x clients): launch with "
           "basin-run, or under torchrun set TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 and use --standalone or "
-          "--rdzv-backend c10d, or build against PyPI's LibTorch (BASIN_LIBTORCH=pypi)");
+          "--rdzv-backend c10d, or build against PyPI's LibTorch (BASIN_LIBTORCH=pypi). The store said: " +
+          what.substr(0, what.find('\n')));
     }
   }
 #endif

@@ -81,8 +81,10 @@ std::unique_ptr<DistributedStrategy> make_strategy(Params& parallel, std::shared
   if (!communicator && !alone && in_multi_process_job()) {
     communicator = connect_job(read_job_environment(), timeout, cuda);
   } else if (!communicator && alone && in_multi_process_job()) {
+    const bool torchrun = std::getenv("WORLD_SIZE") != nullptr;  // else Slurm's SLURM_NTASKS says so
     throw ConfigError("config key 'parallel.mode': this process is one rank of a " +
-                      std::string(std::getenv("WORLD_SIZE")) + "-process job (WORLD_SIZE), so it must be \"ddp\", "
+                      std::to_string(read_job_environment().world_size) + "-process job (" +
+                      (torchrun ? "WORLD_SIZE" : "SLURM_NTASKS") + "), so it must be \"ddp\", "
                       "\"zero1\", \"zero2\" or \"zero3\", not \"none\"");
   }
   if (communicator && alone) {
