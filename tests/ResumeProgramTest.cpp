@@ -361,7 +361,7 @@ TEST(ResumeProgramTest, ResumeLatestFallsBackPastADamagedCheckpointAndSaysSo) {
 TEST(ResumeProgramTest, ADamagedRankFileStopsEveryRankAtOnceNamingIt) {
   test::TempDir dir;
   Json config = zero3_sam_config();
-  config["data"]["train_size"] = 640;
+  config["data"]["train_size"] = 3200;  // 100 steps: checkpoints at 50 and 100
   config["max_epochs"] = 1;
   config["parallel"]["timeout_seconds"] = 300;
   const std::string config_file = dir.file("config.json"), run_dir = dir.file("run");
@@ -381,6 +381,12 @@ TEST(ResumeProgramTest, ADamagedRankFileStopsEveryRankAtOnceNamingIt) {
     const auto line = resumed.output.find(rank + " basin-train: the job cannot resume: rank 1: checkpoint '" + damaged + "'");
     EXPECT_NE(line, std::string::npos) << rank << " does not name the file\n" << resumed.output;
   }
+  // --resume latest vouches for every rank file by its sum on every rank, so all fall back together.
+  const auto latest = test::run_command(job + " --resume latest", 200);
+  ASSERT_EQ(latest.exit_code, 0) << latest.output;
+  EXPECT_NE(latest.output.find("falling back"), std::string::npos) << latest.output;
+  EXPECT_NE(latest.output.find("resumed from " + run_dir + "/checkpoints/" + checkpoint_file_name(50)), std::string::npos)
+      << latest.output;
 }
 
 TEST(ResumeProgramTest, AFullDiskStopsTrainingAndKeepsTheLastCheckpoint) {

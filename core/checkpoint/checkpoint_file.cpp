@@ -156,35 +156,69 @@ void write_checkpoint_file(const std::string& path_text, const StateDict& checkp
   sync_folder(path.parent_path());
 }
 
-StateDict read_checkpoint_file(const std::string& path) {
+namespace {
+
+/// What `path`'s checksum file says it holds, refused as CheckpointError when
+/// the file or its sum is missing or malformed.
+Written expected_sum(const std::string& path) {
   if (!fs::exists(path)) throw CheckpointError("checkpoint '" + path + "' does not exist");
   std::ifstream sum_file(sum_path(path));
   if (!sum_file) {
     throw CheckpointError("checkpoint '" + path + "' has no checksum file '" + sum_path(path).string() +
                           "': its write did not finish");
   }
-  nlohmann::json sum;
+  Written expected;
   try {
-    sum = nlohmann::json::parse(sum_file);
-    sum.at("bytes").get<std::size_t>();
-    sum.at("crc32").get<std::string>();
+    const nlohmann::json sum = nlohmann::json::parse(sum_file);
+    expected.bytes = sum.at("bytes").get<std::size_t>();
+    expected.crc = static_cast<uint32_t>(std::stoul(sum.at("crc32").get<std::string>(), nullptr, 16));
   } catch (const std::exception&) {
     throw CheckpointError("checkpoint '" + path + "': its checksum file '" + sum_path(path).string() +
                           "' is not {\"bytes\": N, \"crc32\": \"hex\"}");
   }
+  return expected;
+}
+
+/// `found` (the bytes read from `path`) against `expected`.
+void check_sum(const std::string& path, const Written& found, const Written& expected) {
+  if (found.bytes != expected.bytes) {
+    throw CheckpointError("checkpoint '" + path + "' is truncated or was changed: " + std::to_string(found.bytes) +
+                          " bytes, its checksum file says " + std::to_string(expected.bytes));
+  }
+  if (found.crc != expected.crc) {
+    throw CheckpointError("checkpoint '" + path + "' is corrupted: CRC-32 " + hex(found.crc) +
+                          ", its checksum file says " + hex(expected.crc));
+  }
+}
+
+/// What read_checkpoint_file checks of `path`, read a chunk at a time: a
+/// rank file of a large model is never held whole to be vouched for.
+void verify_checkpoint_file(const std::string& path) {
+  const Written expected = expected_sum(path);
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw CheckpointError("cannot read checkpoint '" + path + "': " + system_reason());
+  std::vector<char> chunk(std::size_t{1} << 22);
+  Written found;
+  uLong crc = crc32(0L, Z_NULL, 0);
+  while (in) {
+    in.read(chunk.data(), static_cast<std::streamsize>(chunk.size()));
+    const auto n = static_cast<std::size_t>(in.gcount());
+    crc = crc32_update(crc, chunk.data(), n);
+    found.bytes += n;
+  }
+  if (in.bad()) throw CheckpointError("cannot read checkpoint '" + path + "': " + system_reason());
+  found.crc = static_cast<uint32_t>(crc);
+  check_sum(path, found, expected);
+}
+
+}  // namespace
+
+StateDict read_checkpoint_file(const std::string& path) {
+  const Written expected = expected_sum(path);
   std::ifstream in(path, std::ios::binary);
   if (!in) throw CheckpointError("cannot read checkpoint '" + path + "': " + system_reason());
   std::vector<char> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  const std::size_t expected = sum.at("bytes").get<std::size_t>();
-  if (bytes.size() != expected) {
-    throw CheckpointError("checkpoint '" + path + "' is truncated or was changed: " + std::to_string(bytes.size()) +
-                          " bytes, its checksum file says " + std::to_string(expected));
-  }
-  const std::string crc = hex(crc32_of(bytes));
-  if (crc != sum.at("crc32").get<std::string>()) {
-    throw CheckpointError("checkpoint '" + path + "' is corrupted: CRC-32 " + crc + ", its checksum file says " +
-                          sum.at("crc32").get<std::string>());
-  }
+  check_sum(path, Written{bytes.size(), crc32_of(bytes)}, expected);
   return parse_checkpoint_bytes(bytes, path);
 }
 
@@ -222,9 +256,10 @@ LatestCheckpoint read_latest_checkpoint(const std::string& dir) {
     try {
       latest.checkpoint = read_checkpoint_file(path);
       if (is_sharded_checkpoint(latest.checkpoint)) {
-        // Every rank file read back whole (every rank sees the same files,
-        // so all fall back together past a damaged one).
-        for (const auto& file : rank_files(path, latest.checkpoint)) read_checkpoint_file(file);
+        // Every rank file vouched for by its sum, read a chunk at a time
+        // (every rank sees the same files, so all fall back together past a
+        // damaged one; none holds another's file to do it).
+        for (const auto& file : rank_files(path, latest.checkpoint)) verify_checkpoint_file(file);
       }
       latest.path = path;
       return latest;
