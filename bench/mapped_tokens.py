@@ -87,8 +87,9 @@ def main():
     large, large_wall = run_job(args, os.path.join(args.dir, "large.bin"), "large")
     print(f"small file: peak RSS per rank {small[0]:.0f} / {small[1]:.0f} MiB, job {small_wall:.1f} s")
     print(f"large file: peak RSS per rank {large[0]:.0f} / {large[1]:.0f} MiB, job {large_wall:.1f} s")
-    print(f"difference: {max(l - s for l, s in zip(sorted(large), sorted(small))):.0f} MiB per rank at most, "
-          f"{large_wall - small_wall:.1f} s longer")
+    gaps = [l - s for l, s in zip(sorted(large), sorted(small))]
+    print(f"large minus small, rank by rank (sorted): {', '.join(f'{g:+.0f}' for g in gaps)} MiB; "
+          f"the job {large_wall - small_wall:+.1f} s")
 
 
 if __name__ == "__main__":
