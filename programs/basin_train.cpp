@@ -30,6 +30,7 @@
 #include "basin/core/config/config_file.h"
 #include "basin/core/engine/engine.h"
 #include "basin/core/model/model.h"
+#include "basin/core/parallel/distributed_strategy.h"
 #include "basin/core/train/trainer.h"
 
 namespace {
@@ -195,8 +196,8 @@ int main(int argc, char** argv) {
       // A rank that cannot read its own file stops every rank at once (read_on_every_rank).
       const basin::StateDict checkpoint = basin::read_on_every_rank(
           trainer.state().communicator.get(), trainer.state().device, [&] {
-            return basin::checkpoint_for_rank(start.point.path, start.point.checkpoint, job.rank, job.world_size,
-                                              basin::saves_rank_files(trainer.state()), reshard || allow_config_change);
+            return basin::checkpoint_for_rank(start.point.path, start.point.checkpoint, job.world_size,
+                                              trainer.strategy().rows_layout(), reshard || allow_config_change);
           });
       start.point.checkpoint = basin::new_state_dict();  // the rank's own part is all this rank keeps
       const int64_t saved_world = basin::saved_world_size(checkpoint);

@@ -18,6 +18,7 @@
 #include "basin/core/engine/callback.h"
 #include "basin/core/optim/hyperparameters.h"
 #include "basin/core/optim/scheduler.h"
+#include "basin/core/parallel/distributed_strategy.h"
 #include "basin/core/train/trainer.h"
 #include "distributed_util.h"
 #include "test_util.h"
@@ -112,7 +113,7 @@ void expect_resharded_resume_keeps_everything(const Layout& from, const Layout& 
   on_ranks(to.mode, to.world, [&](int rank, std::shared_ptr<Communicator> communicator) {
     Trainer trainer(resuming, {}, {}, communicator);
     const bool sharded = saves_rank_files(trainer.state());
-    trainer.resume(checkpoint_for_rank(path, read_checkpoint_file(path), rank, to.world, sharded, true),
+    trainer.resume(checkpoint_for_rank(path, read_checkpoint_file(path), to.world, trainer.strategy().rows_layout(), true),
                    ResumeOptions{false, true});
     const StateDict captured = capture_checkpoint(trainer.engine());  // collective
     if (sharded) {  // as the checkpoint callback writes it: each rank's file, then the manifest
@@ -203,7 +204,8 @@ TEST(ReshardingTest, ARunResumedAtTwiceTheRanksWithHalfTheBatchEndsAsTheRunThatW
   test::run_ranks(4, [&](int rank, std::shared_ptr<Communicator> communicator) {
     Trainer trainer(halves, {}, {}, communicator);
     // Another batch size is another config: allowed explicitly.
-    trainer.resume(checkpoint_for_rank(path, read_checkpoint_file(path), rank, 4, true, true), ResumeOptions{true, true});
+    trainer.resume(checkpoint_for_rank(path, read_checkpoint_file(path), 4, trainer.strategy().rows_layout(), true),
+                   ResumeOptions{true, true});
     Finish mine;
     finish(trainer, mine);
     if (rank == 0) resumed = mine;
@@ -266,7 +268,7 @@ TEST(ReshardingTest, AResumeOnFewerRanksContinuesAtTheSameSampleAndTheScheduleEn
   for (const StateDict& checkpoint : {read_checkpoint_file(path), old}) {
     auto ids = std::make_shared<BatchIds>();
     Trainer trainer(alone, {ids});
-    trainer.resume(checkpoint_for_rank(path, checkpoint, 0, 1, false, true), ResumeOptions{false, true});
+    trainer.resume(checkpoint_for_rank(path, checkpoint, 1, std::nullopt, true), ResumeOptions{false, true});
     const FitSummary summary = trainer.fit();
     EXPECT_EQ(summary.steps, 3 + 2 + 8);
     ASSERT_EQ(ids->steps.size(), 10u);
@@ -296,9 +298,9 @@ TEST(ReshardingTest, AnEpochScheduleStillEndsWithTheRunAfterAResumeOnMoreRanks) 
   two["parallel"]["mode"] = "ddp";
   two["callbacks"].erase("checkpoint");
   const std::string path = dir.file("c/" + checkpoint_file_name(3));
-  test::run_ranks(2, [&](int rank, std::shared_ptr<Communicator> communicator) {
+  test::run_ranks(2, [&](int, std::shared_ptr<Communicator> communicator) {
     Trainer trainer(two, {}, {}, communicator);
-    trainer.resume(checkpoint_for_rank(path, read_checkpoint_file(path), rank, 2, false, true), ResumeOptions{false, true});
+    trainer.resume(checkpoint_for_rank(path, read_checkpoint_file(path), 2, std::nullopt, true), ResumeOptions{false, true});
     EXPECT_EQ(trainer.fit().steps, 3 + 2 + 4);
     EXPECT_EQ(trainer.state().schedulers.back()->count(), 2);
     EXPECT_EQ(get_hyperparameter(trainer.state().optimizer->param_groups().front().options(), "weight_decay"), 0.0)

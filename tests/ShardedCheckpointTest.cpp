@@ -13,6 +13,7 @@
 #include "basin/core/checkpoint/checkpoint_file.h"
 #include "basin/core/checkpoint/sharded_checkpoint.h"
 #include "basin/core/optim/optimizer_state.h"
+#include "basin/core/parallel/distributed_strategy.h"
 #include "basin/core/parallel/zero3/fully_sharded_optimizer.h"
 #include "distributed_util.h"
 #include "test_util.h"
@@ -47,7 +48,7 @@ TEST(CheckpointTest, ResumedZeroThreeRunFromEachRanksFileEqualsTheUninterruptedR
       uninterrupted[r] = pickled(capture_checkpoint(whole.engine()));  // collective
       communicator->barrier();
       Trainer resumed(config, {}, {}, communicator);
-      resumed.resume(checkpoint_for_rank(manifest, read_checkpoint_file(manifest), rank, 2, true, false));
+      resumed.resume(checkpoint_for_rank(manifest, read_checkpoint_file(manifest), 2, resumed.strategy().rows_layout(), false));
       resumed.fit();
       continued[r] = pickled(capture_checkpoint(resumed.engine()));
     });
@@ -93,7 +94,7 @@ TEST(CheckpointTest, AZeroThreeCheckpointIsRefusedAtAnotherWorldSizeNamingBoth) 
   test::run_ranks(2, [&](int, std::shared_ptr<Communicator> communicator) { Trainer(config, {}, {}, communicator).fit(); });
   const std::string manifest = dir.file("c/" + checkpoint_file_name(2));
   try {
-    checkpoint_for_rank(manifest, read_checkpoint_file(manifest), 0, 3, true, false);
+    checkpoint_for_rank(manifest, read_checkpoint_file(manifest), 3, RowsLayout{{}, {}, 0, 3}, false);
     FAIL() << "a 2-rank zero3 checkpoint was handed to a 3-rank job";
   } catch (const CheckpointError& error) {
     EXPECT_NE(std::string(error.what()).find("2 ranks and this job has 3"), std::string::npos) << error.what();

@@ -17,7 +17,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include "basin/core/base/mapped_file.h"
 #include "basin/core/checkpoint/checkpoint.h"
+#include "basin/core/checkpoint/resharding.h"
 #include "basin/core/checkpoint/sharded_checkpoint.h"
 #include "basin/core/serialization/archive_writer.h"
 #include "basin/core/serialization/safe_unpickle.h"
@@ -40,10 +42,6 @@ uLong crc32_update(uLong crc, const char* data, std::size_t size) {
     offset += n;
   }
   return crc;
-}
-
-uint32_t crc32_of(const std::vector<char>& bytes) {
-  return static_cast<uint32_t>(crc32_update(crc32(0L, Z_NULL, 0), bytes.data(), bytes.size()));
 }
 
 std::string hex(uint32_t value) {
@@ -191,41 +189,41 @@ void check_sum(const std::string& path, const Written& found, const Written& exp
   }
 }
 
-/// What read_checkpoint_file checks of `path`, read a chunk at a time: a
-/// rank file of a large model is never held whole to be vouched for.
+/// `file` mapped, or CheckpointError naming it and why not.
+std::shared_ptr<const MappedFile> map_checkpoint(const std::string& path) {
+  try {
+    return std::make_shared<const MappedFile>(path, MappedFile::Access::kCopyOnWrite);
+  } catch (const std::runtime_error& error) {
+    throw CheckpointError(std::string("checkpoint file: ") + error.what());
+  }
+}
+
+/// The size and CRC-32 of a mapped file, read 4 MiB at a time, each chunk's
+/// pages handed back after it: a rank file of a large model is never held
+/// whole to be vouched for. Nothing has written to the mapping yet.
+Written sum_of(const MappedFile& file) {
+  constexpr int64_t kChunk = int64_t{1} << 22;
+  uLong crc = crc32(0L, Z_NULL, 0);
+  for (int64_t offset = 0; offset < file.bytes(); offset += kChunk) {
+    const int64_t n = std::min(kChunk, file.bytes() - offset);
+    crc = crc32_update(crc, reinterpret_cast<const char*>(file.data()) + offset, static_cast<std::size_t>(n));
+    file.release(file.data() + offset, n);
+  }
+  return Written{static_cast<std::size_t>(file.bytes()), static_cast<uint32_t>(crc)};
+}
+
+/// What read_checkpoint_file checks of `path`, without reading its tensors.
 void verify_checkpoint_file(const std::string& path) {
   const Written expected = expected_sum(path);
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw CheckpointError("cannot read checkpoint '" + path + "': " + system_reason());
-  std::vector<char> chunk(std::size_t{1} << 22);
-  Written found;
-  uLong crc = crc32(0L, Z_NULL, 0);
-  while (in) {
-    in.read(chunk.data(), static_cast<std::streamsize>(chunk.size()));
-    const auto n = static_cast<std::size_t>(in.gcount());
-    crc = crc32_update(crc, chunk.data(), n);
-    found.bytes += n;
-  }
-  if (in.bad()) throw CheckpointError("cannot read checkpoint '" + path + "': " + system_reason());
-  found.crc = static_cast<uint32_t>(crc);
-  check_sum(path, found, expected);
+  check_sum(path, sum_of(*map_checkpoint(path)), expected);
 }
 
-}  // namespace
-
-StateDict read_checkpoint_file(const std::string& path) {
-  const Written expected = expected_sum(path);
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw CheckpointError("cannot read checkpoint '" + path + "': " + system_reason());
-  std::vector<char> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  check_sum(path, Written{bytes.size(), crc32_of(bytes)}, expected);
-  return parse_checkpoint_bytes(bytes, path);
-}
-
-StateDict parse_checkpoint_bytes(const std::vector<char>& bytes, const std::string& name) {
+/// The dict `load` unpickles; CheckpointError naming `name` when it is no LibTorch pickle of a dict.
+template <class Load>
+StateDict checkpoint_dict(Load&& load, const std::string& name) {
   c10::IValue value;
   try {
-    value = safe_pickle_load(bytes);
+    value = load();
   } catch (const std::exception& error) {
     // LibTorch's messages carry a backtrace: its first line says enough.
     const std::string what = error.what();
@@ -233,6 +231,19 @@ StateDict parse_checkpoint_bytes(const std::vector<char>& bytes, const std::stri
   }
   if (!value.isGenericDict()) throw CheckpointError("checkpoint '" + name + "' does not hold a dict");
   return value.toGenericDict();
+}
+
+}  // namespace
+
+StateDict read_checkpoint_file(const std::string& path) {
+  const Written expected = expected_sum(path);
+  const std::shared_ptr<const MappedFile> file = map_checkpoint(path);
+  check_sum(path, sum_of(*file), expected);
+  return checkpoint_dict([&] { return safe_pickle_load(file); }, path);
+}
+
+StateDict parse_checkpoint_bytes(const std::vector<char>& bytes, const std::string& name) {
+  return checkpoint_dict([&] { return safe_pickle_load(bytes); }, name);
 }
 
 std::vector<std::string> list_checkpoint_files(const std::string& dir) {
@@ -324,6 +335,7 @@ StateDict sharded_manifest(const StateDict& rank_zero, int64_t step, int world_s
   StateDict manifest = new_state_dict();
   StateDict meta = rank_zero.at("basin").toGenericDict().copy();
   (void)meta.erase("rank");
+  (void)meta.erase("resharded_from");  // the manifest's rank files are of `world_size`, whoever wrote them
   StateDict sharded = new_state_dict();
   sharded.insert("layout", std::string("rows"));
   c10::List<std::string> files;
@@ -345,6 +357,7 @@ bool is_sharded_checkpoint(const StateDict& checkpoint) {
 int64_t saved_world_size(const StateDict& checkpoint) {
   if (!checkpoint.contains("basin") || !checkpoint.at("basin").isGenericDict()) return 1;
   const StateDict meta = checkpoint.at("basin").toGenericDict();
+  if (meta.contains("resharded_from") && meta.at("resharded_from").isInt()) return meta.at("resharded_from").toInt();
   return meta.contains("world_size") && meta.at("world_size").isInt() ? meta.at("world_size").toInt() : 1;
 }
 
@@ -365,19 +378,21 @@ std::vector<std::string> rank_files(const std::string& manifest_path, const Stat
   return paths;
 }
 
-StateDict checkpoint_for_rank(const std::string& path, const StateDict& checkpoint, int rank, int world_size,
-                              bool sharded_run, bool reshard) {
-  if (!is_sharded_checkpoint(checkpoint)) return checkpoint;
+StateDict checkpoint_for_rank(const std::string& path, const StateDict& checkpoint, int world_size,
+                              const std::optional<RowsLayout>& rows, bool reshard) {
+  if (checkpoint.contains("shards")) return checkpoint;  // one rank's file, given itself (Trainer::resume checks its size)
+  if (!is_sharded_checkpoint(checkpoint)) return rows ? cut_checkpoint_as_read(checkpoint, *rows) : checkpoint;
   const auto files = rank_files(path, checkpoint);
   const bool same_world = static_cast<int>(files.size()) == world_size;
-  if (sharded_run && same_world) return read_checkpoint_file(files[static_cast<std::size_t>(rank)]);
+  if (rows && same_world) return read_checkpoint_file(files[static_cast<std::size_t>(rows->rank)]);
   if (!same_world && !reshard) {
     throw CheckpointError("checkpoint '" + path + "' holds the zero3 shards of " + std::to_string(files.size()) +
                           " ranks and this job has " + std::to_string(world_size) + ": resume with " +
-                          std::to_string(files.size()) + " ranks, or reshard (basin-train --reshard), which joins "
-                          "the shards and cuts them for this job (basin-consolidate joins them into one file)");
+                          std::to_string(files.size()) + " ranks, or reshard (basin-train --reshard), under which "
+                          "a zero3 rank reads its rows from the files that hold them and another mode joins them "
+                          "(basin-consolidate joins them into one file)");
   }
-  return consolidate_checkpoint(path);
+  return rows ? reshard_rank_files(path, checkpoint, *rows) : consolidate_checkpoint(path);
 }
 
 }  // namespace basin

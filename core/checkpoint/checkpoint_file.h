@@ -1,10 +1,12 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "basin/core/base/state_dict.h"
+#include "basin/core/sharding/rows_layout.h"
 
 namespace basin {
 
@@ -24,9 +26,13 @@ std::string checkpoint_file_name(int64_t step);
 /// system's reason.
 void write_checkpoint_file(const std::string& path, const StateDict& checkpoint);
 
-/// Reads and verifies a checkpoint (size and CRC-32 against its .sum, then
-/// the pickle). Throws CheckpointError naming the file and what is wrong:
-/// missing, no .sum, truncated, corrupted, not a dict.
+/// Reads and verifies a checkpoint (size and CRC-32 against its .sum, read
+/// a chunk at a time, then the pickle). Throws CheckpointError naming the
+/// file and what is wrong: missing, no .sum, truncated, corrupted, not a dict.
+///
+/// The file is mapped copy-on-write and its tensors view the mapping
+/// (safe_pickle_load), so reading it holds none of their bytes: a page
+/// comes in when its tensor is read, and a write stays in the process.
 StateDict read_checkpoint_file(const std::string& path);
 
 /// The dict in a checkpoint's bytes (after their checksum passed); throws
@@ -65,19 +71,26 @@ std::string rank_file_name(int64_t step, int rank);
 /// The manifest for rank 0's capture of a `world_size`-rank checkpoint at `step`.
 StateDict sharded_manifest(const StateDict& rank_zero, int64_t step, int world_size);
 bool is_sharded_checkpoint(const StateDict& checkpoint);
-/// The number of ranks that wrote `checkpoint` ("basin.world_size"); 1 for
-/// a checkpoint without the entry (one process wrote those).
+/// The number of ranks that wrote `checkpoint` ("basin.world_size"; a rank's
+/// cut of it at another size says "basin.resharded_from"); 1 for a
+/// checkpoint without the entry (one process wrote those).
 int64_t saved_world_size(const StateDict& checkpoint);
 /// Paths of a manifest's rank files, beside it, in rank order.
 std::vector<std::string> rank_files(const std::string& manifest_path, const StateDict& manifest);
-/// What `rank` of a `world_size`-rank job resumes from, given `checkpoint`
-/// read from `path`. A whole checkpoint is itself. A manifest is that
-/// rank's file when this run is sharded (`sharded_run`: zero3) at the world
-/// size that saved it; otherwise its rank files joined into one whole
-/// checkpoint (consolidate_checkpoint; Trainer::resume cuts it anew), which
-/// takes `reshard` when the world size differs: without, the manifest is
-/// refused, naming both sizes.
-StateDict checkpoint_for_rank(const std::string& path, const StateDict& checkpoint, int rank, int world_size,
-                              bool sharded_run, bool reshard);
+/// What a rank of a `world_size`-rank job resumes from, given `checkpoint`
+/// as read_checkpoint_file read it from `path` (and nobody wrote to it).
+/// `rows`: the rows this rank holds when the run is sharded (zero3's
+/// Zero3Strategy::rows_layout), else nothing.
+///  - A sharded run takes its own rows and nothing more: its own file of a
+///    manifest of its world size; its rows of a whole checkpoint
+///    (cut_checkpoint_as_read); its rows of a manifest of another size,
+///    read from the rank files that hold them (reshard_rank_files), which
+///    takes `reshard`.
+///  - Any other run takes a whole checkpoint as it is, and a manifest's
+///    rank files joined (consolidate_checkpoint), which takes `reshard` at
+///    another world size.
+/// Without `reshard`, a manifest of another world size is refused, naming both sizes.
+StateDict checkpoint_for_rank(const std::string& path, const StateDict& checkpoint, int world_size,
+                              const std::optional<RowsLayout>& rows, bool reshard);
 
 }  // namespace basin

@@ -33,7 +33,8 @@ namespace basin {
 ///     the rest     rank 0's: timestamp, schedulers, callbacks, loop, config
 ///
 /// Throws CheckpointError naming the file that is missing, damaged or does
-/// not fit the others.
+/// not fit the others. The rank files are read a tensor at a time
+/// (join_rank_files), so the whole it hands back is all it holds.
 StateDict consolidate_checkpoint(const std::string& manifest_path);
 
 /// `layout.rank`'s part of a whole checkpoint (of any mode and world size), as
@@ -43,5 +44,9 @@ StateDict consolidate_checkpoint(const std::string& manifest_path);
 /// "resharded_from": the world size that saved it). Throws CheckpointError
 /// naming a parameter the checkpoint lacks or holds in another shape.
 StateDict cut_checkpoint(const StateDict& whole, const RowsLayout& layout);
+/// The same of a checkpoint as read_checkpoint_file gave it, never written
+/// to: each tensor's pages are handed back once its rows are copied, so a
+/// rank holds its rows of the file and no more (release_mapped_pages).
+StateDict cut_checkpoint_as_read(const StateDict& whole, const RowsLayout& layout);
 
 }  // namespace basin

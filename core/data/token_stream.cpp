@@ -1,17 +1,12 @@
 #include "basin/core/data/token_stream.h"
 
-#include <fcntl.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
 #include <algorithm>
-#include <cerrno>
-#include <cstring>
 #include <stdexcept>
 #include <string>
 
 #include <ATen/ATen.h>
+
+#include "basin/core/base/mapped_file.h"
 
 namespace basin {
 
@@ -29,77 +24,16 @@ int bytes_per_id(TokenType type) {
   return 1;
 }
 
-// A read faults in the pages it touches, and the kernel maps more around
-// them (fault-around, and whole large folios of the page cache, up to
-// 2 MiB): measured at 1 to 2 MiB held per window read at random from a
-// 1.8 GB file. Each read hands back the 2 MiB spans it touched, so a
-// process holds no more of a file than it is reading.
-constexpr int64_t kFolio = int64_t{2} << 20;
-
-/// A file mapped read-only, unmapped when the last piece using it goes.
-class Mapping {
- public:
-  explicit Mapping(const std::filesystem::path& file) {
-    const int fd = ::open(file.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0) throw std::runtime_error("cannot read '" + file.string() + "': " + std::strerror(errno));
-    struct stat status {};
-    if (::fstat(fd, &status) != 0) {
-      const int error = errno;
-      ::close(fd);
-      throw std::runtime_error("cannot read '" + file.string() + "': " + std::strerror(error));
-    }
-    if (!S_ISREG(status.st_mode)) {
-      ::close(fd);
-      throw std::runtime_error("'" + file.string() + "' is not a regular file (a pipe, a device?): corpus files are mapped as they lie on disk");
-    }
-    bytes_ = static_cast<int64_t>(status.st_size);
-    if (bytes_ > 0) {
-      void* at = ::mmap(nullptr, static_cast<std::size_t>(bytes_), PROT_READ, MAP_SHARED, fd, 0);
-      const int error = errno;
-      ::close(fd);
-      if (at == MAP_FAILED) {
-        // ENOMEM with memory to spare: each file is one mapping, and a process may hold vm.max_map_count of them.
-        throw std::runtime_error("cannot map '" + file.string() + "': " + std::strerror(error) +
-                                 (error == ENOMEM ? " (one mapping per file: see sysctl vm.max_map_count, or join small files)" : ""));
-      }
-      data_ = static_cast<const uint8_t*>(at);
-      ::madvise(at, static_cast<std::size_t>(bytes_), MADV_RANDOM);  // windows are read in shuffled order
-    } else {
-      ::close(fd);
-    }
-  }
-  ~Mapping() {
-    if (data_ != nullptr) ::munmap(const_cast<uint8_t*>(data_), static_cast<std::size_t>(bytes_));
-  }
-  Mapping(const Mapping&) = delete;
-  Mapping& operator=(const Mapping&) = delete;
-
-  const uint8_t* data() const { return data_; }
-  int64_t bytes() const { return bytes_; }
-
-  /// Drops the folios holding [at, at + bytes) from the process: they stay
-  /// in the page cache, and a shared file mapping refaults from it, so a read
-  /// racing this stays correct.
-  void release(const uint8_t* at, int64_t bytes) const {
-    static const auto page = static_cast<int64_t>(::sysconf(_SC_PAGESIZE));
-    const int64_t offset = at - data_;  // folios sit at file offsets that are multiples of their size
-    const int64_t first = offset / kFolio * kFolio;
-    const int64_t last = std::min((offset + bytes + kFolio - 1) / kFolio * kFolio, (bytes_ + page - 1) / page * page);
-    ::madvise(const_cast<uint8_t*>(data_) + first, static_cast<std::size_t>(last - first), MADV_DONTNEED);
-  }
-
- private:
-  const uint8_t* data_ = nullptr;
-  int64_t bytes_ = 0;
-};
-
 }  // namespace
+
+// Each read of a mapped piece hands back the pages it touched (MappedFile::release),
+// so a process holds no more of a corpus than it is reading.
 
 struct TokenStream::Piece {
   TokenType type = TokenType::kInt32;
   int64_t count = 0;
   const uint8_t* data = nullptr;
-  std::shared_ptr<const Mapping> mapping;  // a mapped file, or
+  std::shared_ptr<const MappedFile> mapping;  // a mapped file, or
   at::Tensor held;  // ids in memory
 
   void read(int64_t begin, int64_t n, int64_t* out) const {
@@ -127,7 +61,8 @@ struct TokenStream::Piece {
 };
 
 void TokenStream::append_file(const std::filesystem::path& file, TokenType type) {
-  auto mapping = std::make_shared<const Mapping>(file);
+  auto mapping = std::make_shared<const MappedFile>(file, MappedFile::Access::kReadOnly);
+  mapping->expect_random_reads();  // windows are read in shuffled order
   const int width = bytes_per_id(type);
   if (mapping->bytes() % width != 0) {
     throw std::runtime_error("'" + file.string() + "' holds " + std::to_string(mapping->bytes()) +

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <functional>
 #include <map>
 #include <sstream>
 #include <string_view>
@@ -11,6 +12,7 @@
 #include <c10/core/CPUAllocator.h>
 #include <torch/csrc/jit/serialization/unpickler.h>
 
+#include "basin/core/base/mapped_file.h"
 #include "basin/core/serialization/pickle_check.h"
 #include "basin/core/serialization/zip_directory.h"
 
@@ -97,10 +99,8 @@ void check_and_tidy(const c10::IValue& value, std::unordered_set<const void*>& s
   }
 }
 
-}  // namespace
-
-c10::IValue safe_pickle_load(const std::vector<char>& bytes) {
-  const std::string_view archive(bytes.data(), bytes.size());
+/// safe_pickle_load of `archive`, each storage's bytes given by `storage_of` its entry.
+c10::IValue load(std::string_view archive, const std::function<at::DataPtr(const ZipEntry&)>& storage_of) {
   const std::map<std::string, ZipEntry> records = records_of(archive);
   const auto data = records.find("data.pkl");
   if (data == records.end()) throw ArchiveError("the archive holds no data.pkl");
@@ -122,11 +122,8 @@ c10::IValue safe_pickle_load(const std::vector<char>& bytes) {
     position += count;
     return count;
   };
-  auto read_record = [&archive, &records](const std::string& key) {
-    const ZipEntry& entry = records.at("data/" + key);  // check_pickle found it
-    at::DataPtr storage = c10::GetCPUAllocator()->allocate(entry.size);
-    if (entry.size > 0) std::memcpy(storage.get(), archive.data() + entry.offset, entry.size);
-    return storage;
+  auto read_record = [&records, &storage_of](const std::string& key) {
+    return storage_of(records.at("data/" + key));  // check_pickle found it
   };
   // Storages load on the CPU whatever device saved them; restoring copies them where they belong.
   torch::jit::Unpickler unpickler(read_program, /*type_resolver=*/nullptr, /*obj_loader=*/nullptr, read_record,
@@ -136,6 +133,44 @@ c10::IValue safe_pickle_load(const std::vector<char>& bytes) {
   std::unordered_set<const void*> seen;
   check_and_tidy(value, seen);
   return value;
+}
+
+at::DataPtr copied(std::string_view archive, const ZipEntry& entry) {
+  at::DataPtr storage = c10::GetCPUAllocator()->allocate(entry.size);
+  if (entry.size > 0) std::memcpy(storage.get(), archive.data() + entry.offset, entry.size);
+  return storage;
+}
+
+// What a storage viewing a mapping holds: the mapping, alive while any storage views it.
+void drop_mapping(void* file) { delete static_cast<std::shared_ptr<const MappedFile>*>(file); }
+
+// PyTorch's writer starts each record at a multiple of 64 bytes; any element type is aligned there.
+constexpr uint64_t kRecordAlignment = 64;
+
+}  // namespace
+
+c10::IValue safe_pickle_load(const std::vector<char>& bytes) {
+  const std::string_view archive(bytes.data(), bytes.size());
+  return load(archive, [&archive](const ZipEntry& entry) { return copied(archive, entry); });
+}
+
+c10::IValue safe_pickle_load(const std::shared_ptr<const MappedFile>& file) {
+  const std::string_view archive(reinterpret_cast<const char*>(file->data()), static_cast<std::size_t>(file->bytes()));
+  return load(archive, [&](const ZipEntry& entry) {
+    const uint8_t* at = file->data() + entry.offset;
+    if (entry.size == 0 || reinterpret_cast<uintptr_t>(at) % kRecordAlignment != 0) return copied(archive, entry);
+    // The mapping is copy-on-write, so whoever writes to the tensor writes to its own copy of the page.
+    return at::DataPtr(const_cast<uint8_t*>(at), new std::shared_ptr<const MappedFile>(file), &drop_mapping,
+                       at::Device(at::kCPU));
+  });
+}
+
+void release_mapped_pages(const at::Tensor& tensor) {
+  if (!tensor.defined() || !tensor.has_storage()) return;
+  const at::DataPtr& storage = tensor.storage().data_ptr();
+  if (storage.get_deleter() != &drop_mapping) return;
+  const auto& file = *static_cast<const std::shared_ptr<const MappedFile>*>(storage.get_context());
+  file->release(storage.get(), static_cast<int64_t>(tensor.storage().nbytes()));
 }
 
 }  // namespace basin

@@ -39,7 +39,9 @@ void Trainer::resume(const StateDict& checkpoint, ResumeOptions options) {
   StateDict own = checkpoint;
   if (const auto layout = strategy_->rows_layout()) {
     if (own_rows) {
-      strategy_->check_resume(saved_world);
+      // The rows it holds are of its "world_size" (a rank's cut of a checkpoint is of this run's).
+      const StateDict meta = checkpoint.at("basin").toGenericDict();
+      strategy_->check_resume(meta.contains("world_size") && meta.at("world_size").isInt() ? meta.at("world_size").toInt() : 1);
     } else {
       own = cut_checkpoint(checkpoint, *layout);  // this rank's rows of a whole one
     }
