@@ -1,11 +1,14 @@
-// Every parallel mode, registered: a new mode is its folder (its strategy)
-// plus its line in modes()'s table; make_strategy reads the config's
-// "parallel" section, but for "activation_checkpointing" (the trainer's).
+// Every parallel mode, registered: a new mode is its folder (its strategy
+// and the reader of its keys) plus its line in modes()'s table;
+// make_strategy reads the config's "parallel" section, but for
+// "activation_checkpointing" (the trainer's), each mode its own keys.
 #include "basin/core/parallel/distributed_strategy.h"
 
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
+#include <functional>
+#include <string>
 #include <utility>
 
 #include <torch/csrc/distributed/c10d/HashStore.hpp>
@@ -27,36 +30,91 @@ class SingleProcess : public DistributedStrategy {
   explicit SingleProcess(std::string mode) : DistributedStrategy(std::move(mode), nullptr) {}
 };
 
-/// What the "parallel" section says beyond the mode, for the modes that read it.
-struct Settings {
-  DataParallelStrategy::Options data_parallel;
-  FullyShardedOptions fully_sharded;  // zero3's
-};
+using Group = std::shared_ptr<Communicator>;
+/// How a mode is made once its keys are read: over a group of ranks.
+using MakeStrategy = std::function<std::unique_ptr<DistributedStrategy>(Group)>;
 
-/// A mode: its name, whether it needs a communicator even alone, and how it is made over one.
+/// A mode: its name; whether one process alone still runs it over a
+/// one-rank group (one code path); the keys of the "parallel" section it
+/// reads beyond "mode" and "timeout_seconds"; how it reads them, before any
+/// rank connects (so a bad config fails first), into how it is made; and
+/// the error for one of its own keys given under another mode (none: the
+/// section's "not known").
 struct Mode {
   const char* name;
-  bool group_when_alone;  // one process alone still runs it over a one-rank group (one code path)
-  std::function<std::unique_ptr<DistributedStrategy>(std::shared_ptr<Communicator>, const Settings&)> make;
+  bool group_when_alone;
+  std::vector<std::string> keys;
+  std::function<MakeStrategy(Params& parallel, Precision precision)> configure;
+  std::function<void(const Params& parallel, const std::string& key, const std::string& mode)> refuse_elsewhere;
 };
+
+std::vector<std::string> joined(std::vector<std::string> a, const std::vector<std::string>& b) {
+  a.insert(a.end(), b.begin(), b.end());
+  return a;
+}
 
 /// Every mode, in the order error messages list them.
 const std::vector<Mode>& modes() {
-  using Group = std::shared_ptr<Communicator>;
+  using Options = DataParallelStrategy::Options;
+  const std::vector<std::string>& sync_keys = DataParallelStrategy::option_keys();
   static const std::vector<Mode> table = {
-      {"none", false, [](Group, const Settings&) { return std::make_unique<SingleProcess>("none"); }},
-      {"ddp", false,
-       [](Group c, const Settings& s) { return std::make_unique<DataParallelStrategy>(std::move(c), s.data_parallel); }},
-      {"zero1", true,
-       [](Group c, const Settings& s) { return std::make_unique<ZeroStrategy>(std::move(c), s.data_parallel, false); }},
-      {"zero2", true,
-       [](Group c, const Settings& s) { return std::make_unique<ZeroStrategy>(std::move(c), s.data_parallel, true); }},
-      {"zero3", true,
-       [](Group c, const Settings& s) {
-         return std::make_unique<Zero3Strategy>(std::move(c), s.fully_sharded);
-       }},
+      {"none", false, sync_keys,
+       [](Params& parallel, Precision) -> MakeStrategy {
+         DataParallelStrategy::options_from_config(parallel);  // accepted, as a ddp config run alone
+         return [](Group) { return std::make_unique<SingleProcess>("none"); };
+       },
+       nullptr},
+      {"ddp", false, sync_keys,
+       [](Params& parallel, Precision) -> MakeStrategy {
+         const Options options = DataParallelStrategy::options_from_config(parallel);
+         return [options](Group c) { return std::make_unique<DataParallelStrategy>(std::move(c), options); };
+       },
+       nullptr},
+      {"zero1", true, sync_keys,
+       [](Params& parallel, Precision) -> MakeStrategy {
+         const Options options = DataParallelStrategy::options_from_config(parallel);
+         return [options](Group c) { return std::make_unique<ZeroStrategy>(std::move(c), options, false); };
+       },
+       nullptr},
+      {"zero2", true, sync_keys,
+       [](Params& parallel, Precision) -> MakeStrategy {
+         const Options options = DataParallelStrategy::options_from_config(parallel);
+         return [options](Group c) { return std::make_unique<ZeroStrategy>(std::move(c), options, true); };
+       },
+       nullptr},
+      {"zero3", true, joined(sync_keys, fully_sharded_keys()),
+       [](Params& parallel, Precision precision) -> MakeStrategy {
+         const bool overlap = DataParallelStrategy::options_from_config(parallel).overlap;
+         const FullyShardedOptions options = fully_sharded_options_from_config(parallel, overlap, precision);
+         return [options](Group c) { return std::make_unique<Zero3Strategy>(std::move(c), options); };
+       },
+       refuse_fully_sharded_key},
   };
   return table;
+}
+
+/// The modes that train ranks together, for messages: "ddp", "zero1", ... or "zero3".
+std::string group_modes_text() {
+  std::vector<std::string> names;
+  for (const Mode& mode : modes()) {
+    if (std::string(mode.name) != "none") names.push_back("\"" + std::string(mode.name) + "\"");
+  }
+  std::string text;
+  for (std::size_t i = 0; i < names.size(); ++i) {
+    text += (i == 0 ? "" : i + 1 == names.size() ? " or " : ", ") + names[i];
+  }
+  return text;
+}
+
+/// Refuses a key of `parallel` that another mode reads and `chosen` does not, as that mode words it.
+void refuse_other_modes_keys(const Params& parallel, const Mode& chosen) {
+  for (const Mode& other : modes()) {
+    if (&other == &chosen || !other.refuse_elsewhere) continue;
+    for (const std::string& key : other.keys) {
+      const bool shared = std::find(chosen.keys.begin(), chosen.keys.end(), key) != chosen.keys.end();
+      if (!shared && parallel.has(key)) other.refuse_elsewhere(parallel, key, chosen.name);
+    }
+  }
 }
 
 }  // namespace
@@ -68,13 +126,10 @@ std::unique_ptr<DistributedStrategy> make_strategy(Params& parallel, std::shared
   const std::string name = parallel.choice("mode", "none", names);
   const auto timeout =
       std::chrono::milliseconds(static_cast<int64_t>(1000 * parallel.positive("timeout_seconds", 300)));
-  Settings settings;
-  settings.data_parallel.bucket_bytes = static_cast<int64_t>(parallel.positive("bucket_mb", 25) * (1 << 20));
-  settings.data_parallel.overlap = parallel.boolean("overlap", true);
-  settings.fully_sharded =
-      fully_sharded_options_from_config(parallel, name, settings.data_parallel.overlap, precision);
-  parallel.finish();
   const Mode& mode = *std::find_if(modes().begin(), modes().end(), [&](const Mode& m) { return name == m.name; });
+  refuse_other_modes_keys(parallel, mode);
+  const MakeStrategy make = mode.configure(parallel, precision);
+  parallel.finish();
 
   std::shared_ptr<Communicator> communicator = std::move(given);
   const bool alone = name == "none";
@@ -84,24 +139,22 @@ std::unique_ptr<DistributedStrategy> make_strategy(Params& parallel, std::shared
     const bool torchrun = std::getenv("WORLD_SIZE") != nullptr;  // else Slurm's SLURM_NTASKS says so
     throw ConfigError("config key 'parallel.mode': this process is one rank of a " +
                       std::to_string(read_job_environment().world_size) + "-process job (" +
-                      (torchrun ? "WORLD_SIZE" : "SLURM_NTASKS") + "), so it must be \"ddp\", "
-                      "\"zero1\", \"zero2\" or \"zero3\", not \"none\"");
+                      (torchrun ? "WORLD_SIZE" : "SLURM_NTASKS") + "), so it must be " + group_modes_text() +
+                      ", not \"none\"");
   }
   if (communicator && alone) {
     // The mode says what runs: "none" is one process alone, whatever communicator a caller hands the trainer.
     if (communicator->world_size() > 1) {
       throw ConfigError("config key 'parallel.mode': \"none\" trains one process alone, but the trainer was given a "
-                        "communicator of " + std::to_string(communicator->world_size()) + " ranks; set it to "
-                        "\"ddp\", \"zero1\", \"zero2\" or \"zero3\" to train them together");
+                        "communicator of " + std::to_string(communicator->world_size()) + " ranks; set it to " +
+                        group_modes_text() + " to train them together");
     }
     communicator = nullptr;
   }
   if (!communicator && mode.group_when_alone) {
     communicator = make_gloo_communicator(c10::make_intrusive<c10d::HashStore>(), 0, 1, timeout);
   }
-  std::unique_ptr<DistributedStrategy> strategy =
-      communicator ? mode.make(std::move(communicator), settings) : std::make_unique<SingleProcess>(name);
-  return strategy;
+  return communicator ? make(std::move(communicator)) : std::make_unique<SingleProcess>(name);
 }
 
 }  // namespace basin

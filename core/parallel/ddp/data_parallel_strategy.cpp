@@ -5,6 +5,7 @@
 
 #include <torch/nn/module.h>
 
+#include "basin/core/config/config.h"
 #include "basin/core/optim/optimizer_state.h"
 #include "basin/core/parallel/ddp/bucket_reducer.h"
 #include "basin/core/parallel/ddp/data_parallel.h"
@@ -18,6 +19,18 @@ DataParallelStrategy::DataParallelStrategy(std::shared_ptr<Communicator> communi
       replicas_(std::make_unique<DataParallel>(std::move(communicator))) {}
 
 DataParallelStrategy::~DataParallelStrategy() = default;
+
+const std::vector<std::string>& DataParallelStrategy::option_keys() {
+  static const std::vector<std::string> keys = {"bucket_mb", "overlap"};
+  return keys;
+}
+
+DataParallelStrategy::Options DataParallelStrategy::options_from_config(Params& parallel) {
+  Options options;
+  options.bucket_bytes = static_cast<int64_t>(parallel.positive("bucket_mb", 25) * (1 << 20));
+  options.overlap = parallel.boolean("overlap", true);
+  return options;
+}
 
 void DataParallelStrategy::wrap(State& state, const std::vector<torch::nn::Module*>& units,
                                 const LocalOptimizerFactory& make_local) {

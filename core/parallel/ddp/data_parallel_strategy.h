@@ -11,6 +11,7 @@ namespace basin {
 
 class BucketReducer;
 class DataParallel;
+class Params;
 
 /// "ddp": every rank holds the whole model and optimizer; replicas start
 /// from rank 0's, each pass's gradients are averaged over ranks by a
@@ -22,6 +23,10 @@ class DataParallelStrategy : public DistributedStrategy {
     int64_t bucket_bytes = 25 << 20;  // about, per gradient bucket
     bool overlap = true;              // buckets start from backward's hooks
   };
+  /// The "parallel" section's gradient-sync keys, "bucket_mb" and "overlap",
+  /// which every mode reads (zero3 takes "overlap"; one process ignores both).
+  static const std::vector<std::string>& option_keys();
+  static Options options_from_config(Params& parallel);
   DataParallelStrategy(std::shared_ptr<Communicator> communicator, Options options, std::string mode = "ddp");
   ~DataParallelStrategy() override;
 

@@ -1,17 +1,16 @@
 #include "basin/core/parallel/zero3/fully_sharded_options.h"
 
 #include "basin/core/config/config.h"
+#include "basin/core/config/config_error.h"
 
 namespace basin {
 
-FullyShardedOptions fully_sharded_options_from_config(Params& parallel, const std::string& mode, bool overlap,
-                                                       Precision precision) {
-  for (const char* key : {"prefetch", "reshard_after_forward"}) {
-    if (mode != "zero3" && parallel.has(key)) {
-      throw ConfigError("config key '" + parallel.path_of(key) + "': it schedules zero3's gathers, and this run's "
-                        "mode is \"" + mode + "\", which gathers nothing");
-    }
-  }
+const std::vector<std::string>& fully_sharded_keys() {
+  static const std::vector<std::string> keys = {"prefetch", "reshard_after_forward", "mixed_precision"};
+  return keys;
+}
+
+FullyShardedOptions fully_sharded_options_from_config(Params& parallel, bool overlap, Precision precision) {
   FullyShardedOptions options;
   options.overlap = overlap;
   const int64_t ahead = overlap ? 1 : 0;
@@ -20,8 +19,21 @@ FullyShardedOptions fully_sharded_options_from_config(Params& parallel, const st
   options.backward_prefetch = prefetch.integer("backward", ahead, 0, 64);
   prefetch.finish();
   options.reshard_after_forward = parallel.boolean("reshard_after_forward", true);
-  options.mixed_precision = mixed_precision_from_config(parallel, mode, precision);
+  options.mixed_precision = mixed_precision_from_config(parallel, precision);
   return options;
+}
+
+void refuse_fully_sharded_key(const Params& parallel, const std::string& key, const std::string& mode) {
+  if (key == "mixed_precision") {
+    const Json& section = parallel.raw_object().at(key);
+    const Json low = section.is_object() ? section.value("param_dtype", Json("bf16")) : Json("bf16");
+    const std::string dtype = low.is_string() ? low.get<std::string>() : "bf16";
+    throw ConfigError("config key '" + parallel.path_of(key) + "': mixed-precision gathers are zero3's (the mode that "
+                      "gathers parameters), and this run's mode is \"" + mode + "\"; under it, \"precision\": \"amp_" +
+                      dtype + "\" computes in " + dtype + " over the fp32 parameters");
+  }
+  throw ConfigError("config key '" + parallel.path_of(key) + "': it schedules zero3's gathers, and this run's "
+                    "mode is \"" + mode + "\", which gathers nothing");
 }
 
 }  // namespace basin

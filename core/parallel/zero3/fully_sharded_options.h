@@ -2,6 +2,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "basin/core/parallel/zero3/mixed_precision.h"
 
@@ -24,9 +25,11 @@ struct FullyShardedOptions {
   MixedPrecisionPolicy mixed_precision;
 };
 
-/// Reads zero3's keys of the "parallel" section; under another `mode` any of
-/// them given is a ConfigError naming it. `overlap` is the section's.
-FullyShardedOptions fully_sharded_options_from_config(Params& parallel, const std::string& mode, bool overlap,
-                                                       Precision precision);
+/// zero3's own keys of the "parallel" section ("overlap" is every mode's).
+const std::vector<std::string>& fully_sharded_keys();
+/// Reads them; `overlap` is the section's.
+FullyShardedOptions fully_sharded_options_from_config(Params& parallel, bool overlap, Precision precision);
+/// The ConfigError for `key`, one of them, given under `mode`, which gathers nothing.
+[[noreturn]] void refuse_fully_sharded_key(const Params& parallel, const std::string& key, const std::string& mode);
 
 }  // namespace basin

@@ -21,7 +21,7 @@ std::string dtype_name(at::ScalarType dtype) {
   return "fp32";
 }
 
-MixedPrecisionPolicy mixed_precision_from_config(Params& parallel, const std::string& mode, Precision precision) {
+MixedPrecisionPolicy mixed_precision_from_config(Params& parallel, Precision precision) {
   MixedPrecisionPolicy policy;
   if (!parallel.has("mixed_precision")) return policy;
   Params section = parallel.object("mixed_precision");
@@ -32,11 +32,6 @@ MixedPrecisionPolicy mixed_precision_from_config(Params& parallel, const std::st
   policy.buffers_given = section.has("buffers");
   policy.buffers = section.boolean("buffers", false);
   section.finish();
-  if (mode != "zero3") {
-    throw ConfigError("config key '" + policy.key + "': mixed-precision gathers are zero3's (the mode that gathers "
-                      "parameters), and this run's mode is \"" + mode + "\"; under it, \"precision\": \"amp_" + low +
-                      "\" computes in " + low + " over the fp32 parameters");
-  }
   const Precision needed = param == at::kBFloat16 ? Precision::kAmpBf16 : Precision::kAmpFp16;
   if (precision != needed) {
     throw ConfigError("config key '" + policy.key + ".param_dtype': a unit gathered in " + low + " computes under "

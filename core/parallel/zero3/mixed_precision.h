@@ -34,9 +34,9 @@ struct MixedPrecisionPolicy {
 };
 
 /// Reads `parallel.mixed_precision` (absent: inactive). The compute dtype is
-/// autocast's, so `precision` must be the amp of param_dtype; `mode` must be
-/// zero3 (the other modes gather nothing). Throws ConfigError naming the key.
-MixedPrecisionPolicy mixed_precision_from_config(Params& parallel, const std::string& mode, Precision precision);
+/// autocast's, so `precision` must be the amp of param_dtype. Throws
+/// ConfigError naming the key.
+MixedPrecisionPolicy mixed_precision_from_config(Params& parallel, Precision precision);
 
 /// "bf16", "fp16" or "fp32", as the config spells it.
 std::string dtype_name(at::ScalarType dtype);
