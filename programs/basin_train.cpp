@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <iostream>
 
+#include <malloc.h>
 #include <unistd.h>
 
 #include <ATen/Parallel.h>
@@ -194,14 +195,20 @@ int main(int argc, char** argv) {
       // A zero3 checkpoint is a manifest: each rank of a zero3 job of its size
       // resumes from its own file beside it; any other job joins the files.
       // A rank that cannot read its own file stops every rank at once (read_on_every_rank).
-      const basin::StateDict checkpoint = basin::read_on_every_rank(
-          trainer.state().communicator.get(), trainer.state().device, [&] {
-            return basin::checkpoint_for_rank(start.point.path, start.point.checkpoint, job.world_size,
-                                              trainer.strategy().rows_layout(), reshard || allow_config_change);
-          });
-      start.point.checkpoint = basin::new_state_dict();  // the rank's own part is all this rank keeps
-      const int64_t saved_world = basin::saved_world_size(checkpoint);
-      trainer.resume(checkpoint, basin::ResumeOptions{allow_config_change, reshard});
+      int64_t saved_world = 0;
+      {
+        const basin::StateDict checkpoint = basin::read_on_every_rank(
+            trainer.state().communicator.get(), trainer.state().device, [&] {
+              return basin::checkpoint_for_rank(start.point.path, start.point.checkpoint, job.world_size,
+                                                trainer.strategy().rows_layout(), reshard || allow_config_change);
+            });
+        start.point.checkpoint = basin::new_state_dict();  // the rank's own part is all this rank keeps
+        saved_world = basin::saved_world_size(checkpoint);
+        trainer.resume(checkpoint, basin::ResumeOptions{allow_config_change, reshard});
+      }
+      // The checkpoint's tensors are copied into the run and freed: hand their pages back to the system, so
+      // the heap does not keep them beside what training allocates (measured: 680 MiB on a GPT-2 medium).
+      malloc_trim(0);
       if (writer) {
         const std::string resharded = saved_world == job.world_size ? "" : ", resharded from " +
                                       std::to_string(saved_world) + " ranks to " + std::to_string(job.world_size);

@@ -53,6 +53,13 @@ void expect_windows(const TensorDataset& split, const std::vector<int64_t>& ids,
   const int64_t count = (static_cast<int64_t>(ids.size()) - 1) / block;
   ASSERT_EQ(split.size(), count);
   ASSERT_TRUE(split.windowed()) << "windows are cut from the stream as batches are gathered";
+  try {
+    (void)split.inputs();
+    ADD_FAILURE() << "a windowed dataset handed out samples it does not hold";
+  } catch (const std::logic_error& error) {
+    EXPECT_NE(std::string(error.what()).find("gather(indices) or slice(begin, end)"), std::string::npos) << error.what();
+  }
+  EXPECT_THROW((void)split.targets(), std::logic_error);
   const Batch all = split.slice(0, count);
   ASSERT_EQ(all.inputs.scalar_type(), at::kLong);
   for (int64_t k = 0; k < count; ++k) {

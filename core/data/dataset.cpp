@@ -1,6 +1,7 @@
 #include "basin/core/data/dataset.h"
 
 #include <stdexcept>
+#include <string>
 
 #include <ATen/ATen.h>
 
@@ -30,6 +31,30 @@ int64_t TensorDataset::size() const {
 }
 
 bool TensorDataset::per_token() const { return stream_ != nullptr || (targets_.defined() && targets_.dim() >= 2); }
+
+namespace {
+
+[[noreturn]] void no_samples_held(const char* accessor) {
+  throw std::logic_error(std::string("TensorDataset::") + accessor + ": the samples are windows of a token stream, "
+                         "read when gathered, and none is held in memory: gather(indices) or slice(begin, end) cuts them");
+}
+
+}  // namespace
+
+const at::Tensor& TensorDataset::inputs() const {
+  if (stream_) no_samples_held("inputs");
+  return inputs_;
+}
+
+const at::Tensor& TensorDataset::targets() const {
+  if (stream_) no_samples_held("targets");
+  return targets_;
+}
+
+at::Tensor& TensorDataset::mutable_targets() {
+  if (stream_) no_samples_held("mutable_targets");
+  return targets_;
+}
 
 const TokenStream& TensorDataset::stream() const {
   if (!stream_) throw std::logic_error("TensorDataset::stream: the samples are held in memory, not windows of a stream");

@@ -46,10 +46,11 @@ class TensorDataset {
   bool windowed() const { return stream_ != nullptr; }
   /// The stream windows are cut from (windowed datasets only).
   const TokenStream& stream() const;
-  /// Samples held in memory (undefined for a windowed dataset: gather or slice it).
-  const at::Tensor& inputs() const { return inputs_; }
-  const at::Tensor& targets() const { return targets_; }
-  at::Tensor& mutable_targets() { return targets_; }
+  /// Samples held in memory. A windowed dataset holds none: these throw
+  /// std::logic_error saying so (gather or slice it instead).
+  const at::Tensor& inputs() const;
+  const at::Tensor& targets() const;
+  at::Tensor& mutable_targets();
 
   /// The samples at `indices`, in that order.
   Batch gather(const std::vector<int64_t>& indices) const;

@@ -139,8 +139,10 @@ void Trainer::build(const Json& config, std::vector<std::shared_ptr<Callback>> c
   }
   // A language model's logits are [n, T, V]: 1000 windows of them would not fit (GPT-2's at block 128: 26 GB).
   if (!eval_batch_given && data_.train.per_token()) eval_batch_size_ = batch_size_;
-  add_label_noise(data_.train.mutable_targets(), label_noise, data_.info.num_classes,
-                  static_cast<uint64_t>(state_.seed));
+  if (label_noise > 0) {
+    add_label_noise(data_.train.mutable_targets(), label_noise, data_.info.num_classes,
+                    static_cast<uint64_t>(state_.seed));
+  }
   // Each step takes batch_size samples on every rank: world_size * batch_size in all.
   state_.steps_per_epoch = data_.train.size() / (batch_size_ * state_.world_size);
   state_.train_size = data_.train.size();
