@@ -13,7 +13,7 @@ included, as top shows them). Prints the peaks side by side, the largest
 gap, and the bytes of the largest parameter with AdamW's two moments.
 
 Usage: python3 bench/resharding.py [--build build-torch-2.11.0] [--dir /tmp/basin-resharding]
-       [--layers 24 --heads 16 --width 1024]
+       [--layers 24 --heads 16 --width 1024] [--worlds 1 4] [--reuse]
 (the checkpoint stays in --dir; delete it after).
 """
 import argparse
@@ -79,14 +79,19 @@ def main():
     parser.add_argument("--width", type=int, default=1024)
     parser.add_argument("--block", type=int, default=128)
     parser.add_argument("--worlds", type=int, nargs="+", default=[1, 4])
+    parser.add_argument("--reuse", action="store_true", help="keep --dir's data and checkpoint from an earlier round")
     args = parser.parse_args()
     os.makedirs(args.dir, exist_ok=True)
-    for name, count in (("train.bin", 200_000), ("test.bin", 4_000)):
+    for name, count in ((n, c) for n, c in (("train.bin", 200_000), ("test.bin", 4_000))
+                        if not (args.reuse and os.path.exists(os.path.join(args.dir, n)))):
         with open(os.path.join(args.dir, name), "wb") as out:  # ids below the vocabulary, little-endian uint16
             out.write(b"".join((int.from_bytes(os.urandom(2), "little") % VOCAB).to_bytes(2, "little")
                                for _ in range(count)))
-    run_job(args, "save-2", 2, config(args, 1, checkpoints=True))
     manifest = os.path.join(args.dir, "run-save-2", "checkpoints", "step-000000000001.pt")
+    if args.reuse and os.path.exists(manifest + ".sum"):
+        print(f"reusing the checkpoint {manifest}")
+    else:
+        run_job(args, "save-2", 2, config(args, 1, checkpoints=True))
     files = [manifest] + [manifest.replace(".pt", f".rank-{r}.pt") for r in range(2)]
     print(f"checkpoint: {sum(os.path.getsize(f) for f in files) / 2**20:.0f} MiB in the manifest and 2 rank files")
     largest = VOCAB * args.width * 4 * 3  # the tied embedding, with AdamW's exp_avg and exp_avg_sq

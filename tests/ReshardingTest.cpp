@@ -21,6 +21,7 @@
 #include "basin/core/parallel/distributed_strategy.h"
 #include "basin/core/train/trainer.h"
 #include "distributed_util.h"
+#include "expect_same_state.h"
 #include "test_util.h"
 
 namespace basin {
@@ -60,30 +61,7 @@ StateDict whole_form(const std::string& path) {
   return is_sharded_checkpoint(checkpoint) ? consolidate_checkpoint(path) : checkpoint;
 }
 
-/// Equal to the bit: tensors by value, dicts key by key, lists item by item.
-void expect_same(const c10::IValue& a, const c10::IValue& b, const std::string& where) {
-  if (a.isTensor() && b.isTensor()) {
-    EXPECT_TRUE(a.toTensor().sizes() == b.toTensor().sizes() && at::equal(a.toTensor(), b.toTensor())) << where;
-  } else if (a.isGenericDict() && b.isGenericDict()) {
-    const auto x = a.toGenericDict(), y = b.toGenericDict();
-    EXPECT_EQ(x.size(), y.size()) << where;
-    for (const auto& entry : x) {
-      const std::string key = entry.key().isString() ? entry.key().toStringRef() : std::to_string(entry.key().toInt());
-      if (!y.contains(entry.key())) {
-        ADD_FAILURE() << where << "." << key << " is missing";
-        continue;
-      }
-      expect_same(entry.value(), y.at(entry.key()), where + "." + key);
-    }
-  } else if (a.isList() && b.isList()) {
-    ASSERT_EQ(a.toListRef().size(), b.toListRef().size()) << where;
-    for (std::size_t i = 0; i < a.toListRef().size(); ++i) {
-      expect_same(a.toListRef()[i], b.toListRef()[i], where + "[" + std::to_string(i) + "]");
-    }
-  } else {
-    EXPECT_TRUE(a == b) << where << ": " << a << " and " << b;
-  }
-}
+using test::expect_same;
 
 struct Layout {
   std::string mode;

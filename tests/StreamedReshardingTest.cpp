@@ -19,36 +19,13 @@
 #include "basin/core/checkpoint/resharding.h"
 #include "basin/core/checkpoint/sharded_checkpoint.h"
 #include "distributed_util.h"
+#include "expect_same_state.h"
 #include "test_util.h"
 
 namespace basin {
 namespace {
 
-/// `a` equals `b` entry for entry, tensors element for element (`where` names the entry in failures).
-void expect_same(const c10::IValue& a, const c10::IValue& b, const std::string& where) {
-  if (a.isTensor() && b.isTensor()) {
-    EXPECT_EQ(a.toTensor().sizes(), b.toTensor().sizes()) << where;
-    EXPECT_TRUE(a.toTensor().sizes() == b.toTensor().sizes() && at::equal(a.toTensor(), b.toTensor())) << where;
-  } else if (a.isGenericDict() && b.isGenericDict()) {
-    const StateDict x = a.toGenericDict(), y = b.toGenericDict();
-    EXPECT_EQ(x.size(), y.size()) << where;
-    for (const auto& entry : x) {
-      const std::string key = entry.key().isString() ? entry.key().toStringRef() : std::to_string(entry.key().toInt());
-      if (!y.contains(entry.key())) {
-        ADD_FAILURE() << where << "." << key << " is missing";
-        continue;
-      }
-      expect_same(entry.value(), y.at(entry.key()), where + "." + key);
-    }
-  } else if (a.isList() && b.isList()) {
-    ASSERT_EQ(a.toListRef().size(), b.toListRef().size()) << where;
-    for (std::size_t i = 0; i < a.toListRef().size(); ++i) {
-      expect_same(a.toListRef()[i], b.toListRef()[i], where + "[" + std::to_string(i) + "]");
-    }
-  } else {
-    EXPECT_TRUE(a == b) << where << ": " << a << " against " << b;
-  }
-}
+using test::expect_same;
 
 /// The rows layout `rank` of `world_size` would hold of the checkpoint whose rank-0 file is `file`.
 RowsLayout layout_of(const StateDict& file, int rank, int world_size) {
