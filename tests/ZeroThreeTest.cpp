@@ -11,6 +11,7 @@
 #include <ATen/ATen.h>
 
 #include "fully_sharded_of.h"
+#include "zero_three_follows_ddp.h"
 #include "basin/algorithms/sam/sam_optimizer.h"
 #include "basin/core/engine/callback.h"
 #include "basin/core/model/model.h"
@@ -23,61 +24,9 @@
 namespace basin {
 namespace {
 
+using test::expect_zero_three_follows_ddp;
 using test::max_difference;
 using test::sam_config;
-
-/// What one rank holds after training: the weights gathered whole, its own
-/// shards and its buffers (BatchNorm's statistics, replicated).
-struct RankHeld {
-  test::Weights whole, shards, buffers;
-};
-
-std::vector<RankHeld> train_and_hold(int world, const Json& config) {
-  std::vector<RankHeld> held(static_cast<std::size_t>(world));
-  test::run_ranks(world, [&](int rank, std::shared_ptr<Communicator> communicator) {
-    Trainer trainer(config, {}, {}, communicator);
-    trainer.fit();
-    RankHeld& mine = held[static_cast<std::size_t>(rank)];
-    mine.whole = test::weights_of(trainer);
-    if (test::fully_sharded_of(trainer) != nullptr) {
-      for (const auto& s : test::fully_sharded_of(trainer)->shards()) mine.shards.push_back(s.detach().clone());
-    }
-    for (const auto& b : trainer.model().buffers()) mine.buffers.push_back(b.detach().clone());
-  });
-  return held;
-}
-
-/// Rank `rank`'s rows of `whole` on `world` ranks, by the layout's formula:
-/// c = ceil(d / N) rows each, rank r from row r c (a 0-dim tensor is one row).
-at::Tensor rows_of_rank(const at::Tensor& whole, int rank, int world) {
-  const int64_t d = whole.dim() == 0 ? 1 : whole.size(0), c = (d + world - 1) / world;
-  const int64_t start = std::min<int64_t>(d, rank * c), n = std::clamp<int64_t>(d - rank * c, 0, c);
-  return whole.reshape({d, -1}).narrow(0, start, n);
-}
-
-/// Trains `config` under ddp and under zero3 on `world` ranks: each rank's
-/// own shards hold ddp's rows of every weight to 1e-5, its buffers are ddp's
-/// (bit-identical on every rank), and the weights gathered whole follow ddp.
-void expect_zero_three_follows_ddp(Json config, const std::string& what, int world = 2) {
-  config["parallel"]["mode"] = "ddp";
-  const auto replicated = train_and_hold(world, config);
-  config["parallel"]["mode"] = "zero3";
-  const auto sharded = train_and_hold(world, config);
-  EXPECT_LE(max_difference(sharded[0].whole, replicated[0].whole), 1e-5) << what;
-  for (int r = 0; r < world; ++r) {
-    const RankHeld& rank = sharded[static_cast<std::size_t>(r)];
-    ASSERT_EQ(rank.shards.size(), replicated[0].whole.size()) << what;
-    for (std::size_t i = 0; i < rank.shards.size(); ++i) {
-      const at::Tensor expected = rows_of_rank(replicated[0].whole[i], r, world);
-      ASSERT_EQ(rank.shards[i].numel(), expected.numel()) << what << ", rank " << r << ", parameter " << i;
-      if (expected.numel() == 0) continue;
-      EXPECT_LE((rank.shards[i].reshape(expected.sizes()) - expected).abs().max().item<double>(), 1e-5)
-          << what << ", rank " << r << "'s rows of parameter " << i;
-    }
-    EXPECT_EQ(max_difference(rank.buffers, sharded[0].buffers), 0.0) << what << ": rank " << r << "'s buffers";
-  }
-  EXPECT_LE(max_difference(sharded[0].buffers, replicated[0].buffers), 1e-5) << what << ": buffers";
-}
 
 /// Runs `call` after every step, before the schedulers move the lr on.
 class OnAfterStep : public Algorithm {
