@@ -14,9 +14,9 @@
 // its Conv1D's [in, out]. Weights start as GPT-2's do: normal(0, 0.02),
 // the residual projections' std 0.02 / sqrt(2 n_layer), biases zero.
 //
-// Every block is a zero3 unit; the embeddings and the final LayerNorm are
-// the root unit (whole through the step: the tied head uses the token
-// embedding again at the end).
+// Under zero3 the token embedding is a unit of its own, whole for its
+// lookup and again for the tied head, and every block is a unit; the
+// position embedding and the final LayerNorm are the root unit.
 #include "basin/models/gpt.h"
 
 namespace basin::gpt {
@@ -50,7 +50,9 @@ Gpt::Gpt(Params& params, const DatasetInfo& info) : shape_(shape_from(params, in
     h->push_back(blocks_.back());
   }
   ln_f_ = register_module("ln_f", std::make_shared<LayerNorm>(shape_.n_embd, shape_.bias));
-  for (auto& block : blocks_) declare_unit(*block);  // zero3 gathers one block at a time
+  // zero3 gathers the token embedding for its lookup and for the head, and one block at a time.
+  declare_unit(*wte_, Recompute::kNever);
+  for (auto& block : blocks_) declare_unit(*block);
 }
 
 at::Tensor Gpt::forward(const at::Tensor& ids) {
@@ -60,9 +62,11 @@ at::Tensor Gpt::forward(const at::Tensor& ids) {
                                 std::to_string(shape_.block_size));
   }
   const at::Tensor positions = at::arange(t, at::TensorOptions(at::kLong).device(ids.device()));
-  at::Tensor x = at::dropout(wte_->forward(ids) + wpe_->forward(positions), shape_.dropout, is_training());
+  const at::Tensor tokens = lookup(*wte_, [&] { return wte_->forward(ids); });
+  at::Tensor x = at::dropout(tokens + wpe_->forward(positions), shape_.dropout, is_training());
   for (auto& block : blocks_) x = unit(*block, x, [block](const at::Tensor& in) { return block->forward(in); });
-  return at::linear(ln_f_->forward(x), wte_->weight);  // the head is the token embedding
+  // The head is the token embedding, its unit run again.
+  return unit(*wte_, ln_f_->forward(x), [wte = wte_](const at::Tensor& in) { return at::linear(in, wte->weight); });
 }
 
 void Gpt::export_trained(const std::string& dir) {

@@ -28,8 +28,9 @@
 // "sliding_window" null or at least max_position_embeddings (basin's
 // attention sees the whole window).
 //
-// Every decoder layer is a zero3 unit; the embedding, the final norm and the
-// head are the root unit.
+// Under zero3 the embedding (whole for its lookup, and again as a tied
+// head), every decoder layer and an untied head are units; the final norm
+// is the root unit.
 //
 // At the end of a run hf/ holds the model in its Hugging Face layout:
 // "export_dtype" float32 (the default), bfloat16, float16, or "init_from"
@@ -216,7 +217,10 @@ Llama::Llama(Params& params, const DatasetInfo& info, Family family) : shape_(sh
     lm_head_ = register_module("lm_head", std::make_shared<layers::Projection>(shape_.hidden_size, shape_.vocab_size,
                                                                                false, shape_.initializer_range));
   }
-  for (auto& layer : layers_) declare_unit(*layer);  // zero3 gathers one layer at a time
+  // zero3 gathers the embedding for its lookup (and for the tied head), one layer at a time, and the head.
+  declare_unit(*embed_tokens_, Recompute::kNever);
+  for (auto& layer : layers_) declare_unit(*layer);
+  if (lm_head_) declare_unit(*lm_head_, Recompute::kNever);
 }
 
 at::Tensor Llama::forward(const at::Tensor& ids) {
@@ -225,14 +229,15 @@ at::Tensor Llama::forward(const at::Tensor& ids) {
     throw std::invalid_argument(std::string(name_of(shape_.family)) + ": a sequence of " + std::to_string(t) + " tokens, past max_position_embeddings " +
                                 std::to_string(shape_.max_position_embeddings));
   }
-  at::Tensor x = embed_tokens_->forward(ids);
+  at::Tensor x = lookup(*embed_tokens_, [&] { return embed_tokens_->forward(ids); });
   const Rotary rotary = Rotary::of(t, shape_.head_dim, shape_.rope_theta, x.options());
   // The rotary tables are captured by value: a checkpointed layer runs again after this returns.
   for (auto& layer : layers_) {
     x = unit(*layer, x, [layer, rotary](const at::Tensor& in) { return layer->forward(in, rotary); });
   }
   const at::Tensor normed = norm_->forward(x);
-  return lm_head_ ? lm_head_->forward(normed) : at::linear(normed, embed_tokens_->weight);
+  if (lm_head_) return unit(*lm_head_, normed, [head = lm_head_](const at::Tensor& in) { return head->forward(in); });
+  return unit(*embed_tokens_, normed, [table = embed_tokens_](const at::Tensor& in) { return at::linear(in, table->weight); });
 }
 
 void Llama::export_trained(const std::string& dir) {

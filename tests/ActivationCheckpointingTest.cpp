@@ -170,7 +170,9 @@ int64_t held_after_forward(int64_t layers, bool recomputed) {
   at::manual_seed(0);
   Params params(Json{{"n_layer", layers}, {"n_head", 4}, {"n_embd", 64}, {"dropout", 0.1}}, "model");
   auto model = model_registry().create("gpt", params, DatasetInfo{{32}, 50});
-  model->set_recomputed_units(std::vector<bool>(static_cast<std::size_t>(layers), recomputed));
+  std::vector<bool> flags(model->units().size());  // the blocks (the token embedding is never recomputed)
+  for (std::size_t u = 0; u < flags.size(); ++u) flags[u] = recomputed && model->recomputable(u);
+  model->set_recomputed_units(flags);
   model->train();
   const at::Tensor ids = at::randint(0, 50, {8, 32}, at::kLong);
   const auto before = static_cast<int64_t>(tracker.current());
@@ -231,6 +233,9 @@ TEST(ActivationCheckpointingTest, TheKeyNamesWhatIsWrongAndListsTheUnits) {
   EXPECT_NE(message.find("parallel.activation_checkpointing"), std::string::npos) << message;
   EXPECT_NE(message.find("\"h.7\""), std::string::npos) << message;
   EXPECT_NE(message.find("h.0, h.1, h.2"), std::string::npos) << message;
+  message = refusal(Json::parse(R"(["wte"])"));  // the token embedding: a unit, never recomputed
+  EXPECT_NE(message.find("\"wte\" is a unit it cannot apply to"), std::string::npos) << message;
+  EXPECT_EQ(message.find("wte,"), std::string::npos) << "listed among those it can name: " << message;
   message = refusal("block.*");
   EXPECT_NE(message.find("matches no unit"), std::string::npos) << message;
   EXPECT_NE(message.find("h.0, h.1, h.2"), std::string::npos) << message;

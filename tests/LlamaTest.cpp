@@ -127,7 +127,7 @@ TEST(LlamaTest, ForwardIsLlamaOpByOpWithGroupedHeadsRotaryPositionsAndEitherHead
                               (qwen2 ? q + 2 * kv : 0) + (shape.mlp_bias ? 2 * f + c : 0);
     EXPECT_EQ(count, v * c + 2 * per_layer + c + (shape.tied ? 0 : v * c)) << which;
     EXPECT_EQ(params.count("lm_head.weight"), shape.tied ? 0u : 1u) << which;
-    EXPECT_EQ(model->units().size(), 2u) << "every decoder layer is a unit";
+    EXPECT_EQ(model->units().size(), 3u + (shape.tied ? 0u : 1u)) << "the embedding, every decoder layer and an untied head are units";
     const at::Tensor ids = at::randint(0, v, {3, t}, at::kLong);
     at::NoGradGuard no_grad;
     const at::Tensor logits = model->forward(ids);

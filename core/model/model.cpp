@@ -31,11 +31,12 @@ at::Tensor Model::run_loss(const at::Tensor& inputs, const at::Tensor& targets) 
   return loss;
 }
 
-void Model::declare_unit(torch::nn::Module& block) {
+void Model::declare_unit(torch::nn::Module& block, Recompute recompute) {
   if (std::find(units_.begin(), units_.end(), &block) != units_.end()) {
     throw std::logic_error("Model: unit '" + block.name() + "' declared twice");
   }
   units_.push_back(&block);
+  recomputable_.push_back(recompute == Recompute::kAllowed);
 }
 
 std::size_t Model::unit_index(torch::nn::Module& block) const {
@@ -71,6 +72,11 @@ at::Tensor Model::unit(torch::nn::Module& block, const at::Tensor& input, UnitFo
   return runner_ != nullptr ? runner_->run_unit(u, body) : body();
 }
 
+at::Tensor Model::lookup(torch::nn::Module& block, const std::function<at::Tensor()>& forward) {
+  if (runner_ == nullptr) return forward();
+  return runner_->run_lookup(unit_index(block), forward);
+}
+
 std::vector<std::string> Model::unit_names() {
   std::vector<std::string> names(units_.size());
   for (const auto& item : named_modules(/*name_prefix=*/"", /*include_self=*/false)) {
@@ -85,6 +91,11 @@ std::vector<std::string> Model::unit_names() {
 void Model::set_recomputed_units(std::vector<bool> recomputed) {
   if (recomputed.size() != units_.size()) {
     throw std::logic_error("Model: one flag per unit expected for the recomputed units");
+  }
+  for (std::size_t u = 0; u < units_.size(); ++u) {
+    if (recomputed[u] && !recomputable_[u]) {
+      throw std::logic_error("Model: unit '" + unit_names().at(u) + "' is declared never to be recomputed");
+    }
   }
   const bool any = std::find(recomputed.begin(), recomputed.end(), true) != recomputed.end();
   recomputed_ = any ? std::move(recomputed) : std::vector<bool>();

@@ -50,12 +50,16 @@ class Model : public torch::nn::Module {
   /// anything but a floating-point scalar.
   at::Tensor run_loss(const at::Tensor& inputs, const at::Tensor& targets);
 
-  /// The declared units, in declaration order (which should be forward's).
+  /// The declared units, in declaration order (which should be that of
+  /// their first runs in forward).
   const std::vector<torch::nn::Module*>& units() const { return units_; }
+  /// Whether unit `u` may run again in backward ("parallel.activation_checkpointing").
+  bool recomputable(std::size_t u) const { return recomputable_.at(u); }
   /// Their names: each one's path in the model ("h.0"), as named_modules() gives it.
   std::vector<std::string> unit_names();
   /// Which units run their forward again in backward instead of keeping its
-  /// activations (one flag per unit; empty: none).
+  /// activations (one flag per unit, false for every unit declared
+  /// Recompute::kNever; empty: none).
   void set_recomputed_units(std::vector<bool> recomputed);
   /// Writes the trained model where Python reads it back: `state_dict.pt`
   /// (every parameter and buffer by name, for model.load_state_dict(
@@ -80,17 +84,29 @@ class Model : public torch::nn::Module {
   UnitRunner* unit_runner() const { return runner_; }
 
  protected:
+  /// Whether activation checkpointing may choose a unit: an embedding table
+  /// and a vocabulary head are declared kNever (the lookup keeps nothing to
+  /// save, and the head's recompute costs several blocks' forwards).
+  enum class Recompute { kAllowed, kNever };
   /// Declares a registered submodule (with every parameter below it) as one unit.
-  void declare_unit(torch::nn::Module& block);
+  void declare_unit(torch::nn::Module& block, Recompute recompute = Recompute::kAllowed);
   /// Runs `forward(input)`, the forward of the declared unit `block`.
   at::Tensor unit(torch::nn::Module& block, const at::Tensor& input, UnitForward forward);
   /// Runs `forward`, the forward of the declared unit `block`, which cannot be checkpointed.
   at::Tensor unit(torch::nn::Module& block, const std::function<at::Tensor()>& forward);
+  /// Runs `forward`, a lookup into the declared unit `block`'s table by id
+  /// (at::embedding of its weight), whose backward reads only the ids: under
+  /// zero3 the table is whole for the lookup alone. The same unit may run
+  /// again as a tied head through unit(), reading the table only inside that
+  /// run, its output feeding what follows (zero3 frees the table once
+  /// backward has passed it). Anything but an embedding of the table is refused.
+  at::Tensor lookup(torch::nn::Module& block, const std::function<at::Tensor()>& forward);
 
  private:
   std::size_t unit_index(torch::nn::Module& block) const;
 
   std::vector<torch::nn::Module*> units_;
+  std::vector<bool> recomputable_;
   std::vector<bool> recomputed_;
   UnitRunner* runner_ = nullptr;
 };

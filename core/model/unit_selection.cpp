@@ -35,30 +35,44 @@ UnitSelection::UnitSelection(Params& section, const std::string& key) : key_(sec
   }
 }
 
-std::vector<bool> UnitSelection::resolve(const std::vector<std::string>& names) const {
-  std::vector<bool> chosen(names.size(), spec_.is_boolean() && spec_.get<bool>());
+std::vector<bool> UnitSelection::resolve(const std::vector<std::string>& all, const std::vector<bool>& eligible) const {
+  std::vector<std::string> names;  // the ones it may choose
+  for (std::size_t i = 0; i < all.size(); ++i) {
+    if (eligible.empty() || eligible.at(i)) names.push_back(all[i]);
+  }
+  std::vector<bool> chosen(all.size(), false);
+  auto choose = [&](const std::string& name) {
+    chosen[static_cast<std::size_t>(std::find(all.begin(), all.end(), name) - all.begin())] = true;
+  };
   if (spec_.is_boolean() || spec_.is_null()) {
     if (spec_ == Json(true) && names.empty()) {
-      throw ConfigError("config key '" + key_ + "': the model declares no units to apply it to");
+      throw ConfigError("config key '" + key_ + "': the model declares no units " +
+                        (all.empty() ? "to apply it to" : "it can apply to (" + listed(all) + " cannot)"));
     }
+    if (spec_ == Json(true)) std::for_each(names.begin(), names.end(), choose);
     return chosen;
   }
   if (spec_.is_string()) {
     const std::regex pattern(spec_.get<std::string>());
-    for (std::size_t i = 0; i < names.size(); ++i) chosen[i] = std::regex_match(names[i], pattern);
-    if (std::none_of(chosen.begin(), chosen.end(), [](bool c) { return c; })) {
+    bool any = false;
+    for (const auto& name : names) {
+      if (std::regex_match(name, pattern)) choose(name), any = true;
+    }
+    if (!any) {
       throw ConfigError("config key '" + key_ + "': the pattern \"" + spec_.get<std::string>() +
                         "\" matches no unit; the model's units are " + listed(names));
     }
     return chosen;
   }
   for (const auto& wanted : spec_) {
-    const auto found = std::find(names.begin(), names.end(), wanted.get<std::string>());
-    if (found == names.end()) {
-      throw ConfigError("config key '" + key_ + "': \"" + wanted.get<std::string>() +
-                        "\" is not a unit of the model; its units are " + listed(names));
+    const std::string name = wanted.get<std::string>();
+    if (std::find(names.begin(), names.end(), name) == names.end()) {
+      const bool passed_over = std::find(all.begin(), all.end(), name) != all.end();
+      throw ConfigError("config key '" + key_ + "': \"" + name + "\" is " +
+                        (passed_over ? "a unit it cannot apply to" : "not a unit of the model") + "; its units are " +
+                        listed(names));
     }
-    chosen[static_cast<std::size_t>(found - names.begin())] = true;
+    choose(name);
   }
   return chosen;
 }

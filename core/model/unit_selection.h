@@ -20,10 +20,11 @@ class UnitSelection {
   /// Reads `key` of `section` (absent: none); a value of another type is a ConfigError naming it.
   UnitSelection(Params& section, const std::string& key);
 
-  /// One flag per unit of `names`. A name in the list that is no unit, or
-  /// a pattern that matches none, is a ConfigError naming the key and
-  /// listing the units.
-  std::vector<bool> resolve(const std::vector<std::string>& names) const;
+  /// One flag per unit of `names`, chosen among those `eligible` says (one
+  /// flag per unit; empty: all): true and a pattern pass the others over. A
+  /// name in the list that is no eligible unit, or a pattern that matches
+  /// none, is a ConfigError naming the key and listing the eligible units.
+  std::vector<bool> resolve(const std::vector<std::string>& names, const std::vector<bool>& eligible = {}) const;
 
  private:
   Json spec_;

@@ -158,7 +158,9 @@ void Trainer::build(const Json& config, std::vector<std::shared_ptr<Callback>> c
   const std::string model_name = model.has("torchscript") && !model.has("name") ? "torchscript" : model.string("name");
   model_ = model_registry().create(model_name, model, data_.info);
   seeded.unlock();
-  model_->set_recomputed_units(recomputed.resolve(model_->unit_names()));
+  std::vector<bool> recomputable(model_->units().size());
+  for (std::size_t u = 0; u < recomputable.size(); ++u) recomputable[u] = model_->recomputable(u);
+  model_->set_recomputed_units(recomputed.resolve(model_->unit_names(), recomputable));
   if (initial_weights) load_initial_weights(*model_, *initial_weights);
   if (initial_weights) base_weights_ = initial_weights->path;
   if (lora_) {

@@ -37,8 +37,36 @@ void FullyShardedModel::prepare_for_backward() {
   std::lock_guard<std::recursive_mutex> lock(mutex_);
   if (armed_) abandon_backward();  // the backward before failed and nobody said so
   armed_ = true;
+  if (loose_runs_) {  // units ran outside run_model: that forward ends here
+    graph_runs_ = runs_;
+    previous_runs_ = *runs_;
+    runs_.reset();
+    loose_runs_ = false;
+  }
+  order_reduces(graph_runs_.get());
   next_reduce_ = 0;
   for (auto& unit : units_) unit->fired = 0, unit->reduce_started = false;
+}
+
+void FullyShardedModel::order_reduces(const Runs* runs) {
+  // Backward completes a unit's gradients where it reaches the unit's first
+  // run (a tied embedding's: its lookup, at the very end): the last first
+  // run first. Units no run reached follow, the root last; a unit whose
+  // every parameter is frozen has nothing to reduce.
+  std::vector<bool> seen(units_.size(), false);
+  std::vector<std::size_t> first_runs;
+  for (std::size_t i = 0; runs != nullptr && i < runs->size(); ++i) {
+    const std::size_t u = (*runs)[i].unit;
+    if (!seen[u]) seen[u] = true, first_runs.push_back(u);
+  }
+  reduce_order_.clear();
+  for (auto u = first_runs.rbegin(); u != first_runs.rend(); ++u) {
+    if (units_[*u]->hooked > 0) reduce_order_.push_back(*u);
+  }
+  for (std::size_t u = declared_; u-- > 0;) {
+    if (!seen[u] && units_[u]->hooked > 0) reduce_order_.push_back(u);
+  }
+  if (!units_[declared_]->params.empty()) reduce_order_.push_back(declared_);
 }
 
 void FullyShardedModel::mark_ready(std::size_t i) {

@@ -1,4 +1,4 @@
-// ZeRO-3's forward side: sharding the model, gathering and freeing units, running them (see the header).
+// ZeRO-3's shards and gathers: sharding the model, gathering and freeing units (see the header).
 #include "basin/core/parallel/zero3/fully_sharded_model.h"
 
 #include <algorithm>
@@ -128,13 +128,6 @@ FullyShardedModel::FullyShardedModel(torch::nn::Module& model, const std::vector
     full_.push_back(p);
     set_storage_bytes(p, 0);
   }
-  for (std::size_t u = units_.size(); u-- > 0;) {
-    // The root goes last; a unit whose every parameter is frozen has nothing to reduce.
-    const bool trains = std::any_of(units_[u]->params.begin(), units_[u]->params.end(),
-                                    [&](std::size_t i) { return full_[i].requires_grad(); });
-    if (trains && u != declared_) reduce_order_.push_back(u);
-  }
-  if (!units_[declared_]->params.empty()) reduce_order_.push_back(declared_);
   for (std::size_t u = 0; u < units_.size(); ++u) {
     // A unit is freed once its gradients are in, but a frozen parameter's
     // backward (LoRA's W, carrying the gradient to the unit's input) can
@@ -151,6 +144,7 @@ FullyShardedModel::FullyShardedModel(torch::nn::Module& model, const std::vector
     accumulators_.push_back(std::move(accumulator));
     ++units_[unit_of_[i]]->hooked;
   }
+  order_reduces(nullptr);
 }
 
 FullyShardedModel::~FullyShardedModel() {
@@ -232,6 +226,7 @@ void FullyShardedModel::release(std::size_t u) {
     unit.gathered = true;
     pending->wait();
   }
+  if (held_to_next_run_ == u) held_to_next_run_.reset();
   if (!unit.gathered) return;
   for (const std::size_t i : unit.params) set_storage_bytes(full_[i], 0);
   unit.gathered = false;
@@ -266,80 +261,6 @@ int64_t FullyShardedModel::shard_bytes() const {
 
 c10::Device FullyShardedModel::device() const {
   return shards_.empty() ? c10::Device(c10::kCPU) : shards_.front().device();
-}
-
-at::Tensor FullyShardedModel::run_model(const std::function<at::Tensor()>& forward) {
-  const bool graph = at::GradMode::is_enabled();
-  bool awaited = false;  // by an earlier forward's backward
-  // Without a graph, or when the forward failed, nothing stays whole but a
-  // root that an earlier forward's backward still needs (an evaluation
-  // between a forward and its backward must not free what backward reads).
-  auto release_all = [&] {
-    std::lock_guard<std::recursive_mutex> lock(mutex_);
-    root_awaits_backward_ = awaited;
-    for (std::size_t u = 0; u < units_.size(); ++u) {
-      if (u != declared_ || !awaited) drop(u);  // with any gather issued ahead
-    }
-  };
-  at::Tensor out;
-  try {
-    {
-      std::lock_guard<std::recursive_mutex> lock(mutex_);
-      awaited = root_awaits_backward_;
-      gather(declared_);  // the root: whole until its backward (or the forward's end, without autograd)
-      if (graph) root_awaits_backward_ = true;
-    }
-    out = forward();
-  } catch (...) {
-    release_all();
-    throw;
-  }
-  if (!graph) release_all();
-  return out;
-}
-
-at::Tensor FullyShardedModel::run_unit(std::size_t u, const std::function<at::Tensor()>& forward) {
-  if (u >= declared_) throw std::logic_error("zero3: unit " + std::to_string(u) + " was never declared");
-  const std::size_t last_ahead = std::min(declared_ - 1, u + static_cast<std::size_t>(options_.forward_prefetch));
-  at::Tensor out;
-  try {
-    {
-      std::lock_guard<std::recursive_mutex> lock(mutex_);
-      gather(u);
-      for (std::size_t next = u + 1; next <= last_ahead; ++next) start_gather(next);  // while this one computes
-    }
-    out = forward();
-  } catch (...) {  // the unit, and the gathers issued ahead, freed: a failed forward holds nothing
-    std::lock_guard<std::recursive_mutex> lock(mutex_);
-    for (std::size_t held = u; held <= last_ahead; ++held) drop(held);
-    throw;
-  }
-  const bool has_backward = at::GradMode::is_enabled() && out.requires_grad() && out.grad_fn();
-  if (has_backward) {
-    // Backward reaches the unit's output before any of the unit's own
-    // operations: the parameters they saved are gathered again then (and
-    // the units before it ahead, as backward runs the units in reverse).
-    out.register_hook([this, u](const at::Tensor&) {
-      std::lock_guard<std::recursive_mutex> lock(mutex_);
-      gather(u);
-      const std::size_t ahead = std::min(u, static_cast<std::size_t>(options_.backward_prefetch));
-      for (std::size_t back = 1; back <= ahead; ++back) start_gather(u - back);
-    });
-  }
-  std::lock_guard<std::recursive_mutex> lock(mutex_);
-  // Kept whole to its backward when asked (no second gather); its gradients' hooks free it.
-  if (options_.reshard_after_forward || !has_backward) release(u);
-  return out;
-}
-
-at::Tensor FullyShardedModel::recompute_unit(std::size_t u, const std::function<at::Tensor()>& forward) {
-  if (u >= declared_) throw std::logic_error("zero3: unit " + std::to_string(u) + " was never declared");
-  {
-    // Its output's hook gathered it as backward reached it; its gradients' hooks free it.
-    std::lock_guard<std::recursive_mutex> lock(mutex_);
-    gather(u);
-  }
-  return forward();
 }
 
 }  // namespace basin

@@ -3,6 +3,7 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <unordered_map>
 #include <vector>
 
@@ -39,6 +40,19 @@ class PendingCollective;
 /// swapped, its version is not bumped), so the tensors autograd saved for
 /// backward see the gathered values again.
 ///
+/// A run's unit is freed as the next run starts; the forward's last run,
+/// where backward begins, is not gathered twice.
+///
+/// A unit may run more than once in a forward: a tied embedding is looked
+/// up first (run_lookup: whole for the lookup alone, as an embedding's
+/// backward reads only the ids) and runs again as the head. Gathers ahead
+/// follow the order units ran in the previous forward (the declared order
+/// in the first), backward's in the reverse of this forward's. A unit that
+/// a lookup ran is freed as soon as backward has passed its last other run
+/// (its gradient still waits for the lookup's): units are taken to run as a
+/// chain, each run's output feeding the next, as the blocks of a network do.
+/// The gradients are reduced in the reverse of each unit's first run.
+///
 /// Parameters under no unit form the root unit, whole from the forward's
 /// start to their backward. Buffers (BatchNorm statistics) stay replicated.
 ///
@@ -59,6 +73,7 @@ class FullyShardedModel : public UnitRunner {
 
   at::Tensor run_model(const std::function<at::Tensor()>& forward) override;
   at::Tensor run_unit(std::size_t unit, const std::function<at::Tensor()>& forward) override;
+  at::Tensor run_lookup(std::size_t unit, const std::function<at::Tensor()>& forward) override;
   at::Tensor recompute_unit(std::size_t unit, const std::function<at::Tensor()>& forward) override;
 
   /// The model's parameters, in its order, and this rank's shard of each
@@ -106,10 +121,29 @@ class FullyShardedModel : public UnitRunner {
  private:
   struct Unit;
   class ReadyHook;
+  /// One run of a unit in a forward; only a run with a backward that reads
+  /// its parameters (not a lookup) is gathered again for it.
+  struct Run {
+    std::size_t unit;
+    bool read_in_backward;
+  };
+  using Runs = std::vector<Run>;
 
   /// Each rank's piece of parameter `i`'s rows in `whole` (its shape), this rank's filled from its shard.
   void add_pieces(std::size_t i, const at::Tensor& whole, std::vector<std::vector<at::Tensor>>& pieces) const;
   void start_gather(std::size_t unit);
+  /// Notes a run in this forward's order; its place in it.
+  std::size_t note_run(std::size_t unit, bool read_in_backward);
+  /// Issues the gathers of the runs after this forward's `position`-th (a
+  /// run of `unit`), as the previous forward ran them; the units issued.
+  std::vector<std::size_t> gather_ahead(std::size_t position, std::size_t unit);
+  /// Backward reached run `position` of `runs`: frees the looked-up units
+  /// it has passed every other run of, and issues the gathers of the runs before it.
+  void reached_in_backward(const Runs& runs, std::size_t position);
+  /// Refuses a lookup whose backward could read the table it frees.
+  void check_lookup(std::size_t unit, const at::Tensor& out) const;
+  /// The reduce order for a backward of a forward that ran `runs`.
+  void order_reduces(const Runs* runs);
   void with_master_parameters(const std::function<void()>& use);
   void gather(std::size_t unit);
   void release(std::size_t unit);
@@ -131,7 +165,12 @@ class FullyShardedModel : public UnitRunner {
   std::unordered_map<const c10::TensorImpl*, std::size_t> shard_index_;  // a shard's
   std::vector<std::unique_ptr<Unit>> units_;  // declared ones, then the root (when it has parameters)
   std::size_t declared_ = 0;
-  std::vector<std::size_t> reduce_order_;     // backward's: the last declared first, the root last
+  std::shared_ptr<Runs> runs_;            // this forward's (its backward's hooks hold them)
+  std::shared_ptr<const Runs> graph_runs_;  // the last forward's with a graph: its backward's reduce order
+  Runs previous_runs_;                    // the forward before this one's: gathers ahead follow it
+  bool loose_runs_ = false;               // runs_ began outside run_model
+  std::optional<std::size_t> held_to_next_run_;  // a unit whole past its run: the next run, or backward, frees it
+  std::vector<std::size_t> reduce_order_;  // backward's: the last first run first, the root last
   std::size_t next_reduce_ = 0;
   bool armed_ = false;
   bool root_awaits_backward_ = false;  // a forward with a graph gathered the root; its backward frees it
