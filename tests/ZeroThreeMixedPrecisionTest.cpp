@@ -321,6 +321,12 @@ TEST(ZeroThreeMixedPrecisionTest, ItsKeysAreCheckedAgainstTheModeThePrecisionAnd
     EXPECT_NE(message.find("parallel.mixed_precision"), std::string::npos) << message;
     EXPECT_NE(message.find("\"" + mode + "\""), std::string::npos) << message;
   }
+  for (const std::string dtype : {"fp16", "fp32"}) {  // it suggests a precision that exists
+    Json other = config;
+    other["parallel"]["mixed_precision"]["param_dtype"] = dtype;
+    const std::string message = refusal(other);
+    EXPECT_NE(message.find(dtype == "fp16" ? "\"amp_fp16\"" : "\"amp_bf16\""), std::string::npos) << message;
+  }
   config["parallel"]["mode"] = "zero3";
   config["precision"] = "fp32";
   std::string message = refusal(config);

@@ -27,7 +27,8 @@ void refuse_fully_sharded_key(const Params& parallel, const std::string& key, co
   if (key == "mixed_precision") {
     const Json& section = parallel.raw_object().at(key);
     const Json low = section.is_object() ? section.value("param_dtype", Json("bf16")) : Json("bf16");
-    const std::string dtype = low.is_string() ? low.get<std::string>() : "bf16";
+    // The precision it suggests exists for bf16 and fp16 only ("amp_fp32" does not).
+    const std::string dtype = low == Json("fp16") ? "fp16" : "bf16";
     throw ConfigError("config key '" + parallel.path_of(key) + "': mixed-precision gathers are zero3's (the mode that "
                       "gathers parameters), and this run's mode is \"" + mode + "\"; under it, \"precision\": \"amp_" +
                       dtype + "\" computes in " + dtype + " over the fp32 parameters");
