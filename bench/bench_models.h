@@ -16,6 +16,9 @@ namespace basin::bench {
 /// "channels_last": false), to measure what channels-last gains; gpt: a
 /// GPT-2 of 6 blocks, 512 wide, 8 heads, block 128 and GPT-2's vocabulary of
 /// 50257 (44.7M parameters, 25.7M of them the tied embedding), on tokens;
+/// gpt2_small and gpt2_medium: GPT-2's two smaller sizes (12 blocks 768
+/// wide, 12 heads, 124M parameters; 24 blocks 1024 wide, 16 heads, 355M),
+/// on the gpt's tokens;
 /// llama: a Llama of 6 layers, 512 wide, 8 heads, 4 key and value heads,
 /// SwiGLU 1344 wide (basin's default 1376 would make it 50.2M), block 128,
 /// a vocabulary of 32000 and a head of its own (49.9M parameters, 32.8M of
@@ -25,7 +28,7 @@ namespace basin::bench {
 /// layers, 128 wide, its BPE's 2048 ids), block 64.
 inline const std::vector<std::string>& model_names() {
   static const std::vector<std::string> names{"mlp", "mlp1024", "mlp2048", "mlp4096x3", "cnn", "cnn_contiguous", "resnet",
-                                              "gpt", "llama", "fortunes_gpt", "fortunes_llama"};
+                                              "gpt", "gpt2_small", "gpt2_medium", "llama", "fortunes_gpt", "fortunes_llama"};
   return names;
 }
 
@@ -40,7 +43,8 @@ constexpr int64_t kLlamaVocab = 32000;
 inline int64_t token_vocab(const std::string& model) {
   if (model == "fortunes_gpt") return 256;
   if (model == "fortunes_llama") return 2048;
-  return model == "gpt" ? kGptVocab : model == "llama" ? kLlamaVocab : 0;
+  if (model == "gpt" || model == "gpt2_small" || model == "gpt2_medium") return kGptVocab;
+  return model == "llama" ? kLlamaVocab : 0;
 }
 
 /// The window of a model trained on tokens.
@@ -54,6 +58,8 @@ inline Json model_config(const std::string& model) {
   if (model == "cnn_contiguous") return Json::parse(R"({"name": "cnn", "channels_last": false})");
   if (model == "mlp4096x3") return Json::parse(R"({"name": "mlp", "hidden": [4096, 4096, 4096]})");
   if (model == "gpt") return Json::parse(R"({"name": "gpt", "n_layer": 6, "n_head": 8, "n_embd": 512})");
+  if (model == "gpt2_small") return Json::parse(R"({"name": "gpt", "n_layer": 12, "n_head": 12, "n_embd": 768})");
+  if (model == "gpt2_medium") return Json::parse(R"({"name": "gpt", "n_layer": 24, "n_head": 16, "n_embd": 1024})");
   if (model == "fortunes_gpt") return Json::parse(R"({"name": "gpt", "n_layer": 4, "n_head": 4, "n_embd": 128})");
   if (model == "fortunes_llama") {
     return Json::parse(R"({"name": "llama", "hidden_size": 128, "intermediate_size": 352, "num_hidden_layers": 4,

@@ -41,7 +41,7 @@ import torch.nn as nn  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 from torch.nn.parallel import DistributedDataParallel  # noqa: E402
 
-from gpt_peer_model import Gpt, token_batches  # noqa: E402
+from gpt_peer_model import SHAPES, Gpt, token_batches  # noqa: E402
 
 LR, MOMENTUM, RHO = 0.01, 0.9, 0.05
 
@@ -96,8 +96,9 @@ def make_model(name):
                              nn.Linear(width, 10))
     if name == "resnet":
         return SmallResNet()
-    if name == "gpt":
-        return Gpt()
+    if name in SHAPES:
+        layers, heads, width = SHAPES[name]
+        return Gpt(layers=layers, heads=heads, width=width)
     if name == "llama":
         from llama_peer_model import Llama  # transformers, only where the llama runs
         return Llama()
@@ -115,7 +116,7 @@ def make_optimizer(params, name):
 
 def make_batches(rank, batch, model="mlp"):
     """Four batches of this rank's own, drawn from its seed (token windows for the gpt and the llama)."""
-    if model == "gpt":
+    if model in SHAPES:
         return token_batches(rank, batch)
     if model == "llama":
         from llama_peer_model import VOCAB

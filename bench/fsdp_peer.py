@@ -9,7 +9,8 @@ by basin-run or torchrun, over Gloo on the CPU; needs torch >= 2.6
 FSDP2 as its documentation sets it up: fully_shard on each Linear (a unit,
 as basin's mlp declares each layer one), or on each block of the gpt or
 decoder layer of the llama (as basin's declare them), then on the root (the
-embeddings, final norm and the llama's head, as basin's root unit); defaults
+embeddings, final norm and the llama's head: FSDP2's usual wrapping, where
+basin shards the tables as units of their own); defaults
 otherwise (parameters resharded after forward and gathered again for
 backward, fp32). --mixed-precision gives every fully_shard
 MixedPrecisionPolicy(param_dtype=bfloat16, reduce_dtype=float32), the loss
@@ -39,7 +40,7 @@ from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import checkpoi
 from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard  # noqa: E402
 
 from ddp_peer import RHO, loss_of, make_batches, make_model, make_optimizer, time_and_report  # noqa: E402
-from gpt_peer_model import Block  # noqa: E402
+from gpt_peer_model import SHAPES, Block  # noqa: E402
 
 
 def main():
@@ -68,7 +69,7 @@ def main():
     if args.model == "llama":
         from llama_peer_model import UNIT as unit  # transformers, only where the llama runs
     else:
-        unit = Block if args.model == "gpt" else nn.Linear
+        unit = Block if args.model in SHAPES else nn.Linear
     policy = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32) if args.mixed_precision \
         else MixedPrecisionPolicy()
     units = [(parent, name, child) for parent in model.modules() for name, child in parent.named_children()

@@ -9,6 +9,8 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 BLOCK, VOCAB, LAYERS, HEADS, WIDTH = 128, 50257, 6, 8, 512
+# bench_models.h's gpt sizes: layers, heads, width.
+SHAPES = {"gpt": (LAYERS, HEADS, WIDTH), "gpt2_small": (12, 12, 768), "gpt2_medium": (24, 16, 1024)}
 
 
 class Block(nn.Module):

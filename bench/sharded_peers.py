@@ -29,7 +29,7 @@ import statistics
 import subprocess
 import sys
 
-from gpt_peer_model import BLOCK
+from gpt_peer_model import BLOCK, SHAPES
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 # basin's programs make malloc keep freed memory for reuse (core/base/memory_reuse.h); the peers get the same.
@@ -125,7 +125,7 @@ def main():
         print(f"\n{ranks} ranks, {args.model}, basin {args.optimizer}, Python {args.python_optimizer or args.optimizer}, "
               f"{what}, batch {args.batch} per rank, 1 thread per rank; median over {args.rounds} rounds")
         # The llama's window is the gpt's.
-        tokens = args.batch * ranks * BLOCK if args.model in ("gpt", "llama") else 0
+        tokens = args.batch * ranks * BLOCK if args.model in (*SHAPES, "llama") else 0
         print(f"  {'contender':<12} {'step ms':>9} {'tokens/s' if tokens else '':>9}   peak RSS per rank (MiB)")
         for name, _ in entries:
             ms = statistics.median(t[name] for t in rounds)
