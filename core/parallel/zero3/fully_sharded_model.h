@@ -32,7 +32,7 @@ class PendingCollective;
 ///
 /// At rest a parameter's storage holds no bytes. A unit's forward gathers it
 /// (one all-gather of the unit's shards, the next unit's issued while this
-/// one computes) and frees it after; a hook on the unit's output gathers it
+/// one computes) and frees it as the next run starts; a hook on the unit's output gathers it
 /// again when backward reaches the unit (the previous unit's issued too); once
 /// every gradient of the unit is accumulated its parameters are freed and its
 /// gradients reduce-scattered to their rows' owners, as backward goes on.

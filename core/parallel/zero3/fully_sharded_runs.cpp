@@ -31,7 +31,9 @@ at::Tensor FullyShardedModel::run_model(const std::function<at::Tensor()>& forwa
   try {
     {
       std::lock_guard<std::recursive_mutex> lock(mutex_);
-      if (held_to_next_run_) release(*held_to_next_run_);  // no backward came for the last forward's last run
+      // The last forward's last run, held for a backward that did not come
+      // first (an evaluation between them: that backward gathers it again).
+      if (held_to_next_run_) release(*held_to_next_run_);
       if (runs_ && !runs_->empty()) previous_runs_ = *runs_;
       runs_ = std::make_shared<Runs>();
       loose_runs_ = false;
