@@ -16,8 +16,10 @@
 #include <functional>
 #include <mutex>
 #include <stdexcept>
+#include <string>
 
 #include <ATen/Parallel.h>
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #ifdef BASIN_HAVE_NCCL
 #include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
@@ -96,6 +98,11 @@ std::unique_ptr<PendingCollective> Communicator::start_reduce_scatter_sum(std::v
   return std::make_unique<Finished>();
 }
 
+std::shared_ptr<Communicator> Communicator::split(const std::vector<int>& /*colors*/) {
+  throw std::logic_error("this communicator cannot split into groups of its ranks (it was made over a process group "
+                         "alone; make_process_group_communicator needs the store and how the group is made)");
+}
+
 namespace {
 
 /// How basin drives one kind of process group.
@@ -134,8 +141,10 @@ std::mutex& issue_mutex() {
 
 class ProcessGroupCommunicator : public Communicator {
  public:
-  ProcessGroupCommunicator(c10::intrusive_ptr<compat::CollectiveBackend> group, ProcessGroupKind kind)
-      : group_(std::move(group)), traits_(BackendTraits::of(kind)) {}
+  ProcessGroupCommunicator(c10::intrusive_ptr<compat::CollectiveBackend> group, ProcessGroupKind kind,
+                           c10::intrusive_ptr<c10d::Store> store, MakeProcessGroup made)
+      : group_(std::move(group)), kind_(kind), traits_(BackendTraits::of(kind)), store_(std::move(store)),
+        made_(std::move(made)) {}
 
   int rank() const override { return group_->getRank(); }
   int world_size() const override { return group_->getSize(); }
@@ -227,6 +236,27 @@ class ProcessGroupCommunicator : public Communicator {
     issue([&] { return group_->barrier(); })->wait();
   }
 
+  std::shared_ptr<Communicator> split(const std::vector<int>& colors) override {
+    if (!store_ || !made_) return Communicator::split(colors);
+    if (static_cast<int>(colors.size()) != world_size()) {
+      throw std::invalid_argument("split: " + std::to_string(colors.size()) + " colors for " +
+                                  std::to_string(world_size()) + " ranks");
+    }
+    // The ranks of one color meet under a prefix of their own, new for every
+    // split (every rank splits in one order).
+    const int color = colors[static_cast<std::size_t>(rank())];
+    int members = 0;
+    int mine = 0;
+    for (int r = 0; r < world_size(); ++r) {
+      if (colors[static_cast<std::size_t>(r)] != color) continue;
+      if (r == rank()) mine = members;
+      ++members;
+    }
+    const std::string prefix = "basin/split/" + std::to_string(splits_++) + "/" + std::to_string(color);
+    auto store = c10::make_intrusive<c10d::PrefixStore>(prefix, store_);
+    return std::make_shared<ProcessGroupCommunicator>(made_(store, mine, members), kind_, store, made_);
+  }
+
  private:
   template <typename Collective>
   c10::intrusive_ptr<c10d::Work> issue(Collective&& collective) {
@@ -297,7 +327,11 @@ class ProcessGroupCommunicator : public Communicator {
   static constexpr int kGatherTags = 1 << 20;  // the all-gathers' send/receive tags start here
 
   c10::intrusive_ptr<compat::CollectiveBackend> group_;
+  ProcessGroupKind kind_;
   BackendTraits traits_;
+  c10::intrusive_ptr<c10d::Store> store_;  // where the ranks met, and their groups meet (null: no splits)
+  MakeProcessGroup made_;
+  int splits_ = 0;
   SerialWorker ring_;         // reduce-scatters; destroyed first: its last job still uses the group
   SerialWorker gather_ring_;  // all-gathers
 };
@@ -305,8 +339,10 @@ class ProcessGroupCommunicator : public Communicator {
 }  // namespace
 
 std::shared_ptr<Communicator> make_process_group_communicator(c10::intrusive_ptr<compat::CollectiveBackend> group,
-                                                              ProcessGroupKind kind) {
-  return std::make_shared<ProcessGroupCommunicator>(std::move(group), kind);
+                                                              ProcessGroupKind kind,
+                                                              c10::intrusive_ptr<c10d::Store> store,
+                                                              MakeProcessGroup made) {
+  return std::make_shared<ProcessGroupCommunicator>(std::move(group), kind, std::move(store), std::move(made));
 }
 
 std::shared_ptr<Communicator> make_gloo_communicator(const c10::intrusive_ptr<c10d::Store>& store, int rank,
@@ -317,8 +353,10 @@ std::shared_ptr<Communicator> make_gloo_communicator(const c10::intrusive_ptr<c1
   options->devices.push_back(device.interface.empty()
                                  ? c10d::ProcessGroupGloo::createDeviceForHostname(device.address)
                                  : c10d::ProcessGroupGloo::createDeviceForInterface(device.interface));
-  auto group = c10::make_intrusive<c10d::ProcessGroupGloo>(store, rank, world_size, options);
-  return make_process_group_communicator(std::move(group), ProcessGroupKind::kGloo);
+  MakeProcessGroup made = [options](const c10::intrusive_ptr<c10d::Store>& over, int r, int n) {
+    return c10::intrusive_ptr<compat::CollectiveBackend>(c10::make_intrusive<c10d::ProcessGroupGloo>(over, r, n, options));
+  };
+  return make_process_group_communicator(made(store, rank, world_size), ProcessGroupKind::kGloo, store, made);
 }
 
 bool nccl_available() {
@@ -334,8 +372,10 @@ std::shared_ptr<Communicator> make_nccl_communicator(const c10::intrusive_ptr<c1
 #ifdef BASIN_HAVE_NCCL
   auto options = c10d::ProcessGroupNCCL::Options::create();
   options->timeout = timeout;
-  return make_process_group_communicator(c10::make_intrusive<c10d::ProcessGroupNCCL>(store, rank, world_size, options),
-                                         ProcessGroupKind::kNccl);
+  MakeProcessGroup made = [options](const c10::intrusive_ptr<c10d::Store>& over, int r, int n) {
+    return c10::intrusive_ptr<compat::CollectiveBackend>(c10::make_intrusive<c10d::ProcessGroupNCCL>(over, r, n, options));
+  };
+  return make_process_group_communicator(made(store, rank, world_size), ProcessGroupKind::kNccl, store, made);
 #else
   (void)store, (void)rank, (void)world_size, (void)timeout;
   throw std::runtime_error("this basin was built without NCCL (Debian's LibTorch is CPU-only); use Gloo on CPU");

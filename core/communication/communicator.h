@@ -2,6 +2,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -70,6 +71,14 @@ class Communicator {
   virtual std::unique_ptr<PendingCollective> start_all_gather(std::vector<std::vector<at::Tensor>> pieces) = 0;
   virtual void barrier() = 0;
 
+  /// The ranks of this rank's color, as a communicator of their own (ranked
+  /// in this one's order, from 0): HSDP's shard and replicate groups.
+  /// `colors[r]` is rank r's color, the same list on every rank (as
+  /// PyTorch's new_group takes the same ranks everywhere), so no rank asks
+  /// another; every rank calls it, its splits in one order. Throws where
+  /// the communicator cannot make groups (one made over a process group alone).
+  virtual std::shared_ptr<Communicator> split(const std::vector<int>& colors);
+
   /// Bytes this rank has sent in collectives so far, as a bandwidth-optimal
   /// (ring) implementation sends them, averaged over ranks: an all-reduce of
   /// S bytes sends 2(N-1)/N * S, a broadcast or reduce-scatter (N-1)/N * S,
@@ -107,10 +116,19 @@ std::shared_ptr<Communicator> make_gloo_communicator(const c10::intrusive_ptr<c1
 /// collective may wait for the peers) and reduce per owner.
 enum class ProcessGroupKind { kGloo, kNccl };
 
+/// How a process group of `kind` is made over a store: what a communicator
+/// needs to split (its sub-groups are made the same way, over its store).
+using MakeProcessGroup = std::function<c10::intrusive_ptr<compat::CollectiveBackend>(
+    const c10::intrusive_ptr<c10d::Store>& store, int rank, int world_size)>;
+
 /// A communicator over a process group already built (`group` of `kind`);
-/// make_gloo_communicator and make_nccl_communicator build theirs and call this.
+/// make_gloo_communicator and make_nccl_communicator build theirs and call
+/// this. Given the `store` its ranks met through and how its group was
+/// `made`, it can split into groups of its ranks.
 std::shared_ptr<Communicator> make_process_group_communicator(c10::intrusive_ptr<compat::CollectiveBackend> group,
-                                                              ProcessGroupKind kind);
+                                                              ProcessGroupKind kind,
+                                                              c10::intrusive_ptr<c10d::Store> store = {},
+                                                              MakeProcessGroup made = nullptr);
 
 /// Whether this build has NCCL (a CUDA LibTorch; see BASIN_WITH_NCCL).
 bool nccl_available();

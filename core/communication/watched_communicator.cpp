@@ -49,6 +49,10 @@ class WatchedCommunicator : public Communicator {
   void barrier() override {
     run("barrier", [&] { inner_->barrier(); });
   }
+  /// The group's own collectives are not numbered for the watch (it compares
+  /// this communicator's counts across every rank); they fail after the
+  /// same timeout, with the backend's words.
+  std::shared_ptr<Communicator> split(const std::vector<int>& colors) override { return inner_->split(colors); }
 
   /// Rethrows `error` of collective `name` #count as one that names the rank it waited for.
   [[noreturn]] void explain(const char* name, int64_t count, const std::exception& error) const {
