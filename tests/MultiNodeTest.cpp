@@ -52,9 +52,9 @@ std::vector<test::RunResult> run_nodes(const std::vector<std::string>& launchers
 }
 
 std::string launcher(int nnodes, int node_rank, int port, const std::string& extra, const std::string& command,
-                     const std::string& addr = "127.0.0.1") {
+                     const std::string& addr = "127.0.0.1", int per_node = 1) {
   return kRun + " --nnodes " + std::to_string(nnodes) + " --node-rank " + std::to_string(node_rank) +
-         " --nproc-per-node 1 --master-addr " + addr + " --master-port " + std::to_string(port) + " " + extra + " -- " +
+         " --nproc-per-node " + std::to_string(per_node) + " --master-addr " + addr + " --master-port " + std::to_string(port) + " " + extra + " -- " +
          command;
 }
 
@@ -95,21 +95,23 @@ class TwoNamespaces {
 };
 
 // The same SAM job (`train`: basin-train and its options, less --run-dir) as
-// one node with two ranks, then as two nodes of one rank each, in their own
-// network namespaces: bit-equal weights.
-void expect_two_namespaces_equal_one_node(const std::string& train) {
+// one node with 2 x `per_node` ranks, then as two nodes of `per_node` ranks
+// each, in their own network namespaces: bit-equal weights.
+void expect_two_namespaces_equal_one_node(const std::string& train, int per_node = 1) {
   TwoNamespaces namespaces;
   if (!namespaces.reason().empty()) GTEST_SKIP() << namespaces.reason();
   test::TempDir dir;
-  const auto one = test::run_command(kRun + " --nproc 2 -- " + train + " --run-dir " + dir.file("one"));
+  const auto one =
+      test::run_command(kRun + " --nproc " + std::to_string(2 * per_node) + " -- " + train + " --run-dir " + dir.file("one"));
   ASSERT_EQ(one.exit_code, 0) << one.output;
   const std::string two = train + " --run-dir " + dir.file("two");
   const std::string master = "10.213.0.1";
-  const auto nodes = run_nodes({namespaces.in_a(launcher(2, 0, 29500, "--join-timeout 60", two, master)),
-                                namespaces.in_b(launcher(2, 1, 29500, "--join-timeout 60", two, master))});
+  const auto nodes = run_nodes({namespaces.in_a(launcher(2, 0, 29500, "--join-timeout 60", two, master, per_node)),
+                                namespaces.in_b(launcher(2, 1, 29500, "--join-timeout 60", two, master, per_node))});
   ASSERT_EQ(nodes[0].exit_code, 0) << nodes[0].output << nodes[1].output;
   ASSERT_EQ(nodes[1].exit_code, 0) << nodes[1].output;
-  EXPECT_NE(nodes[1].output.find("[rank 1]"), std::string::npos) << nodes[1].output;  // node 1 ran rank 1
+  const std::string first_of_node_1 = "[rank " + std::to_string(per_node) + "]";
+  EXPECT_NE(nodes[1].output.find(first_of_node_1), std::string::npos) << nodes[1].output;  // node 1 ran its ranks
   EXPECT_EQ(bytes_of(dir.file("two/state_dict.pt")), bytes_of(dir.file("one/state_dict.pt")));
   const Json summary_one = Json::parse(test::read_text(dir.file("one/summary.json")));
   const Json summary_two = Json::parse(test::read_text(dir.file("two/summary.json")));
@@ -145,6 +147,14 @@ TEST(MultiNodeTest, TwoNodesInNetworkNamespacesTrainAGptUnderZeroThreeAsOneNodeD
                     {"microbatches", 2}};
   test::write_text(dir.file("gpt.json"), config.dump());
   expect_two_namespaces_equal_one_node(kTrain + " --config " + dir.file("gpt.json"));
+}
+
+// HSDP as it is meant: zero3 within each node (groups of its 2 ranks), the
+// gradients summed across the nodes; the same bits as the 4 ranks on one node.
+TEST(MultiNodeTest, TwoNodesInNetworkNamespacesTrainHsdpShardedWithinEachAsOneNodeDoesBitForBit) {
+  expect_two_namespaces_equal_one_node(synthetic_job("hsdp") +
+                                           " --set parallel.shard_group_size=2 --set algorithms.sam.sync_ascent=true",
+                                       2);
 }
 
 TEST(MultiNodeTest, TwoLaunchersOnLoopbackSetTorchrunsVariablesAndTrainAsOneNodeDoes) {

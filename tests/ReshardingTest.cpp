@@ -66,22 +66,34 @@ using test::expect_same;
 struct Layout {
   std::string mode;
   int world;
+  int shard_group_size = 0;  // hsdp's
 };
+
+std::string text(const Layout& layout) {
+  return layout.mode + " at " + std::to_string(layout.world) +
+         (layout.shard_group_size > 0 ? " in groups of " + std::to_string(layout.shard_group_size) : "");
+}
+
+Json layout_config(const Layout& layout, const std::string& checkpoints) {
+  Json config = run_config(layout.mode, checkpoints);
+  if (layout.shard_group_size > 0) config["parallel"]["shard_group_size"] = layout.shard_group_size;
+  return config;
+}
 
 /// Saves `from`'s run at step 3, resumes it as `to` with resharding, saves
 /// again at once, and compares the two whole forms part by part.
 void expect_resharded_resume_keeps_everything(const Layout& from, const Layout& to, const Json& model,
                                                const Json& both = Json::object()) {
-  SCOPED_TRACE(from.mode + " at " + std::to_string(from.world) + " -> " + to.mode + " at " + std::to_string(to.world));
+  SCOPED_TRACE(text(from) + " -> " + text(to));
   test::TempDir dir;
-  Json saving = run_config(from.mode, dir.file("saved"));
+  Json saving = layout_config(from, dir.file("saved"));
   saving["model"] = model;
   saving.merge_patch(both);
   on_ranks(from.mode, from.world, [&](int, std::shared_ptr<Communicator> communicator) {
     Trainer(saving, {}, {}, communicator).fit();
   });
   const std::string path = dir.file("saved/" + checkpoint_file_name(3));
-  Json resuming = run_config(to.mode, "");
+  Json resuming = layout_config(to, "");
   resuming["model"] = model;
   resuming.merge_patch(both);
   const fs::path again = dir.file("again");
@@ -104,6 +116,14 @@ void expect_resharded_resume_keeps_everything(const Layout& from, const Layout& 
   });
   const StateDict before = whole_form(path);
   const StateDict after = whole_form((again / checkpoint_file_name(3)).string());
+  // The whole form joins one hsdp group's files: each other group's rank resumed with its place's rows and state.
+  for (int r = to.shard_group_size; to.shard_group_size > 0 && r < to.world; ++r) {
+    const StateDict replica = read_checkpoint_file((again / rank_file_name(3, r)).string());
+    const StateDict first = read_checkpoint_file((again / rank_file_name(3, r % to.shard_group_size)).string());
+    for (const char* part : {"shards", "optimizer", "algorithms"}) {
+      expect_same(first.at(part), replica.at(part), "rank " + std::to_string(r) + "'s " + part);
+    }
+  }
   for (const char* part : {"model", "optimizer", "algorithms", "schedulers", "callbacks", "loop", "timestamp"}) {
     ASSERT_TRUE(before.contains(part) && after.contains(part)) << part;
     expect_same(before.at(part), after.at(part), part);
@@ -131,6 +151,16 @@ TEST(ReshardingTest, ACheckpointOfAnyModeAndWorldSizeResumesUnderAnotherWithEver
       {{"none", 1}, {"zero3", 4}},  {{"ddp", 2}, {"zero3", 4}},   {{"zero3", 2}, {"ddp", 2}},
       {{"zero1", 4}, {"zero3", 1}}, {{"zero2", 3}, {"zero1", 4}}, {{"zero3", 1}, {"zero2", 3}},
       {{"ddp", 4}, {"zero2", 2}},   {{"zero3", 4}, {"zero3", 3}}, {{"zero2", 1}, {"ddp", 2}}};
+  for (const auto& [from, to] : moves) expect_resharded_resume_keeps_everything(from, to, mlp);
+}
+
+// hsdp's files: every rank's, the rows of a group's (2 x 2 and 1 x 3 here).
+TEST(ReshardingTest, AnHsdpCheckpointReshardsToAndFromEveryLayout) {
+  const Json mlp = test::smoke_config()["model"];
+  const std::vector<std::pair<Layout, Layout>> moves = {
+      {{"hsdp", 4, 2}, {"zero3", 3}}, {{"zero3", 2}, {"hsdp", 4, 2}}, {{"hsdp", 4, 2}, {"hsdp", 4, 2}},
+      {{"hsdp", 4, 2}, {"hsdp", 4, 4}}, {{"hsdp", 3, 3}, {"hsdp", 2, 1}}, {{"hsdp", 4, 2}, {"none", 1}},
+      {{"ddp", 2}, {"hsdp", 4, 2}}};
   for (const auto& [from, to] : moves) expect_resharded_resume_keeps_everything(from, to, mlp);
 }
 

@@ -48,17 +48,27 @@ inline at::Tensor rows_of_rank(const at::Tensor& whole, int rank, int world) {
 /// Trains `config` under ddp and under zero3 on `world` ranks: each rank's
 /// own shards hold ddp's rows of every weight to 1e-5, its buffers are ddp's
 /// (bit-identical on every rank), and the weights gathered whole follow ddp.
-inline void expect_zero_three_follows_ddp(Json config, const std::string& what, int world = 2) {
+/// With `shard_group_size`, under hsdp instead: rank r holds rank r % S's
+/// rows of S, bit for bit what the other groups' rank of its place holds.
+inline void expect_zero_three_follows_ddp(Json config, const std::string& what, int world = 2,
+                                          int shard_group_size = 0) {
   config["parallel"]["mode"] = "ddp";
+  config["parallel"].erase("shard_group_size");
   const auto replicated = train_and_hold(world, config);
-  config["parallel"]["mode"] = "zero3";
+  config["parallel"]["mode"] = shard_group_size > 0 ? "hsdp" : "zero3";
+  if (shard_group_size > 0) config["parallel"]["shard_group_size"] = shard_group_size;
+  const int group = shard_group_size > 0 ? shard_group_size : world;
   const auto sharded = train_and_hold(world, config);
   EXPECT_LE(max_difference(sharded[0].whole, replicated[0].whole), 1e-5) << what;
   for (int r = 0; r < world; ++r) {
     const RankHeld& rank = sharded[static_cast<std::size_t>(r)];
     ASSERT_EQ(rank.shards.size(), replicated[0].whole.size()) << what;
+    for (std::size_t i = 0; r >= group && i < rank.shards.size(); ++i) {
+      EXPECT_TRUE(at::equal(rank.shards[i], sharded[static_cast<std::size_t>(r % group)].shards[i]))
+          << what << ": rank " << r << "'s rows of parameter " << i << " against its replica's in the first group";
+    }
     for (std::size_t i = 0; i < rank.shards.size(); ++i) {
-      const at::Tensor expected = rows_of_rank(replicated[0].whole[i], r, world);
+      const at::Tensor expected = rows_of_rank(replicated[0].whole[i], r % group, group);
       ASSERT_EQ(rank.shards[i].numel(), expected.numel()) << what << ", rank " << r << ", parameter " << i;
       if (expected.numel() == 0) continue;
       EXPECT_LE((rank.shards[i].reshape(expected.sizes()) - expected).abs().max().item<double>(), 1e-5)

@@ -19,8 +19,6 @@
 
 #include "basin/core/base/mapped_file.h"
 #include "basin/core/checkpoint/checkpoint.h"
-#include "basin/core/checkpoint/resharding.h"
-#include "basin/core/checkpoint/sharded_checkpoint.h"
 #include "basin/core/serialization/archive_writer.h"
 #include "basin/core/serialization/safe_unpickle.h"
 
@@ -324,75 +322,6 @@ void remove_orphaned_rank_files(const std::string& dir) {
     if (manifest < newest && !fs::exists(fs::path(dir) / manifest, missing) && !missing) orphans.push_back(it->path());
   }
   for (const auto& file : orphans) fs::remove(file, ignored);
-}
-
-std::string rank_file_name(int64_t step, int rank) {
-  const std::string whole = checkpoint_file_name(step);
-  return whole.substr(0, whole.size() - 3) + ".rank-" + std::to_string(rank) + ".pt";
-}
-
-StateDict sharded_manifest(const StateDict& rank_zero, int64_t step, int world_size) {
-  StateDict manifest = new_state_dict();
-  StateDict meta = rank_zero.at("basin").toGenericDict().copy();
-  (void)meta.erase("rank");
-  (void)meta.erase("resharded_from");  // the manifest's rank files are of `world_size`, whoever wrote them
-  StateDict sharded = new_state_dict();
-  sharded.insert("layout", std::string("rows"));
-  c10::List<std::string> files;
-  for (int r = 0; r < world_size; ++r) files.push_back(rank_file_name(step, r));
-  sharded.insert("files", files);
-  meta.insert("sharded", sharded);
-  manifest.insert("basin", meta);
-  for (const char* part : {"timestamp", "config", "loop"}) {
-    if (rank_zero.contains(part)) manifest.insert(part, rank_zero.at(part));
-  }
-  return manifest;
-}
-
-bool is_sharded_checkpoint(const StateDict& checkpoint) {
-  if (!checkpoint.contains("basin") || !checkpoint.at("basin").isGenericDict()) return false;
-  return checkpoint.at("basin").toGenericDict().contains("sharded");
-}
-
-int64_t saved_world_size(const StateDict& checkpoint) {
-  if (!checkpoint.contains("basin") || !checkpoint.at("basin").isGenericDict()) return 1;
-  const StateDict meta = checkpoint.at("basin").toGenericDict();
-  if (meta.contains("resharded_from") && meta.at("resharded_from").isInt()) return meta.at("resharded_from").toInt();
-  return meta.contains("world_size") && meta.at("world_size").isInt() ? meta.at("world_size").toInt() : 1;
-}
-
-std::vector<std::string> rank_files(const std::string& manifest_path, const StateDict& manifest) {
-  const auto sharded = manifest.at("basin").toGenericDict().at("sharded");
-  if (!sharded.isGenericDict() || !sharded.toGenericDict().contains("files") ||
-      !sharded.toGenericDict().at("files").isList()) {
-    throw CheckpointError("checkpoint '" + manifest_path + "': its 'basin.sharded' entry lists no rank files");
-  }
-  std::vector<std::string> paths;
-  const fs::path dir = fs::path(manifest_path).parent_path();
-  for (const auto& name : sharded.toGenericDict().at("files").toListRef()) {
-    if (!name.isString() || fs::path(name.toStringRef()).has_parent_path()) {
-      throw CheckpointError("checkpoint '" + manifest_path + "': a rank file entry is not a file name");
-    }
-    paths.push_back((dir / name.toStringRef()).string());
-  }
-  return paths;
-}
-
-StateDict checkpoint_for_rank(const std::string& path, const StateDict& checkpoint, int world_size,
-                              const std::optional<RowsLayout>& rows, bool reshard) {
-  if (checkpoint.contains("shards")) return checkpoint;  // one rank's file, given itself (Trainer::resume checks its size)
-  if (!is_sharded_checkpoint(checkpoint)) return rows ? cut_checkpoint_as_read(checkpoint, *rows) : checkpoint;
-  const auto files = rank_files(path, checkpoint);
-  const bool same_world = static_cast<int>(files.size()) == world_size;
-  if (rows && same_world) return read_checkpoint_file(files[static_cast<std::size_t>(rows->rank)]);
-  if (!same_world && !reshard) {
-    throw CheckpointError("checkpoint '" + path + "' holds the zero3 shards of " + std::to_string(files.size()) +
-                          " ranks and this job has " + std::to_string(world_size) + ": resume with " +
-                          std::to_string(files.size()) + " ranks, or reshard (basin-train --reshard), under which "
-                          "a zero3 rank reads its rows from the files that hold them and another mode joins them "
-                          "(basin-consolidate joins them into one file)");
-  }
-  return rows ? reshard_rank_files(path, checkpoint, *rows) : consolidate_checkpoint(path);
 }
 
 }  // namespace basin

@@ -77,19 +77,24 @@ bool is_sharded_checkpoint(const StateDict& checkpoint);
 int64_t saved_world_size(const StateDict& checkpoint);
 /// Paths of a manifest's rank files, beside it, in rank order.
 std::vector<std::string> rank_files(const std::string& manifest_path, const StateDict& manifest);
+/// The ranks a manifest's rows are cut among ("basin.sharded.group_size"):
+/// its files' count, but under HSDP, where each group of that many
+/// consecutive files holds every row.
+int64_t rows_group_size(const std::string& manifest_path, const StateDict& manifest);
 /// What a rank of a `world_size`-rank job resumes from, given `checkpoint`
 /// as read_checkpoint_file read it from `path` (and nobody wrote to it).
 /// `rows`: the rows this rank holds when the run is sharded (zero3's
 /// Zero3Strategy::rows_layout), else nothing.
 ///  - A sharded run takes its own rows and nothing more: its own file of a
-///    manifest of its world size; its rows of a whole checkpoint
+///    manifest of its world size and rows layout; its rows of a whole checkpoint
 ///    (cut_checkpoint_as_read); its rows of a manifest of another size,
 ///    read from the rank files that hold them (reshard_rank_files), which
 ///    takes `reshard`.
 ///  - Any other run takes a whole checkpoint as it is, and a manifest's
 ///    rank files joined (consolidate_checkpoint), which takes `reshard` at
 ///    another world size.
-/// Without `reshard`, a manifest of another world size is refused, naming both sizes.
+/// Without `reshard`, a manifest of another world size, or (for a sharded
+/// run) another rows layout, is refused, naming both sizes.
 StateDict checkpoint_for_rank(const std::string& path, const StateDict& checkpoint, int world_size,
                               const std::optional<RowsLayout>& rows, bool reshard);
 

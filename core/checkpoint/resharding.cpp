@@ -34,6 +34,7 @@ struct RankFiles {
   std::vector<StateDict> shards;
   StateDict shapes = new_state_dict();  // every parameter's whole shape, in the files' order
   std::vector<std::string> numbering;   // the saving optimizer's
+  std::size_t row_files = 0;            // the first files, which hold every row between them (all but under HSDP)
 
   StateDict part(std::size_t rank, const std::string& key) const { return dict_at(files[rank], key, paths[rank]); }
 };
@@ -42,6 +43,7 @@ RankFiles open_rank_files(const std::string& manifest_path, const StateDict& man
   RankFiles ranks;
   ranks.manifest_path = manifest_path;
   ranks.paths = rank_files(manifest_path, manifest);
+  ranks.row_files = static_cast<std::size_t>(rows_group_size(manifest_path, manifest));
   for (std::size_t r = 0; r < ranks.paths.size(); ++r) {
     ranks.files.push_back(read_checkpoint_file(ranks.paths[r]));
     const auto meta = ranks.files.back().contains("basin") && ranks.files.back().at("basin").isGenericDict()
@@ -102,7 +104,7 @@ StateDict parameter_rows(const RankFiles& ranks, const std::vector<std::pair<std
   StateDict parameters = new_state_dict();
   for (const auto& [name, shape] : order) {
     std::vector<at::Tensor> pieces;
-    for (std::size_t r = 0; r < ranks.files.size(); ++r) {
+    for (std::size_t r = 0; r < ranks.row_files; ++r) {
       const StateDict held = dict_at(ranks.shards[r], "parameters", ranks.paths[r]);
       if (!held.contains(name) || !held.at(name).isTensor()) {
         throw CheckpointError("checkpoint '" + ranks.paths[r] + "' lacks parameter '" + name + "'");
@@ -176,20 +178,25 @@ ParameterStates state_rows(const RankFiles& ranks, const std::vector<ParameterSt
   return own;
 }
 
-/// `rank` of `world_size`'s own file of the rank files, its parameters in `order`.
+/// The own file of the rank of `layout` (its rows, numbered as its
+/// optimizer numbers them) of the rank files, its parameters in `order`.
 StateDict own_file(const RankFiles& ranks, const std::vector<std::pair<std::string, std::vector<int64_t>>>& order,
-                   const std::vector<std::string>& numbering, int rank, int world_size) {
+                   const RowsLayout& layout) {
   const std::string& manifest_path = ranks.manifest_path;
+  const std::vector<std::string>& numbering = layout.numbering;
+  const int rank = layout.rank;
+  const int world_size = layout.world_size;
   StateDict shapes = new_state_dict();
   for (const auto& [name, shape] : order) shapes.insert(name, c10::List<int64_t>(shape));
   StateDict shards = new_state_dict();
   shards.insert("layout", std::string("rows"));
+  shards.insert("group_size", static_cast<int64_t>(world_size));
   shards.insert("numbering", c10::List<std::string>(numbering));
   shards.insert("parameters", parameter_rows(ranks, order, rank, world_size));
   shards.insert("shapes", shapes);
 
   std::vector<ParameterStates> optimizer_states;
-  for (std::size_t r = 0; r < ranks.files.size(); ++r) {
+  for (std::size_t r = 0; r < ranks.row_files; ++r) {
     optimizer_states.push_back(dict_at(ranks.part(r, "optimizer"), "state", ranks.paths[r]));
   }
   StateDict optimizer = ranks.part(0, "optimizer").copy();
@@ -197,7 +204,7 @@ StateDict own_file(const RankFiles& ranks, const std::vector<std::pair<std::stri
                                                  "checkpoint '" + manifest_path + "': optimizer state"));
   const StateDict algorithms = checkpoint_rows::with_rule_states(ranks.part(0, "algorithms"), [&](const std::string& name) {
     std::vector<ParameterStates> rule_states;
-    for (std::size_t r = 0; r < ranks.files.size(); ++r) {
+    for (std::size_t r = 0; r < ranks.row_files; ++r) {
       rule_states.push_back(dict_at(dict_at(ranks.part(r, "algorithms"), name, ranks.paths[r]), "parameters", ranks.paths[r]));
     }
     return state_rows(ranks, rule_states, numbering, rank, world_size,
@@ -216,8 +223,8 @@ StateDict own_file(const RankFiles& ranks, const std::vector<std::pair<std::stri
 
   StateDict own = ranks.files.front().copy();  // timestamp, schedulers, callbacks, loop, config: every rank's alike
   StateDict meta = ranks.part(0, "basin").copy();
-  meta.insert_or_assign("rank", static_cast<int64_t>(rank));
-  meta.insert_or_assign("world_size", static_cast<int64_t>(world_size));
+  meta.insert_or_assign("rank", static_cast<int64_t>(layout.job_rank()));
+  meta.insert_or_assign("world_size", static_cast<int64_t>(layout.job_size()));
   meta.insert_or_assign("resharded_from", static_cast<int64_t>(ranks.files.size()));
   own.insert_or_assign("basin", meta);
   own.insert_or_assign("model", ranks.part(0, "model"));  // the buffers (replicated)
@@ -250,14 +257,16 @@ StateDict reshard_rank_files(const std::string& manifest_path, const StateDict& 
                             "', which this model lacks");
     }
   }
-  return own_file(ranks, order, layout.numbering, layout.rank, layout.world_size);
+  return own_file(ranks, order, layout);
 }
 
 StateDict join_rank_files(const std::string& manifest_path, const StateDict& manifest) {
   const RankFiles ranks = open_rank_files(manifest_path, manifest);
   std::vector<std::pair<std::string, std::vector<int64_t>>> order;
   for (const auto& entry : ranks.shapes) order.emplace_back(entry.key().toStringRef(), entry.value().toIntVector());
-  StateDict own = own_file(ranks, order, ranks.numbering, 0, 1);
+  RowsLayout whole;  // one rank holding every row
+  whole.numbering = ranks.numbering;
+  StateDict own = own_file(ranks, order, whole);
 
   // One rank's rows of everything are the whole: each per-element tensor gets its parameter's shape back.
   const StateDict parameters = dict_at(dict_at(own, "shards", manifest_path), "parameters", manifest_path);

@@ -88,6 +88,7 @@ StateDict cut(const StateDict& whole, const RowsLayout& layout, bool release) {
   }
   StateDict shards = new_state_dict();
   shards.insert("layout", std::string("rows"));
+  shards.insert("group_size", static_cast<int64_t>(layout.world_size));
   shards.insert("numbering", c10::List<std::string>(layout.numbering));
   shards.insert("parameters", parameters);
   shards.insert("shapes", shapes);
@@ -95,8 +96,8 @@ StateDict cut(const StateDict& whole, const RowsLayout& layout, bool release) {
   StateDict own = whole.copy();
   StateDict meta = dict_at(whole, "basin", where).copy();
   const int64_t saved_world = saved_world_size(whole);
-  meta.insert_or_assign("rank", static_cast<int64_t>(layout.rank));
-  meta.insert_or_assign("world_size", static_cast<int64_t>(layout.world_size));
+  meta.insert_or_assign("rank", static_cast<int64_t>(layout.job_rank()));
+  meta.insert_or_assign("world_size", static_cast<int64_t>(layout.job_size()));
   meta.insert_or_assign("resharded_from", saved_world);
   own.insert_or_assign("basin", meta);
   own.insert_or_assign("model", buffers);

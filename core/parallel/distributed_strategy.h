@@ -93,11 +93,12 @@ class DistributedStrategy {
 /// The strategy the config's "parallel" section asks for, the only reader
 /// of that section:
 ///
-///     "parallel": {"mode": "none",         none, ddp, zero1, zero2, zero3
+///     "parallel": {"mode": "none",         none, ddp, zero1, zero2, zero3, hsdp
 ///                  "timeout_seconds": 300, a collective that takes longer fails
 ///                  "bucket_mb": 25,        data-parallel gradient buckets
 ///                  "overlap": true,        buckets start from backward's hooks
-///                  "mixed_precision": {}}  zero3's gathers in bf16 or fp16 (zero3/mixed_precision.h)
+///                  "mixed_precision": {},  zero3's gathers in bf16 or fp16 (zero3/mixed_precision.h)
+///                  "shard_group_size": 8}  hsdp: zero3 within groups this size, replicated across them
 ///
 /// Its "activation_checkpointing" is no mode's concern: the trainer reads
 /// it and tells the model, which runs its units, the ones recomputed in

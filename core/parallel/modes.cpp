@@ -16,6 +16,7 @@
 #include "basin/core/communication/communicator.h"
 #include "basin/core/communication/rendezvous.h"
 #include "basin/core/parallel/ddp/data_parallel_strategy.h"
+#include "basin/core/parallel/hsdp/hsdp_strategy.h"
 #include "basin/core/parallel/zero/zero_strategy.h"
 #include "basin/core/parallel/zero3/fully_sharded_options.h"
 #include "basin/core/parallel/zero3/zero3_strategy.h"
@@ -89,6 +90,14 @@ const std::vector<Mode>& modes() {
          return [options](Group c) { return std::make_unique<Zero3Strategy>(std::move(c), options); };
        },
        refuse_fully_sharded_key},
+      {"hsdp", true, joined(joined(sync_keys, fully_sharded_keys()), HsdpStrategy::option_keys()),
+       [](Params& parallel, Precision precision) -> MakeStrategy {
+         const bool overlap = DataParallelStrategy::options_from_config(parallel).overlap;
+         const FullyShardedOptions options = fully_sharded_options_from_config(parallel, overlap, precision);
+         const int64_t group = HsdpStrategy::shard_group_size_from_config(parallel);
+         return [options, group](Group c) { return std::make_unique<HsdpStrategy>(c, group, options); };
+       },
+       HsdpStrategy::refuse_key},
   };
   return table;
 }

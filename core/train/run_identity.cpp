@@ -65,7 +65,8 @@ bool first_difference(const Json* saved, const Json* current, const std::string&
 
 }  // namespace
 
-const std::vector<std::string> kResharding = {"parallel.mode", "parallel.bucket_mb", "parallel.overlap"};
+const std::vector<std::string> kResharding = {"parallel.mode", "parallel.bucket_mb", "parallel.overlap",
+                                              "parallel.shard_group_size"};
 
 void check_same_run(const Json& saved, const Json& current, const std::vector<std::string>& also_safe) {
   std::string where, was, now;

@@ -42,11 +42,20 @@ void Trainer::resume(const StateDict& checkpoint, ResumeOptions options) {
       // The rows it holds are of its "world_size" (a rank's cut of a checkpoint is of this run's).
       const StateDict meta = checkpoint.at("basin").toGenericDict();
       strategy_->check_resume(meta.contains("world_size") && meta.at("world_size").isInt() ? meta.at("world_size").toInt() : 1);
+      const auto shards = checkpoint.at("shards");
+      const bool grouped = shards.isGenericDict() && shards.toGenericDict().contains("group_size") &&
+                           shards.toGenericDict().at("group_size").isInt();
+      const int64_t group = grouped ? shards.toGenericDict().at("group_size").toInt() : layout->world_size;
+      if (group != layout->world_size) {  // hsdp's groups of another size, at the same world size
+        throw CheckpointError("this rank's file of a sharded checkpoint holds rows cut among " + std::to_string(group) +
+                              " ranks and this run cuts them among " + std::to_string(layout->world_size) +
+                              ": resume from the checkpoint's manifest with resharding (basin-train --reshard)");
+      }
     } else {
       own = cut_checkpoint(checkpoint, *layout);  // this rank's rows of a whole one
     }
   } else if (own_rows) {
-    throw CheckpointError("checkpoint is one rank's file of a zero3 checkpoint; this " + strategy_->mode() +
+    throw CheckpointError("checkpoint is one rank's file of a sharded (zero3 or hsdp) checkpoint; this " + strategy_->mode() +
                           " run resumes from the checkpoint's manifest, whose rank files it joins");
   }
   restore_checkpoint(*engine_, own);

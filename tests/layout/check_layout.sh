@@ -14,7 +14,8 @@
 #                           includes no mode's folder; modes.cpp, where the
 #                           modes register, aside
 #   core/parallel/<mode>/   includes no other mode's folder but ddp/ (every
-#                           mode keeps data-parallel replicas); a folder of
+#                           mode keeps data-parallel replicas) and the one
+#                           it builds on (hsdp/ on zero3/); a folder of
 #                           core/parallel/ that is no mode is reported
 #   core/'s other layers     include no mode's folder (the trainer and
 #                           checkpoints see a mode through the contracts)
@@ -77,7 +78,8 @@ violations=$(
   done
 
   parallel=core/parallel
-  modes=(ddp zero zero3)
+  modes=(ddp zero zero3 hsdp)
+  declare -A builds_on=([hsdp]=zero3)  # a mode that is another within groups of ranks
   mode_pattern=$(IFS='|'; echo "${modes[*]}")
   find $parallel -mindepth 1 -maxdepth 1 -type d | sort | grep -vxE "$parallel/($mode_pattern)" |
     sed -E 's|$|/: no mode of core/parallel/ ('"${modes[*]}"'): add it to the modes|'
@@ -90,9 +92,10 @@ violations=$(
   for mode in "${modes[@]}"; do
     mapfile -t files < <(sources $parallel/$mode)
     [ ${#files[@]} -gt 0 ] || continue
+    base=${builds_on[$mode]:-}
     grep -nE "${inc}[<\"]basin/$parallel/($mode_pattern)/" "${files[@]}" /dev/null |
-      grep -vE "${inc}[<\"]basin/$parallel/($mode|ddp)/" |
-      as_violation "core/parallel/$mode/ includes no other mode's folder but ddp/"
+      grep -vE "${inc}[<\"]basin/$parallel/($mode|ddp${base:+|$base})/" |
+      as_violation "core/parallel/$mode/ includes no other mode's folder but ddp/${base:+ and $base/, which it builds on}"
   done
 
   for plugin in "${plugins[@]}"; do

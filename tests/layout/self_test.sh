@@ -25,6 +25,7 @@ expected=(
   "$(plant core/communication/rendezvous.cpp '#include "basin/core/sharding/grad_norm.h"'): core/communication/ includes no layer above it (data model optim sharding engine parallel checkpoint train)"
   "$(plant core/parallel/distributed_strategy.cpp '#include "basin/core/parallel/zero/zero_strategy.h"'): core/parallel/'s root includes no mode's folder (modes.cpp aside)"
   "$(plant core/parallel/ddp/bucket_reducer.cpp '#include "basin/core/parallel/zero3/fully_sharded_model.h"'): core/parallel/ddp/ includes no other mode's folder but ddp/"
+  "$(plant core/parallel/hsdp/hsdp_strategy.cpp '#include "basin/core/parallel/zero/sharded_optimizer.h"'): core/parallel/hsdp/ includes no other mode's folder but ddp/ and zero3/, which it builds on"
   "$(plant algorithms/sam/looksam.cpp '#include "basin/core/parallel/zero/sharded_optimizer.h"'): algorithms/ includes only core/'s layers up to checkpoint/ but parallel/, and algorithms/"
   "$(plant core/train/trainer_setup.cpp '#include "basin/core/parallel/zero3/fully_sharded_model.h"'): core/'s layers outside core/parallel/ include no mode's folder: they ask the contracts"
   "$(plant core/checkpoint/checkpoint.cpp '#include "basin/core/parallel/zero/sharded_optimizer.h"'): core/'s layers outside core/parallel/ include no mode's folder: they ask the contracts"
@@ -49,7 +50,7 @@ expected=(
   "$(plant core/optim/scheduler.cpp '#include "../engine/state.h"'): basin's files are included by their basin/ path, never a relative one"
   "$(plant core/train/loss.cpp '#include <basin/basin.h>'): the library includes what it uses, never the umbrella basin.h (for programs and users)"
   "$(mkdir "$scratch/core/util"; plant core/util/planted.h '#pragma once' > /dev/null; echo core/util/): no layer of core/ (base config serialization communication data model optim sharding engine parallel checkpoint train): add it to the layers or move its files into one"
-  "$(mkdir "$scratch/core/parallel/offload"; plant core/parallel/offload/planted.h '#pragma once' > /dev/null; echo core/parallel/offload/): no mode of core/parallel/ (ddp zero zero3): add it to the modes"
+  "$(mkdir "$scratch/core/parallel/offload"; plant core/parallel/offload/planted.h '#pragma once' > /dev/null; echo core/parallel/offload/): no mode of core/parallel/ (ddp zero zero3 hsdp): add it to the modes"
   "$(mkdir "$scratch/tests"; plant tests/planted_test.cpp '#include "basin/programs/hand_loop.cpp"'): nothing includes programs/: its files are mains"
   "$(plant algorithms/sam/asam.cpp 'struct PlantedRule' > /dev/null; plant core/base/random.cpp 'basin::PlantedRule* planted_rule = nullptr;'): core names the plug-in type PlantedRule"
 )
@@ -61,6 +62,7 @@ plant core/checkpoint/checkpoint.cpp '#include "basin/core/communication/communi
 plant callbacks/checkpoint.cpp '#include "basin/core/checkpoint/checkpoint_file.h"' > /dev/null  # the top layer a plug-in sees
 plant core/parallel/zero3/zero3_strategy.cpp '#include "basin/core/parallel/ddp/data_parallel.h"' > /dev/null  # ddp's replicas
 plant core/parallel/modes.cpp '#include "basin/core/parallel/zero3/zero3_strategy.h"' > /dev/null  # the registration
+plant core/parallel/hsdp/hsdp_strategy.h '#include "basin/core/parallel/zero3/fully_sharded_model.h"' > /dev/null  # the mode it builds on
 plant datasets/image_folder.cpp '#include "basin/core/data/dataset.h"' > /dev/null  # a part sits on all of core/
 plant algorithms/sam/esam.cpp '#include "basin/core/model/model.h"' > /dev/null  # a contract below the engine
 plant algorithms/loss/saf.cpp '#include "basin/algorithms/sam/rule_state.h"' > /dev/null  # a plug-in's own subfolder

@@ -19,8 +19,14 @@ void FullyShardedModel::abandon_backward() noexcept {
       if (unit->reducing) unit->reducing->wait();
     } catch (...) {  // that step already failed
     }
+    try {
+      if (unit->replicating) unit->replicating->wait();
+    } catch (...) {
+    }
     unit->reducing.reset();
     unit->reduce_parts.clear();
+    unit->replicating.reset();
+    unit->replica_sum.reset();
   }
   for (std::size_t u = 0; u < units_.size(); ++u) drop(u);
   for (auto& p : full_) p.mutable_grad().reset();
@@ -142,9 +148,30 @@ void FullyShardedModel::finish_reduce(std::size_t u) {
   Unit& unit = *units_[u];
   auto pending = std::move(unit.reducing);
   pending->wait();
-  const auto me = static_cast<std::size_t>(communicator_->rank());
-  const at::Tensor mine = unit.reduce_parts[me];
+  const at::Tensor mine = unit.reduce_parts[static_cast<std::size_t>(communicator_->rank())];
   unit.reduce_parts.clear();
+  if (replicas_ && replicas_->world_size() > 1) {
+    // HSDP: the other shard groups' sums of these rows too, in fp32 (as the mean is taken; Gloo before 2.x sums
+    // no bf16), waited for at backward's end.
+    const bool narrow = mine.scalar_type() == at::kBFloat16 || mine.scalar_type() == at::kHalf;
+    unit.replica_sum = narrow ? mine.to(at::kFloat) : mine;
+    unit.replicating = replicas_->start_all_reduce_sum(unit.replica_sum);
+    return;
+  }
+  add_reduced(u, mine, communicator_->world_size());
+}
+
+void FullyShardedModel::finish_replica_sum(std::size_t u) {
+  Unit& unit = *units_[u];
+  auto pending = std::move(unit.replicating);
+  const at::Tensor sum = std::move(unit.replica_sum);
+  pending->wait();
+  add_reduced(u, sum, static_cast<int64_t>(communicator_->world_size()) * replicas_->world_size());
+}
+
+void FullyShardedModel::add_reduced(std::size_t u, const at::Tensor& mine, int64_t ranks) {
+  Unit& unit = *units_[u];
+  const auto me = static_cast<std::size_t>(communicator_->rank());
   const at::Tensor flags = mine.narrow(0, unit.part_numel[me], static_cast<int64_t>(unit.params.size())).cpu();
   at::NoGradGuard no_grad;
   int64_t at = 0;
@@ -154,8 +181,7 @@ void FullyShardedModel::finish_reduce(std::size_t u) {
     const int64_t n = shard.numel();
     if (flags[static_cast<int64_t>(j)].item<double>() > 0) {
       // On the fp32 shard whatever the reduce's dtype: the mean is taken in fp32.
-      at::Tensor mean =
-          mine.narrow(0, at, n).view(shard.sizes()).to(shard.scalar_type()).div(communicator_->world_size());
+      at::Tensor mean = mine.narrow(0, at, n).view(shard.sizes()).to(shard.scalar_type()).div(ranks);
       at::Tensor& grad = shard.mutable_grad();
       if (grad.defined()) {
         grad.add_(mean);
@@ -182,6 +208,15 @@ void FullyShardedModel::finish_backward() {
       if (units_[u]->reducing) finish_reduce(u);
     } catch (...) {
       if (!failed) failed = std::current_exception();
+    }
+  }
+  for (const std::size_t u : reduce_order_) {  // HSDP's sums over the replicas, started in that order
+    try {
+      if (units_[u]->replicating) finish_replica_sum(u);
+    } catch (...) {
+      if (!failed) failed = std::current_exception();
+      units_[u]->replicating.reset();
+      units_[u]->replica_sum.reset();
     }
   }
   for (std::size_t u = 0; u < units_.size(); ++u) {  // with any gather issued ahead for a unit backward did not reach

@@ -58,8 +58,9 @@ class FullyShardedModel::ReadyHook : public torch::autograd::FunctionPostHook {
 };
 
 FullyShardedModel::FullyShardedModel(torch::nn::Module& model, const std::vector<torch::nn::Module*>& units,
-                                     std::shared_ptr<Communicator> communicator, FullyShardedOptions options)
-    : communicator_(std::move(communicator)), options_(std::move(options)) {
+                                     std::shared_ptr<Communicator> communicator, FullyShardedOptions options,
+                                     std::shared_ptr<Communicator> replicas)
+    : communicator_(std::move(communicator)), replicas_(std::move(replicas)), options_(std::move(options)) {
   const int world = communicator_->world_size();
   const int me = communicator_->rank();
   std::unordered_map<const c10::TensorImpl*, std::size_t> unit_of_param;

@@ -61,12 +61,23 @@ class PendingCollective;
 /// moves and holds half the bytes, and gradients come out in param_dtype and
 /// are reduce-scattered in reduce_dtype onto the fp32 shards.
 /// Every rank must run the same units in the same order, as under FSDP.
+///
+/// HSDP: given `replicas` (the ranks that hold this rank's rows in the
+/// other shard groups, one from each), a unit's reduce-scattered rows are
+/// summed over them too, in fp32, before they join the shards: a shard's
+/// gradient is then the mean over every rank of the job, and the replicas'
+/// shards step alike. Those all-reduces start as each reduce-scatter ends
+/// and are waited for at backward's end, never from backward's hooks (a
+/// rank waiting there would hold back the gathers a peer of another group
+/// waits for); until then a rank holds its reduced rows of the units, its
+/// shards' gradients' size in fp32.
 class FullyShardedModel : public UnitRunner {
  public:
   /// `units`: the model's declared blocks, disjoint, in forward order. The
   /// model's parameters must be equal on every rank (broadcast first).
   FullyShardedModel(torch::nn::Module& model, const std::vector<torch::nn::Module*>& units,
-                    std::shared_ptr<Communicator> communicator, FullyShardedOptions options = {});
+                    std::shared_ptr<Communicator> communicator, FullyShardedOptions options = {},
+                    std::shared_ptr<Communicator> replicas = nullptr);
   ~FullyShardedModel() override;
   FullyShardedModel(const FullyShardedModel&) = delete;
   FullyShardedModel& operator=(const FullyShardedModel&) = delete;
@@ -152,9 +163,14 @@ class FullyShardedModel : public UnitRunner {
   void start_ready_reduces();
   void start_reduce(std::size_t unit);
   void finish_reduce(std::size_t unit);
+  /// The unit's reduced rows (`mine`: this rank's part, its rows then one
+  /// flag per parameter) summed over `ranks`, added to the shards' gradients.
+  void add_reduced(std::size_t unit, const at::Tensor& mine, int64_t ranks);
+  void finish_replica_sum(std::size_t unit);
   void note_gathered();
 
   std::shared_ptr<Communicator> communicator_;
+  std::shared_ptr<Communicator> replicas_;  // HSDP's: the same rows in the other shard groups; null under zero3
   FullyShardedOptions options_;
   std::vector<at::Tensor> full_;
   std::vector<at::Tensor> shards_;

@@ -41,6 +41,9 @@ struct FullyShardedModel::Unit {
   bool reduce_started = false;
   std::vector<at::Tensor> reduce_parts;
   std::unique_ptr<PendingCollective> reducing;
+  // HSDP: this rank's reduced part, being summed over the replicas until backward's end.
+  at::Tensor replica_sum;
+  std::unique_ptr<PendingCollective> replicating;
 };
 
 }  // namespace basin

@@ -19,9 +19,15 @@
 namespace basin {
 
 Zero3Strategy::Zero3Strategy(std::shared_ptr<Communicator> communicator, FullyShardedOptions options)
-    : DistributedStrategy("zero3", communicator),
+    : Zero3Strategy("zero3", communicator, communicator, nullptr, std::move(options)) {}
+
+Zero3Strategy::Zero3Strategy(std::string mode, std::shared_ptr<Communicator> job, std::shared_ptr<Communicator> shards,
+                             std::shared_ptr<Communicator> replicas, FullyShardedOptions options)
+    : DistributedStrategy(std::move(mode), job),
       options_(std::move(options)),
-      replicas_(std::make_unique<DataParallel>(std::move(communicator))) {}
+      shard_group_(std::move(shards)),
+      replica_group_(std::move(replicas)),
+      replicas_(std::make_unique<DataParallel>(std::move(job))) {}
 
 Zero3Strategy::~Zero3Strategy() = default;
 
@@ -32,8 +38,9 @@ void Zero3Strategy::wrap(State& state, const std::vector<torch::nn::Module*>& un
   // Each rank keeps its shard of every parameter; the model's own hold
   // bytes only while their unit runs, and the optimizer steps the shards.
   lower_buffers(*state.model);
-  model_ = std::make_shared<FullyShardedModel>(*state.model, units, communicator(), options_);
-  auto optimizer = std::make_shared<FullyShardedOptimizer>(*state.optimizer, make_local, model_, communicator());
+  model_ = std::make_shared<FullyShardedModel>(*state.model, units, shard_group_, options_, replica_group_);
+  // The sums over the shards (SAM's norm, the rules' flags) run within one group: the replicas' rows are alike.
+  auto optimizer = std::make_shared<FullyShardedOptimizer>(*state.optimizer, make_local, model_, shard_group_);
   optimizer_ = optimizer.get();
   state.optimizer = std::move(optimizer);
 }
@@ -103,7 +110,7 @@ std::vector<Engine::CheckpointPart> Zero3Strategy::checkpoint_parts() {
 void Zero3Strategy::check_resume(int64_t saved_world_size) const {
   const int64_t world = communicator()->world_size();
   if (saved_world_size != world) {
-    throw CheckpointError("this rank's file of a zero3 checkpoint holds the shards of " +
+    throw CheckpointError("this rank's file of a sharded (zero3 or hsdp) checkpoint holds the shards of " +
                           std::to_string(saved_world_size) + " ranks and this run has " + std::to_string(world) +
                           ": resume from the checkpoint's manifest with resharding (basin-train --reshard), "
                           "which joins the ranks' files and cuts them anew");
@@ -112,8 +119,10 @@ void Zero3Strategy::check_resume(int64_t saved_world_size) const {
 
 std::optional<RowsLayout> Zero3Strategy::rows_layout() const {
   RowsLayout layout;
-  layout.rank = communicator()->rank();
-  layout.world_size = communicator()->world_size();
+  layout.rank = shard_group_->rank();
+  layout.world_size = shard_group_->world_size();
+  layout.replica = replica_group_ ? replica_group_->rank() : 0;
+  layout.replicas = replica_group_ ? replica_group_->world_size() : 1;
   const auto named = state().model->named_parameters(/*recurse=*/true);
   std::unordered_map<const c10::TensorImpl*, std::string> names;  // of each shard, which the optimizer steps
   for (const auto& item : named) {
@@ -149,6 +158,7 @@ c10::IValue Zero3Strategy::shards_state() const {
   const c10::List<std::string> numbering(rows_layout()->numbering);
   StateDict shards = new_state_dict();
   shards.insert("layout", std::string("rows"));
+  shards.insert("group_size", static_cast<int64_t>(shard_group_->world_size()));  // the ranks the rows are cut among
   shards.insert("numbering", numbering);
   shards.insert("parameters", parameters);
   shards.insert("shapes", shapes);

@@ -42,6 +42,14 @@ class Zero3Strategy : public DistributedStrategy {
   void with_whole_parameters(const std::function<void()>& body) override;
   std::vector<at::Tensor> whole_parameters() override;
 
+ protected:
+  /// Mode `mode` over the job's ranks (`job`: the data, the replicas'
+  /// weights and buffers), sharded within `shards`, a group of them; the
+  /// gradients are also summed over `replicas`, the ranks that hold the same
+  /// rows in the other groups (HSDP; null: zero3's one group).
+  Zero3Strategy(std::string mode, std::shared_ptr<Communicator> job, std::shared_ptr<Communicator> shards,
+                std::shared_ptr<Communicator> replicas, FullyShardedOptions options);
+
  private:
   /// This rank's rows of every parameter, by the model's names (the "shards" part).
   c10::IValue shards_state() const;
@@ -52,6 +60,8 @@ class Zero3Strategy : public DistributedStrategy {
   void lower_buffers(torch::nn::Module& model) const;
 
   FullyShardedOptions options_;
+  std::shared_ptr<Communicator> shard_group_;
+  std::shared_ptr<Communicator> replica_group_;  // HSDP's; null under zero3
   std::unique_ptr<DataParallel> replicas_;
   std::shared_ptr<FullyShardedModel> model_;
   FullyShardedOptimizer* optimizer_ = nullptr;  // held by the state's optimizer chain
