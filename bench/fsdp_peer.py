@@ -54,6 +54,12 @@ def main():
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--mixed-precision", action="store_true", help="bf16 parameters gathered, fp32 reduce")
     parser.add_argument("--checkpointing", action="store_true", help="every unit's activations recomputed")
+    parser.add_argument("--meta-init", action="store_true",
+                        help="gpt models: build the model on the meta device, shard it, then allocate and initialise "
+                             "the shards alone (FSDP2's deferred init: no rank ever holds the whole model)")
+    parser.add_argument("--shard-group-size", type=int, default=0,
+                        help="HSDP: shard within groups of this many consecutive ranks, replicate across them "
+                             "(fully_shard over a 2-D mesh, replicate x shard)")
     parser.add_argument("--autocast", action="store_true",
                         help="forward and loss under CPU autocast to bf16 (nanoGPT's way; basin's amp_bf16 numerics: "
                              "LayerNorm, softmax and the loss in fp32)")
@@ -63,7 +69,13 @@ def main():
     dist.init_process_group("gloo")
     rank = dist.get_rank()
     torch.manual_seed(0)
-    model = make_model(args.model)
+    if args.meta_init:
+        if args.model not in SHAPES:
+            parser.error("--meta-init is for the gpt models")
+        with torch.device("meta"):
+            model = make_model(args.model)
+    else:
+        model = make_model(args.model)
     # A unit per gpt block or llama layer (FSDP2's documented use for transformers), else per Linear, as basin's
     # models declare.
     if args.model == "llama":
@@ -74,12 +86,21 @@ def main():
         else MixedPrecisionPolicy()
     units = [(parent, name, child) for parent in model.modules() for name, child in parent.named_children()
              if isinstance(child, unit)]
+    mesh, norm_group = None, None  # the default: every rank one shard group
+    if args.shard_group_size:
+        from torch.distributed.device_mesh import init_device_mesh
+        replicas = dist.get_world_size() // args.shard_group_size
+        mesh = init_device_mesh("cpu", (replicas, args.shard_group_size), mesh_dim_names=("replicate", "shard"))
+        norm_group = mesh["shard"].get_group()  # the replicas' shards are alike: a row counted once
     for parent, name, child in units:
         if args.checkpointing:
             child = checkpoint_wrapper(child)
             setattr(parent, name, child)
-        fully_shard(child, mp_policy=policy)
-    fully_shard(model, mp_policy=policy)
+        fully_shard(child, mesh=mesh, mp_policy=policy)
+    fully_shard(model, mesh=mesh, mp_policy=policy)
+    if args.meta_init:
+        model.to_empty(device="cpu")
+        model.init_weights()
     # The loss in fp32 whenever the logits may be bf16 (autocast takes cross-entropy in fp32 too).
     low = args.mixed_precision or args.autocast
     loss_of_logits = loss_of if not low else (lambda logits, y: loss_of(logits.float(), y))
@@ -105,7 +126,7 @@ def main():
         with torch.no_grad():
             shards = [p.grad.to_local() for p in params]
             squared = torch.stack([g.pow(2).sum() for g in shards]).sum()
-            dist.all_reduce(squared)  # the norm of the whole gradient, not of this rank's shards
+            dist.all_reduce(squared, group=norm_group)  # the norm of the whole gradient, not of this rank's shards
             scale = RHO / (squared.sqrt() + 1e-12)
             perturbation = [g * scale for g in shards]
             for p, e in zip(params, perturbation):
@@ -118,7 +139,7 @@ def main():
         optimizer.step()
 
     step = sam_step if args.algorithm == "sam_synced" else sgd_step
-    time_and_report(step, batches, f"fsdp2_{args.algorithm}", args)
+    time_and_report(step, batches, f"fsdp2{'_hsdp' if mesh is not None else ''}_{args.algorithm}", args)
     dist.destroy_process_group()
 
 

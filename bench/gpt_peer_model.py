@@ -39,14 +39,23 @@ class Gpt(nn.Module):
         self.wpe = nn.Embedding(block, width)
         self.h = nn.ModuleList(Block(width, heads) for _ in range(layers))
         self.ln_f = nn.LayerNorm(width)
-        # GPT-2's init, as basin's: std 0.02, the residual projections 0.02 / sqrt(2 layers), zero biases.
-        # (PyTorch's N(0, 1) embeddings would give the tied head logits of std ~22 and a slower softmax.)
+        self.layers = layers
+        self.init_weights()
+
+    @torch.no_grad()
+    def init_weights(self):
+        """GPT-2's init, as basin's: std 0.02, the residual projections 0.02 / sqrt(2 layers), zero biases,
+        unit LayerNorm scales. (PyTorch's N(0, 1) embeddings would give the tied head logits of std ~22 and a
+        slower softmax.) Also what a model built on the meta device and sharded (FSDP2's deferred init) runs
+        after to_empty."""
         for name, p in self.named_parameters():
             if p.dim() == 2:
-                std = 0.02 / (2 * layers) ** 0.5 if name.endswith("_proj.weight") else 0.02
+                std = 0.02 / (2 * self.layers) ** 0.5 if name.endswith("_proj.weight") else 0.02
                 nn.init.normal_(p, 0.0, std)
             elif name.endswith("bias"):
                 nn.init.zeros_(p)
+            else:
+                nn.init.ones_(p)  # LayerNorm's scale
 
     def forward(self, ids):
         x = self.wte(ids) + self.wpe(torch.arange(ids.shape[1], device=ids.device))

@@ -2,13 +2,15 @@
 """basin's ddp and zero3 SAM steps against PyTorch DDP's and FSDP2's, side by
 side, round after round, on the same LibTorch (bench/sharded_peers.sh sets it
 up on PyPI's torch). For each world size, four contenders (two with --pairs
-zero3) run in turn, in an order that rotates each round, every one as a job of
+zero3, two more with hsdp) run in turn, in an order that rotates each round, every one as a job of
 N processes under basin-run:
 
   basin_ddp     basin's trainer, parallel.mode ddp (gradient sync overlapping backward)
   pytorch_ddp   bench/ddp_peer.py: DistributedDataParallel
   basin_zero3   basin's trainer, parallel.mode zero3 (each Linear a unit)
   fsdp2         bench/fsdp_peer.py: fully_shard on each Linear, then the root
+  basin_hsdp    basin's trainer, parallel.mode hsdp (--pairs hsdp; --shard-group-size, default half the ranks)
+  fsdp2_hsdp    bench/fsdp_peer.py over a 2-D mesh (replicate x shard): FSDP2's HSDP
 
 all with SAM's ascent synced, the same model, optimizer, batch per rank and
 one thread per rank. It reports the median step time (rank 0's median over
@@ -34,12 +36,12 @@ from gpt_peer_model import BLOCK, SHAPES
 HERE = os.path.dirname(os.path.abspath(__file__))
 # basin's programs make malloc keep freed memory for reuse (core/base/memory_reuse.h); the peers get the same.
 PEER_ENV = dict(os.environ, GLIBC_TUNABLES="glibc.malloc.mmap_threshold=33554432:glibc.malloc.trim_threshold=1073741824")
-PAIRS = (("basin_ddp", "pytorch_ddp"), ("basin_zero3", "fsdp2"))
+PAIRS = (("basin_ddp", "pytorch_ddp"), ("basin_zero3", "fsdp2"), ("basin_hsdp", "fsdp2_hsdp"))
 
 
-def run(command, ranks):
+def run(command, ranks, env):
     """{rank: fields} of each rank's 'peer ...' line (basin-run prefixes '[rank N] ')."""
-    out = subprocess.run(command, check=True, capture_output=True, text=True, env=PEER_ENV).stdout
+    out = subprocess.run(command, check=True, capture_output=True, text=True, env=env).stdout
     lines = {}
     for line in out.splitlines():
         match = re.match(r"\[rank (\d+)\] peer (.*)", line)
@@ -59,7 +61,7 @@ def contenders(args, ranks):
                       "--optimizer", args.optimizer] + common
     peer = ["--algorithm", "sam_synced" if sam else "sgd", "--optimizer", args.python_optimizer or args.optimizer] + common
     features = [f for f, on in (("--mixed-precision", args.mixed_precision), ("--checkpointing", args.checkpointing)) if on]
-    peer_only = ["--autocast"] if args.peer_autocast else []
+    peer_only = (["--autocast"] if args.peer_autocast else []) + (["--meta-init"] if args.peer_meta_init else [])
     pairs = args.pairs.split(",")
     entries = []
     if "ddp" in pairs:
@@ -68,6 +70,11 @@ def contenders(args, ranks):
     if "zero3" in pairs:
         entries += [("basin_zero3", basin + ["--parallel", "zero3"] + [x for f in features for x in (f, "1")]),
                     ("fsdp2", launch + [args.python, os.path.join(HERE, "fsdp_peer.py")] + peer + features + peer_only)]
+    if "hsdp" in pairs:
+        group = ["--shard-group-size", str(args.shard_group_size or max(1, ranks // 2))]
+        entries += [("basin_hsdp", basin + ["--parallel", "hsdp"] + group + [x for f in features for x in (f, "1")]),
+                    ("fsdp2_hsdp", launch + [args.python, os.path.join(HERE, "fsdp_peer.py")] + peer + features +
+                     peer_only + group)]
     return entries
 
 
@@ -87,19 +94,30 @@ def main():
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--steps", type=int, default=8)
     parser.add_argument("--warmup", type=int, default=3, help="steps before the timed ones")
-    parser.add_argument("--pairs", default="ddp,zero3", help="which pairs run: ddp (basin_ddp, pytorch_ddp), zero3")
+    parser.add_argument("--pairs", default="ddp,zero3",
+                        help="which pairs run: ddp (basin_ddp, pytorch_ddp), zero3 (basin_zero3, fsdp2), "
+                             "hsdp (basin_hsdp, fsdp2_hsdp: FSDP2 over a 2-D mesh)")
+    parser.add_argument("--shard-group-size", type=int, default=0,
+                        help="hsdp pair: the ranks of a shard group (default: half the ranks)")
     parser.add_argument("--mixed-precision", action="store_true",
-                        help="zero3 pair only: basin's amp_bf16 with bf16 gathers; FSDP2's MixedPrecisionPolicy(bf16, fp32)")
+                        help="zero3 and hsdp pairs only: basin's amp_bf16 with bf16 gathers; FSDP2's MixedPrecisionPolicy(bf16, fp32)")
     parser.add_argument("--checkpointing", action="store_true",
                         help="zero3 pair only: every unit's activations recomputed in backward, on both sides")
+    parser.add_argument("--peer-meta-init", action="store_true",
+                        help="zero3 and hsdp pairs, gpt models: FSDP2 builds the model on the meta device and "
+                             "initialises its shards alone (deferred init)")
+    parser.add_argument("--peer-default-malloc", action="store_true",
+                        help="the peers run with glibc's default malloc, not with basin's tunables")
     parser.add_argument("--peer-autocast", action="store_true",
                         help="zero3 pair only: FSDP2's forward under CPU autocast to bf16, as nanoGPT's loop runs it "
                              "(basin's amp_bf16 numerics)")
     args = parser.parse_args()
-    if not set(args.pairs.split(",")) <= {"ddp", "zero3"} or not args.pairs:
-        parser.error(f"--pairs {args.pairs!r}: expected ddp, zero3 or both, comma-separated")
-    if (args.mixed_precision or args.checkpointing or args.peer_autocast) and "ddp" in args.pairs.split(","):
-        parser.error("--mixed-precision, --checkpointing and --peer-autocast are for the zero3 pair: add --pairs zero3")
+    if not set(args.pairs.split(",")) <= {"ddp", "zero3", "hsdp"} or not args.pairs:
+        parser.error(f"--pairs {args.pairs!r}: expected ddp, zero3 or hsdp, comma-separated")
+    if (args.mixed_precision or args.checkpointing or args.peer_autocast or args.peer_meta_init) and \
+            "ddp" in args.pairs.split(","):
+        parser.error("--mixed-precision, --checkpointing, --peer-autocast and --peer-meta-init are for the zero3 and "
+                     "hsdp pairs: add --pairs zero3 or hsdp")
 
     versions = set()
     for ranks in (int(r) for r in args.ranks.split(",")):
@@ -110,7 +128,8 @@ def main():
             shift = r % len(entries)
             times = {}
             for name, command in entries[shift:] + entries[:shift]:
-                lines = run(command, ranks)
+                peer = not name.startswith("basin_")
+                lines = run(command, ranks, dict(os.environ) if peer and args.peer_default_malloc else PEER_ENV)
                 times[name] = float(lines[0]["median_ms"])
                 versions.add(lines[0]["torch"])
                 for rank, fields in lines.items():
@@ -121,7 +140,9 @@ def main():
         what = "SAM with a synced ascent" if args.algorithm == "sam_synced" else "the base optimizer alone"
         what += "".join(f", {f[2:]}" for f, on in (("--mixed-precision", args.mixed_precision),
                                                      ("--checkpointing", args.checkpointing),
-                                                     ("--peer-autocast", args.peer_autocast)) if on)
+                                                     ("--peer-autocast", args.peer_autocast),
+                                                     ("--peer-meta-init", args.peer_meta_init),
+                                                     ("--peer-default-malloc", args.peer_default_malloc)) if on)
         print(f"\n{ranks} ranks, {args.model}, basin {args.optimizer}, Python {args.python_optimizer or args.optimizer}, "
               f"{what}, batch {args.batch} per rank, 1 thread per rank; median over {args.rounds} rounds")
         # The llama's window is the gpt's.
@@ -136,7 +157,8 @@ def main():
             memory = max(peak[num]) / max(peak[den])
             print(f"  {num} / {den}: time {statistics.median(ratios):.3f} ({min(ratios):.3f}-{max(ratios):.3f}), "
                   f"largest peak RSS {memory:.3f}")
-    print(f"\nLibTorch: {', '.join(sorted(versions))}; every contender with {PEER_ENV['GLIBC_TUNABLES']}")
+    malloc = "basin with" if args.peer_default_malloc else "every contender with"
+    print(f"\nLibTorch: {', '.join(sorted(versions))}; {malloc} {PEER_ENV['GLIBC_TUNABLES']}")
 
 
 if __name__ == "__main__":

@@ -25,11 +25,12 @@
 // rest frozen (bench/adapter_costs.py).
 //
 // Data parallel and sharding (bench/ddp_peers.sh, bench/sharded_peers.sh):
-// run under basin-run with --parallel ddp, zero1, zero2 or zero3, the
-// trainer impls only; --batch is per rank, --sync-ascent picks SAM's synced
-// ascent (rank-local by default), --overlap 0 the gradient sync after
-// backward. Every rank prints its line. --mixed-precision 1 runs amp_bf16,
-// and under zero3 gathers in bf16 from fp32 shards (reduce in fp32);
+// run under basin-run with --parallel ddp, zero1, zero2, zero3 or hsdp
+// (--shard-group-size S), the trainer impls only; --batch is per rank,
+// --sync-ascent picks SAM's synced ascent (rank-local by default), --overlap 0
+// the gradient sync after backward. Every rank prints its line.
+// --mixed-precision 1 runs amp_bf16, and under zero3 and hsdp gathers in bf16
+// from fp32 shards (reduce in fp32);
 // --checkpointing 1 recomputes every unit's activations in backward.
 
 #include <sys/resource.h>
@@ -87,6 +88,7 @@ struct Parallel {
   bool overlap = true;
   bool mixed_precision = false;  // amp_bf16; zero3: bf16 gathers
   bool checkpointing = false;    // every unit
+  int64_t shard_group_size = 0;  // hsdp's
 };
 
 // Times every step from BATCH_START to BATCH_END.
@@ -158,7 +160,8 @@ std::vector<double> time_trainer(bool sam, const std::string& model, const std::
   if (!method.lora.empty()) config["adapters"] = {{"lora", {{"r", 8}, {"alpha", 16}, {"targets", method.lora}}}};
   if (parallel.mode != "none") config["parallel"] = {{"mode", parallel.mode}, {"overlap", parallel.overlap}};
   if (parallel.mixed_precision) config["precision"] = "amp_bf16";
-  if (parallel.mixed_precision && parallel.mode == "zero3") {
+  if (parallel.mode == "hsdp") config["parallel"]["shard_group_size"] = parallel.shard_group_size;
+  if (parallel.mixed_precision && (parallel.mode == "zero3" || parallel.mode == "hsdp")) {
     config["parallel"]["mixed_precision"] = {{"param_dtype", "bf16"}, {"reduce_dtype", "fp32"}, {"buffers", true}};
   }
   if (parallel.checkpointing) config["parallel"]["activation_checkpointing"] = true;
@@ -232,7 +235,8 @@ int main(int argc, char** argv) {
   app.add_option("--warmup", warmup)->check(CLI::NonNegativeNumber);
   app.add_option("--threads", threads)->check(CLI::PositiveNumber);
   Parallel parallel;
-  app.add_option("--parallel", parallel.mode)->check(CLI::IsMember({"none", "ddp", "zero1", "zero2", "zero3"}));
+  app.add_option("--parallel", parallel.mode)->check(CLI::IsMember({"none", "ddp", "zero1", "zero2", "zero3", "hsdp"}));
+  app.add_option("--shard-group-size", parallel.shard_group_size, "hsdp's shard groups")->check(CLI::PositiveNumber);
   app.add_option("--sync-ascent", parallel.sync_ascent);
   app.add_option("--overlap", parallel.overlap);
   app.add_option("--mixed-precision", parallel.mixed_precision);
