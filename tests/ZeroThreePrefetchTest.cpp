@@ -12,6 +12,7 @@
 #include "fully_sharded_of.h"
 #include "basin/core/communication/communicator.h"
 #include "basin/core/model/model.h"
+#include "basin/core/checkpoint/checkpoint.h"
 #include "basin/core/parallel/zero3/fully_sharded_model.h"
 #include "distributed_util.h"
 #include "test_util.h"
@@ -92,19 +93,38 @@ TEST(ZeroThreePrefetchTest, AnySchedulesWeightsAreTheDefaultsBits) {
 }
 
 // A unit kept whole by a forward that no backward followed (a loop of your
-// own) holds the old values once the optimizer steps the shards: the step frees it.
-TEST(ZeroThreePrefetchTest, AStepFreesUnitsAForwardLeftWhole) {
-  Json config = mlp_job();
-  config["algorithms"] = Json::object();
-  config["parallel"]["reshard_after_forward"] = false;
-  test::run_ranks(2, [&](int, std::shared_ptr<Communicator> communicator) {
-    Trainer trainer(config, {}, {}, communicator);
-    FullyShardedModel& sharded = *test::fully_sharded_of(trainer);
-    const at::Tensor out = trainer.model().run(trainer.data().train.gather({0, 1}).inputs);
-    EXPECT_GT(sharded.gathered_bytes(), 0) << "kept whole for a backward";
-    trainer.state().optimizer->step();
-    EXPECT_EQ(sharded.gathered_bytes(), 0);
-  });
+// own) holds the old values once the optimizer steps the shards, or a
+// checkpoint's shards are loaded: either frees it. The gpt's root (the
+// position table, the last norm) and its last run (the tied head), whole
+// into a backward that never came, too.
+TEST(ZeroThreePrefetchTest, AStepOrALoadFreesUnitsAForwardLeftWhole) {
+  test::TempDir dir;
+  std::string corpus;
+  for (int i = 0; i < 40; ++i) corpus += "Whole for a backward that never came: " + std::to_string(i * 7) + ".\n";
+  test::write_text(dir.file("corpus.txt"), corpus);
+  Json mlp = mlp_job();
+  mlp["algorithms"] = Json::object();
+  mlp["parallel"]["reshard_after_forward"] = false;
+  Json gpt = mlp;
+  gpt["parallel"].erase("reshard_after_forward");
+  gpt["model"] = Json::parse(R"({"name": "gpt", "n_layer": 2, "n_head": 2, "n_embd": 16})");
+  gpt["data"] = {{"name", "text"}, {"train", dir.file("corpus.txt")}, {"block_size", 16}, {"batch_size", 8}};
+  for (const Json& config : {mlp, gpt}) {
+    test::run_ranks(2, [&](int, std::shared_ptr<Communicator> communicator) {
+      Trainer trainer(config, {}, {}, communicator);
+      FullyShardedModel& sharded = *test::fully_sharded_of(trainer);
+      const auto inputs = trainer.data().train.gather({0, 1}).inputs;
+      at::Tensor out = trainer.model().run(inputs);
+      EXPECT_GT(sharded.gathered_bytes(), 0) << config["model"] << ": kept whole for a backward";
+      trainer.state().optimizer->step();
+      EXPECT_EQ(sharded.gathered_bytes(), 0) << config["model"] << " after a step";
+      out = trainer.model().run(inputs);
+      ASSERT_GT(sharded.gathered_bytes(), 0);
+      const StateDict saved = capture_checkpoint(trainer.engine());
+      restore_checkpoint(trainer.engine(), saved);
+      EXPECT_EQ(sharded.gathered_bytes(), 0) << config["model"] << " after a load";
+    });
+  }
 }
 
 // Without prefetch a unit is whole alone; each unit prefetched adds one;

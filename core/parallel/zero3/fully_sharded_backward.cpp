@@ -36,7 +36,10 @@ void FullyShardedModel::abandon_backward() noexcept {
 
 void FullyShardedModel::shards_stepped() {
   std::lock_guard<std::recursive_mutex> lock(mutex_);
-  for (std::size_t u = 0; u < declared_; ++u) drop(u);  // the root keeps its own rule (whole to its backward)
+  // Every unit, the root too: a step between a forward and its backward
+  // makes that forward's graph stale anyway (as PyTorch's in-place check
+  // says), and a backward of a later forward gathers what it needs.
+  for (std::size_t u = 0; u < units_.size(); ++u) drop(u);
 }
 
 void FullyShardedModel::prepare_for_backward() {

@@ -102,9 +102,10 @@ class FullyShardedModel : public UnitRunner {
   /// adds each row's mean over ranks to its shard's gradient (a parameter
   /// with a gradient on no rank leaves its shard's as it was).
   void finish_backward();
-  /// The shards changed (an optimizer step): a unit still whole from a
-  /// forward that no backward followed (reshard_after_forward false, in a
-  /// loop of your own) holds the old values, so it is freed.
+  /// The shards changed (an optimizer step, a checkpoint's shards loaded):
+  /// a unit still whole from a forward that no backward followed (the root,
+  /// the forward's last run, every unit under reshard_after_forward false,
+  /// in a loop of your own) holds the old values, so it is freed.
   void shards_stepped();
   /// After a backward that threw (on every rank, as collectives fail
   /// together): drops its reduce-scatters, whole gradients and gathered

@@ -178,6 +178,7 @@ void Zero3Strategy::load_shards_state(const c10::IValue& saved) {
     }
     shard.copy_(value);
   }
+  model_->shards_stepped();  // a unit still whole holds the old values
 }
 
 }  // namespace basin
