@@ -167,6 +167,33 @@ TEST(SAMOptimizerTest, BackupBuffersAreAllocatedOnce) {
   for (std::size_t i = 0; i < addresses.size(); ++i) EXPECT_EQ(sam.perturbed_buffers()[i].data_ptr(), addresses[i]);
 }
 
+TEST(SAMOptimizerTest, TheAscentsGradientsAreLetGoBeforeTheDescentsBackward) {
+  // A zero_grad that sets gradients to none (LibTorch 2.x's) frees the
+  // ascent's: nothing of the step may keep them through the descent's
+  // backward, which would hold two gradients of the model at its peak.
+  const Problem problem;
+  Tensors w = leaves(problem.initial());
+  SAMOptimizer sam(std::make_shared<torch::optim::SGD>(w, torch::optim::SGDOptions(0.1)), SAMOptions{0.05});
+  for (int step = 0; step < 2; ++step) {
+    std::vector<c10::weak_intrusive_ptr<c10::StorageImpl>> ascent;
+    int calls = 0;
+    sam.step([&] {
+      for (auto& p : w) p.mutable_grad().reset();  // set to none by hand: LibTorch 1.13's zero_grad zeroes
+      if (++calls == 2) {
+        for (std::size_t i = 0; i < ascent.size(); ++i) EXPECT_TRUE(ascent[i].expired()) << "step " << step << ", tensor " << i;
+      }
+      at::Tensor loss = problem.loss(w);
+      loss.backward();
+      if (calls == 1) {
+        for (const auto& p : w) ascent.push_back(p.grad().storage().getWeakStorageImpl());
+      }
+      return loss.detach();
+    });
+    EXPECT_EQ(calls, 2);
+    EXPECT_EQ(ascent.size(), w.size());
+  }
+}
+
 TEST(SAMOptimizerTest, ZeroGradientNormGivesNoPerturbationAndNoNaN) {
   Tensors w = leaves({at::randn({3})});
   const Tensors before = test::clone_all(w);

@@ -348,11 +348,13 @@ bool SAMOptimizer::sam_part(const LossClosure& closure, at::Tensor& loss, bool& 
     if (!descended) return true;  // the base steps with the ascent gradients as descend() left them
   }
   if (part_ == 0) ++sam_steps_;
-  auto groups = groups_with_grads(/*perturbed_only=*/true);
   bool finite = false;
   try {
     {
+      // The views hold the ascent's gradients: they go before the descent's
+      // backward, which (where zero_grad sets them to none) makes new ones.
       at::NoGradGuard no_grad;
+      auto groups = groups_with_grads(/*perturbed_only=*/true);
       move_to_perturbed(groups, rule_->perturbation(*this, groups));
     }
     PassRequest descent;
