@@ -223,29 +223,34 @@ TEST(GradientSyncTest, ZeroOneRankLocalSamMovesTheBytesOfDataParallelSgd) {
   EXPECT_NEAR((bytes_per_step(zero2_synced_sam) - ddp_flags) / (ddp - ddp_flags), 2.0, 0.01);
 }
 
-// Three ranks, parts of 5, 0 and 3 elements: each rank ends with the sum of
-// its own part over ranks (the ring passes every part around once).
+// Two and three ranks, parts of 5, 0 and 3 elements, then parts that travel
+// in several chunks (8 MiB of floats each: 2 chunks and 5 elements, 7
+// elements, exactly one chunk): each rank ends with the sum of its own part
+// over ranks (the ring passes every part around once).
 TEST(GradientSyncTest, ReduceScatterOfUnevenPartsSumsEachPartOntoItsRank) {
-  const std::vector<int64_t> sizes = {5, 0, 3};
-  auto contribution = [](int from, int part, int64_t size) {
-    return at::arange(size, at::kFloat) * (part + 1) + 100.0 * from;
+  const int64_t chunk = (8 << 20) / 4;
+  auto contribution = [](int from, int part, int64_t size) {  // exact in fp32 whatever the order of the sums
+    return at::remainder(at::arange(size, at::kFloat), 1000.0) * (part + 1) + 100.0 * from;
   };
-  for (int world : {2, 3}) {
-    test::run_ranks(world, [&](int rank, std::shared_ptr<Communicator> communicator) {
-      for (int call = 0; call < 2; ++call) {  // back to back: the rounds' tags repeat across calls
-        std::vector<at::Tensor> parts;
-        for (int part = 0; part < world; ++part) {
-          parts.push_back(contribution(rank, part, sizes[static_cast<std::size_t>(part)]) * (call + 1));
+  for (const std::vector<int64_t>& sizes : {std::vector<int64_t>{5, 0, 3}, {2 * chunk + 5, 7, chunk}}) {
+    for (int world : {2, 3}) {
+      test::run_ranks(world, [&](int rank, std::shared_ptr<Communicator> communicator) {
+        for (int call = 0; call < 2; ++call) {  // back to back: the rounds' tags repeat across calls
+          std::vector<at::Tensor> parts;
+          for (int part = 0; part < world; ++part) {
+            parts.push_back(contribution(rank, part, sizes[static_cast<std::size_t>(part)]) * (call + 1));
+          }
+          communicator->reduce_scatter_sum(parts);
+          at::Tensor expected = at::zeros({sizes[static_cast<std::size_t>(rank)]});
+          for (int from = 0; from < world; ++from) {
+            expected += contribution(from, rank, sizes[static_cast<std::size_t>(rank)]) * (call + 1);
+          }
+          const int64_t size = sizes[static_cast<std::size_t>(rank)];
+          EXPECT_TRUE(at::equal(parts[static_cast<std::size_t>(rank)], expected))
+              << "world " << world << " rank " << rank << " call " << call << " part of " << size;
         }
-        communicator->reduce_scatter_sum(parts);
-        at::Tensor expected = at::zeros({sizes[static_cast<std::size_t>(rank)]});
-        for (int from = 0; from < world; ++from) {
-          expected += contribution(from, rank, sizes[static_cast<std::size_t>(rank)]) * (call + 1);
-        }
-        EXPECT_TRUE(at::equal(parts[static_cast<std::size_t>(rank)], expected))
-            << "world " << world << " rank " << rank << " call " << call;
-      }
-    });
+      });
+    }
   }
 }
 

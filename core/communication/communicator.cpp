@@ -10,6 +10,7 @@
 #include "basin/core/base/torch_compat.h"
 #include "basin/core/communication/communicator.h"
 #include "basin/core/communication/flat_tensors.h"
+#include "basin/core/communication/send_receive_rings.h"
 #include "basin/core/communication/serial_worker.h"
 
 #include <algorithm>
@@ -69,12 +70,6 @@ class PendingThen : public PendingCollective {
   std::unique_ptr<PendingCollective> inner_;
   std::function<void()> then_;
 };
-
-int64_t numel_of(const std::vector<at::Tensor>& tensors) {
-  int64_t n = 0;
-  for (const auto& t : tensors) n += t.numel();
-  return n;
-}
 
 class PendingJob : public PendingCollective {
  public:
@@ -183,7 +178,7 @@ class ProcessGroupCommunicator : public Communicator {
       // The ring waits on every round: it runs on the worker, one reduce-scatter after another.
       return std::make_unique<PendingJob>(ring_.post([this, parts]() mutable {
         at::init_num_threads();  // the sums take this process's intra-op threads, not OpenMP's default team
-        ring_reduce_scatter(parts);
+        rings::reduce_scatter(*group_, issuer(), parts);
       }));
     }
     std::vector<c10::intrusive_ptr<c10d::Work>> works;
@@ -210,7 +205,7 @@ class ProcessGroupCommunicator : public Communicator {
       // streams differently on different ranks (a gradient missing on one).
       return std::make_unique<PendingJob>(gather_ring_.post([this, pieces]() mutable {
         at::init_num_threads();
-        ring_all_gather(pieces);
+        rings::all_gather(*group_, issuer(), pieces);
       }));
     }
     // NCCL's broadcast is a pipelined ring: one per part, staged flat, copied into the pieces once done.
@@ -265,6 +260,10 @@ class ProcessGroupCommunicator : public Communicator {
     return collective();
   }
 
+  rings::Issue issuer() {
+    return [this](const std::function<c10::intrusive_ptr<c10d::Work>()>& collective) { return issue(collective); };
+  }
+
   void all_reduce(std::vector<at::Tensor>& tensors, c10d::ReduceOp op) {
     if (world_size() == 1) return;  // the reduction of one rank is itself
     count(tensors, Pattern::kAllReduce);
@@ -275,56 +274,6 @@ class ProcessGroupCommunicator : public Communicator {
       issue([&] { return group_->allreduce(one, options); })->wait();
     }
   }
-
-  // N-1 rounds; in round s, rank i passes its running sum of part (i-s-1)
-  // to rank i+1 and adds rank i-1's running sum of part (i-s-2) to its own.
-  // Part j thus travels the ring once, ending summed at rank j: each rank
-  // sends every part but its own, (N-1)/N of the bytes on average.
-  void ring_reduce_scatter(std::vector<at::Tensor>& parts) {
-    const int n = world_size(), me = rank();
-    const int next = (me + 1) % n, previous = (me + n - 1) % n;
-    for (int round = 0; round < n - 1; ++round) {
-      at::Tensor& outgoing = parts[static_cast<std::size_t>(((me - round - 1) % n + n) % n)];
-      at::Tensor& incoming = parts[static_cast<std::size_t>(((me - round - 2) % n + n) % n)];
-      std::vector<at::Tensor> send{outgoing.contiguous()};
-      std::vector<at::Tensor> received{at::empty_like(incoming)};
-      c10::intrusive_ptr<c10d::Work> sent;
-      if (send.front().numel() > 0) sent = issue([&] { return group_->send(send, next, round); });
-      if (incoming.numel() > 0) {
-        issue([&] { return group_->recv(received, previous, round); })->wait();
-        incoming.add_(received.front());
-      }
-      if (sent) sent->wait();
-    }
-  }
-
-  // N-1 rounds; in round s, rank i passes part (i-s), which it holds, to
-  // rank i+1 and receives part (i-s-1) from rank i-1: every part travels the
-  // ring once, (N-1)/N of the bytes sent per rank on average. Each round
-  // stages the part it sends and the one it receives, flat.
-  void ring_all_gather(std::vector<std::vector<at::Tensor>>& pieces) {
-    const int n = world_size(), me = rank();
-    const int next = (me + 1) % n, previous = (me + n - 1) % n;
-    for (int round = 0; round < n - 1; ++round) {
-      const auto& outgoing = pieces[static_cast<std::size_t>(((me - round) % n + n) % n)];
-      const auto& incoming = pieces[static_cast<std::size_t>(((me - round - 1) % n + n) % n)];
-      c10::intrusive_ptr<c10d::Work> sent;
-      std::vector<at::Tensor> send;
-      const int tag = kGatherTags + round;  // apart from the reduce-scatters' sends, which may run meanwhile
-      if (numel_of(outgoing) > 0) {
-        send.push_back(at::flatten_dense_tensors(outgoing));
-        sent = issue([&] { return group_->send(send, next, tag); });
-      }
-      if (numel_of(incoming) > 0) {
-        std::vector<at::Tensor> received{at::empty({numel_of(incoming)}, incoming.front().options())};
-        issue([&] { return group_->recv(received, previous, tag); })->wait();
-        copy_from_flat(received.front(), incoming);
-      }
-      if (sent) sent->wait();
-    }
-  }
-
-  static constexpr int kGatherTags = 1 << 20;  // the all-gathers' send/receive tags start here
 
   c10::intrusive_ptr<compat::CollectiveBackend> group_;
   ProcessGroupKind kind_;
