@@ -11,4 +11,20 @@ inline void copy_from_flat(const at::Tensor& flat, at::TensorList tensors) {
   for (std::size_t i = 0; i < tensors.size(); ++i) tensors[i].copy_(views[i]);
 }
 
+/// A tensor of `sizes` in `slot`'s memory (contiguous, of as many
+/// elements). Not an autograd view of it: LibTorch 1.x's zero_grad()
+/// detaches gradients in place, which a view refuses.
+inline at::Tensor alias_of(const at::Tensor& slot, at::IntArrayRef sizes) {
+  at::Tensor alias = at::empty({0}, slot.options());
+  alias.set_(slot.storage(), slot.storage_offset(), sizes, slot.view(sizes).strides());
+  return alias;
+}
+
+/// The elements of several tensors together.
+inline int64_t numel_of(const std::vector<at::Tensor>& tensors) {
+  int64_t n = 0;
+  for (const auto& t : tensors) n += t.numel();
+  return n;
+}
+
 }  // namespace basin

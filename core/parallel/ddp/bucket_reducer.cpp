@@ -13,6 +13,7 @@
 #include <torch/csrc/autograd/variable.h>
 
 #include "basin/core/communication/communicator.h"
+#include "basin/core/communication/flat_tensors.h"
 
 namespace basin {
 
@@ -242,12 +243,7 @@ void BucketReducer::finish_backward() {
       at::Tensor param = params_[index];
       const at::Tensor slot = bucket.buffers[mine].narrow(0, bucket.offsets[k], param.numel());
       if (is_view_of(param.grad(), slot)) continue;
-      // The gradient shares the bucket's memory from now on. Not an
-      // autograd view of it: LibTorch's zero_grad() detaches gradients in
-      // place, which a view refuses.
-      at::Tensor alias = at::empty({0}, slot.options());
-      alias.set_(slot.storage(), slot.storage_offset(), param.sizes(), slot.view(param.sizes()).strides());
-      param.mutable_grad() = alias;
+      param.mutable_grad() = alias_of(slot, param.sizes());  // the gradient shares the bucket's memory from now on
     }
     bucket.pending = static_cast<int64_t>(bucket.members.size());
     for (std::size_t part = 0; part < bucket.buffers.size(); ++part) {

@@ -6,6 +6,7 @@
 #include <ATen/ATen.h>
 
 #include "basin/core/communication/communicator.h"
+#include "basin/core/communication/flat_tensors.h"
 #include "basin/core/parallel/zero3/fully_sharded_unit.h"
 
 namespace basin {
@@ -104,16 +105,13 @@ void FullyShardedModel::start_reduce(std::size_t u) {
   Unit& unit = *units_[u];
   const int world = communicator_->world_size();
   const auto count = static_cast<int64_t>(unit.params.size());
-  int64_t total = 0;
-  for (const int64_t n : unit.part_numel) total += n + count;
   // Each rank's part: its rows of every gradient, then one flag per
-  // parameter (1: this rank has a gradient), summed with them.
-  at::Tensor buffer = at::zeros({total}, unit.options.dtype(unit.reduce_dtype));
+  // parameter (1: this rank has a gradient), summed with them. A tensor of
+  // its own each: the others' are freed as the reduce ends, and this rank's
+  // becomes its gradients.
   unit.reduce_parts.clear();
-  int64_t offset = 0;
   for (const int64_t n : unit.part_numel) {
-    unit.reduce_parts.push_back(buffer.narrow(0, offset, n + count));
-    offset += n + count;
+    unit.reduce_parts.push_back(at::zeros({n + count}, unit.options.dtype(unit.reduce_dtype)));
   }
   at::NoGradGuard no_grad;
   std::vector<int64_t> at(static_cast<std::size_t>(world), 0);
@@ -183,8 +181,12 @@ void FullyShardedModel::add_reduced(std::size_t u, const at::Tensor& mine, int64
     at::Tensor& shard = shards_[unit.params[j]];
     const int64_t n = shard.numel();
     if (flags[static_cast<int64_t>(j)].item<double>() > 0) {
-      // On the fp32 shard whatever the reduce's dtype: the mean is taken in fp32.
-      at::Tensor mean = mine.narrow(0, at, n).view(shard.sizes()).to(shard.scalar_type()).div(ranks);
+      // On the fp32 shard whatever the reduce's dtype: the mean is taken in
+      // fp32. In the reduce's own memory where it is the shard's dtype.
+      const at::Tensor rows = mine.narrow(0, at, n);
+      at::Tensor mean = rows.scalar_type() == shard.scalar_type()
+                            ? alias_of(rows.div_(ranks), shard.sizes())
+                            : rows.view(shard.sizes()).to(shard.scalar_type()).div_(ranks);
       at::Tensor& grad = shard.mutable_grad();
       if (grad.defined()) {
         grad.add_(mean);
