@@ -1,15 +1,24 @@
 // zero3's gather schedule ("parallel.prefetch", "reshard_after_forward"),
 // ranks as threads: any schedule gives the same bits; what is whole at once
-// and the bytes moved follow the schedule; the keys are zero3's alone.
+// and the bytes moved follow the schedule; freed memory is handed back
+// before each backward ("return_freed_memory"); the keys are zero3's alone.
 
 #include <gtest/gtest.h>
 
+#include <malloc.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
 #include <string>
 
 #include <ATen/ATen.h>
 
 #include "fully_sharded_of.h"
+#include "basin/core/base/memory_reuse.h"
+#include "basin/core/engine/callback.h"
 #include "basin/core/communication/communicator.h"
 #include "basin/core/model/model.h"
 #include "basin/core/checkpoint/checkpoint.h"
@@ -63,16 +72,21 @@ Json mlp_job() {
   return config;
 }
 
+/// The gpt's data: 40 numbered lines of `line`, written into `dir`.
+Json text_data(const test::TempDir& dir, const std::string& line, int step) {
+  std::string corpus;
+  for (int i = 0; i < 40; ++i) corpus += line + std::to_string(i * step) + ".\n";
+  test::write_text(dir.file("corpus.txt"), corpus);
+  return {{"name", "text"}, {"train", dir.file("corpus.txt")}, {"block_size", 16}, {"batch_size", 8}};
+}
+
 // Each gather is issued earlier or later, or not again; the arithmetic is
 // the same. Also with a root unit, checkpointing and bf16 gathers (the gpt).
 TEST(ZeroThreePrefetchTest, AnySchedulesWeightsAreTheDefaultsBits) {
   test::TempDir dir;
-  std::string corpus;
-  for (int i = 0; i < 40; ++i) corpus += "Gathered early, gathered late: " + std::to_string(i * 11) + ".\n";
-  test::write_text(dir.file("corpus.txt"), corpus);
   Json gpt = mlp_job();
   gpt["model"] = Json::parse(R"({"name": "gpt", "n_layer": 3, "n_head": 2, "n_embd": 16})");
-  gpt["data"] = {{"name", "text"}, {"train", dir.file("corpus.txt")}, {"block_size", 16}, {"batch_size", 8}};
+  gpt["data"] = text_data(dir, "Gathered early, gathered late: ", 11);
   gpt["precision"] = "amp_bf16";
   gpt["parallel"]["mixed_precision"] = Json::parse(R"({"param_dtype": "bf16"})");
   gpt["parallel"]["activation_checkpointing"] = true;
@@ -99,16 +113,13 @@ TEST(ZeroThreePrefetchTest, AnySchedulesWeightsAreTheDefaultsBits) {
 // into a backward that never came, too.
 TEST(ZeroThreePrefetchTest, AStepOrALoadFreesUnitsAForwardLeftWhole) {
   test::TempDir dir;
-  std::string corpus;
-  for (int i = 0; i < 40; ++i) corpus += "Whole for a backward that never came: " + std::to_string(i * 7) + ".\n";
-  test::write_text(dir.file("corpus.txt"), corpus);
   Json mlp = mlp_job();
   mlp["algorithms"] = Json::object();
   mlp["parallel"]["reshard_after_forward"] = false;
   Json gpt = mlp;
   gpt["parallel"].erase("reshard_after_forward");
   gpt["model"] = Json::parse(R"({"name": "gpt", "n_layer": 2, "n_head": 2, "n_embd": 16})");
-  gpt["data"] = {{"name", "text"}, {"train", dir.file("corpus.txt")}, {"block_size", 16}, {"batch_size", 8}};
+  gpt["data"] = text_data(dir, "Whole for a backward that never came: ", 7);
   for (const Json& config : {mlp, gpt}) {
     test::run_ranks(2, [&](int, std::shared_ptr<Communicator> communicator) {
       Trainer trainer(config, {}, {}, communicator);
@@ -175,8 +186,80 @@ TEST(ZeroThreePrefetchTest, KeepingUnitsWholeSavesBackwardsGathersAndPrefetchMov
   EXPECT_EQ(usual.moved - whole.moved, passes * (usual.one_gather - last));
 }
 
+/// Rank 0's first backward: 64 MiB of heap blocks touched and freed just
+/// before it (kept for reuse), each between two blocks held, untouched, so
+/// that none joins another or the heap's top; and how much of the 64 MiB is
+/// resident still once backward has run.
+class FreedBeforeBackward : public Callback {
+ public:
+  std::string name() const override { return "freed_before_backward"; }
+  bool on_before_backward(const State& state, Logger&) override {
+    if (state.rank != 0 || done_) return false;
+    start_ = resident_mib();
+    std::vector<void*> freed;
+    for (int i = 0; i < 2 * kBlocks; ++i) {
+      void* block = std::malloc(kBlock);
+      if (i % 2 == 0) {
+        freed.push_back(std::memset(block, 1, kBlock));
+      } else {
+        held_.push_back(block);
+      }
+    }
+    for (void* block : freed) std::free(block);
+    return false;
+  }
+  bool on_after_backward(const State& state, Logger&) override {
+    if (state.rank != 0 || done_) return false;
+    kept_mib = resident_mib() - start_;
+    done_ = true;
+    for (void* block : held_) std::free(block);
+    return false;
+  }
+  double kept_mib = -1;
+
+ private:
+  static constexpr int kBlocks = 512;
+  static constexpr std::size_t kBlock = 128 << 10;
+  static double resident_mib() {
+    std::ifstream statm("/proc/self/statm");
+    long pages = 0, resident = 0;
+    statm >> pages >> resident;
+    return static_cast<double>(resident) * static_cast<double>(::sysconf(_SC_PAGESIZE)) / (1 << 20);
+  }
+  double start_ = 0;
+  bool done_ = false;
+  std::vector<void*> held_;
+};
+
+// The pages a forward freed are resident no more while backward runs (it
+// faults in only what it reuses), as basin-train keeps freed memory: unless
+// parallel.return_freed_memory is false. The bits are the same either way.
+TEST(ZeroThreePrefetchTest, FreedMemoryIsHandedBackBeforeEachBackward) {
+  mallopt(M_MMAP_THRESHOLD, kLargestHeapBlock);  // as keep_freed_memory_for_reuse() sets it, then glibc's defaults
+  mallopt(M_TRIM_THRESHOLD, 1 << 30);
+  std::vector<double> kept;
+  std::vector<test::Weights> weights;
+  for (const bool handed_back : {true, false}) {
+    Json config = mlp_job();
+    config["parallel"]["return_freed_memory"] = handed_back;
+    auto probe = std::make_shared<FreedBeforeBackward>();
+    test::run_ranks(2, [&](int rank, std::shared_ptr<Communicator> communicator) {
+      Trainer trainer(config, {probe}, {}, communicator);
+      trainer.fit();
+      test::Weights trained = test::weights_of(trainer);
+      if (rank == 0) weights.push_back(std::move(trained));
+    });
+    kept.push_back(probe->kept_mib);
+  }
+  mallopt(M_MMAP_THRESHOLD, 128 << 10);
+  mallopt(M_TRIM_THRESHOLD, 128 << 10);
+  EXPECT_LT(kept[0], 16) << "MiB of the 64 freed still resident through backward, handed back";
+  EXPECT_GT(kept[1], 48) << "MiB of the 64 freed still resident through backward, kept";
+  EXPECT_EQ(test::max_difference(weights[0], weights[1]), 0.0);
+}
+
 TEST(ZeroThreePrefetchTest, TheScheduleKeysAreZeroThreesAlone) {
-  for (const char* key : {"prefetch", "reshard_after_forward"}) {
+  for (const char* key : {"prefetch", "reshard_after_forward", "return_freed_memory"}) {
     Json config = test::sam_config(R"({"rho": 0.05, "sync_ascent": true})", "ddp");
     config["parallel"][key] = std::string(key) == "prefetch" ? Json::parse(R"({"forward": 0})") : Json(false);
     std::string message;

@@ -25,4 +25,17 @@ inline void keep_freed_memory_for_reuse() {
   mallopt(M_TRIM_THRESHOLD, 1 << 30);
 }
 
+/// Hands the pages of the heap's freed blocks back to the operating system
+/// (glibc's malloc_trim): memory kept for reuse stops being resident until
+/// it is used again, where it is faulted in afresh. Blocks freed between a
+/// step's passes keep the heap's pages of every tensor that passed through
+/// them, and holes where long-lived tensors were made amid short-lived ones
+/// keep more; zero3 calls it before each backward (its
+/// `parallel.return_freed_memory`, a user's choice), where a step peaks.
+inline void return_freed_memory() {
+#ifdef __GLIBC__
+  malloc_trim(0);
+#endif
+}
+
 }  // namespace basin

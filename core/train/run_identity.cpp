@@ -13,7 +13,8 @@ namespace {
 const std::vector<std::string> kSafeToChange = {
     "max_epochs", "max_steps", "log_every", "threads", "init_from",
     "callbacks.progress", "callbacks.checkpoint", "parallel.timeout_seconds",
-    "parallel.prefetch", "parallel.reshard_after_forward", "parallel.activation_checkpointing"};
+    "parallel.prefetch", "parallel.reshard_after_forward", "parallel.activation_checkpointing",
+    "parallel.return_freed_memory"};
 
 bool listed(const std::vector<std::string>& keys, const std::string& path) {
   for (const auto& key : keys) {

@@ -5,6 +5,7 @@
 
 #include <ATen/ATen.h>
 
+#include "basin/core/base/memory_reuse.h"
 #include "basin/core/communication/communicator.h"
 #include "basin/core/communication/flat_tensors.h"
 #include "basin/core/parallel/zero3/fully_sharded_unit.h"
@@ -55,6 +56,8 @@ void FullyShardedModel::prepare_for_backward() {
   }
   order_reduces(graph_runs_.get());
   next_reduce_ = 0;
+  // What the forward freed is resident still: backward, where a step peaks, faults in only what it uses of it.
+  if (options_.return_freed_memory) return_freed_memory();
   for (auto& unit : units_) unit->fired = 0, unit->reduce_started = false;
 }
 

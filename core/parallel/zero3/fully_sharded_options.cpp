@@ -6,7 +6,8 @@
 namespace basin {
 
 const std::vector<std::string>& fully_sharded_keys() {
-  static const std::vector<std::string> keys = {"prefetch", "reshard_after_forward", "mixed_precision"};
+  static const std::vector<std::string> keys = {"prefetch", "reshard_after_forward", "mixed_precision",
+                                                "return_freed_memory"};
   return keys;
 }
 
@@ -19,6 +20,7 @@ FullyShardedOptions fully_sharded_options_from_config(Params& parallel, bool ove
   options.backward_prefetch = prefetch.integer("backward", ahead, 0, 64);
   prefetch.finish();
   options.reshard_after_forward = parallel.boolean("reshard_after_forward", true);
+  options.return_freed_memory = parallel.boolean("return_freed_memory", true);
   options.mixed_precision = mixed_precision_from_config(parallel, precision);
   return options;
 }
@@ -32,6 +34,10 @@ void refuse_fully_sharded_key(const Params& parallel, const std::string& key, co
     throw ConfigError("config key '" + parallel.path_of(key) + "': mixed-precision gathers are zero3's (the mode that "
                       "gathers parameters), and this run's mode is \"" + mode + "\"; under it, \"precision\": \"amp_" +
                       dtype + "\" computes in " + dtype + " over the fp32 parameters");
+  }
+  if (key == "return_freed_memory") {
+    throw ConfigError("config key '" + parallel.path_of(key) + "': it is zero3's and hsdp's (the modes whose memory is "
+                      "the point), and this run's mode is \"" + mode + "\"");
   }
   throw ConfigError("config key '" + parallel.path_of(key) + "': it schedules zero3's gathers, and this run's "
                     "mode is \"" + mode + "\", which gathers nothing");
