@@ -70,8 +70,10 @@ std::vector<std::string> rank_files(const std::string& manifest_path, const Stat
   return paths;
 }
 
-int64_t rows_group_size(const std::string& manifest_path, const StateDict& manifest) {
-  const int64_t files = static_cast<int64_t>(rank_files(manifest_path, manifest).size());
+namespace {
+
+/// rows_group_size of a manifest whose rank files were counted already.
+int64_t group_size_of(const std::string& manifest_path, const StateDict& manifest, int64_t files) {
   const StateDict sharded = manifest.at("basin").toGenericDict().at("sharded").toGenericDict();
   if (!sharded.contains("group_size")) return files;  // written before HSDP: every file's rows make the whole
   const c10::IValue group = sharded.at("group_size");
@@ -82,12 +84,18 @@ int64_t rows_group_size(const std::string& manifest_path, const StateDict& manif
   return group.toInt();
 }
 
+}  // namespace
+
+int64_t rows_group_size(const std::string& manifest_path, const StateDict& manifest) {
+  return group_size_of(manifest_path, manifest, static_cast<int64_t>(rank_files(manifest_path, manifest).size()));
+}
+
 StateDict checkpoint_for_rank(const std::string& path, const StateDict& checkpoint, int world_size,
                               const std::optional<RowsLayout>& rows, bool reshard) {
   if (checkpoint.contains("shards")) return checkpoint;  // one rank's file, given itself (Trainer::resume checks its size)
   if (!is_sharded_checkpoint(checkpoint)) return rows ? cut_checkpoint_as_read(checkpoint, *rows) : checkpoint;
   const auto files = rank_files(path, checkpoint);
-  const int64_t group = rows_group_size(path, checkpoint);
+  const int64_t group = group_size_of(path, checkpoint, static_cast<int64_t>(files.size()));
   const bool same_world = static_cast<int>(files.size()) == world_size;
   const bool same_rows = rows && group == rows->world_size && rows->job_size() == world_size;
   if (same_world && same_rows) return read_checkpoint_file(files[static_cast<std::size_t>(rows->job_rank())]);
