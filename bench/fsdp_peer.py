@@ -129,6 +129,7 @@ def main():
             dist.all_reduce(squared, group=norm_group)  # the norm of the whole gradient, not of this rank's shards
             scale = RHO / (squared.sqrt() + 1e-12)
             perturbation = [g * scale for g in shards]
+            del shards  # only e is kept: zero_grad below frees the ascent's gradients, as basin's step does
             for p, e in zip(params, perturbation):
                 p.to_local().add_(e)
         optimizer.zero_grad()

@@ -32,6 +32,10 @@
 // --mixed-precision 1 runs amp_bf16, and under zero3 and hsdp gathers in bf16
 // from fp32 shards (reduce in fp32);
 // --checkpointing 1 recomputes every unit's activations in backward.
+//
+// --memory-trace N (trainer impls) prints where step N (from 0) peaks, event
+// by event: resident memory, tensors and malloc's heap, then the tensors held
+// at the most and where each was made (bench/memory_trace.h, and its switches).
 
 #include <sys/resource.h>
 #include <unistd.h>
@@ -60,6 +64,7 @@
 #include "basin/core/optim/fused_adam.h"
 #include "basin/core/train/trainer.h"
 #include "bench_models.h"
+#include "memory_trace.h"
 
 namespace {
 
@@ -138,7 +143,8 @@ basin::Json token_data(int64_t samples, int64_t batch, int64_t block, int64_t vo
 }
 
 std::vector<double> time_trainer(bool sam, const std::string& model, const std::string& optimizer, int64_t batch,
-                                 int64_t steps, int threads, const Parallel& parallel, const Method& method) {
+                                 int64_t steps, int threads, const Parallel& parallel, const Method& method,
+                                 int64_t memory_trace) {
   const int64_t world = std::getenv("WORLD_SIZE") != nullptr ? std::atoll(std::getenv("WORLD_SIZE")) : 1;
   const int64_t vocab = basin::bench::token_vocab(model);
   const basin::Json data = vocab > 0 ? token_data(batch * steps * world, batch, basin::bench::token_block(model), vocab)
@@ -166,13 +172,15 @@ std::vector<double> time_trainer(bool sam, const std::string& model, const std::
   }
   if (parallel.checkpointing) config["parallel"]["activation_checkpointing"] = true;
   auto timer = std::make_shared<StepTimer>();
+  std::vector<std::shared_ptr<basin::Callback>> callbacks{timer};
+  if (memory_trace >= 0) callbacks.push_back(std::make_shared<basin::bench::MemoryTrace>(memory_trace));
   auto remove_tokens = [&] {  // read whole when the trainer is built
     if (vocab == 0) return;
     for (const char* split : {"train", "test"}) std::remove(config["data"][split].get<std::string>().c_str());
   };
   std::unique_ptr<basin::Trainer> trainer;
   try {
-    trainer = std::make_unique<basin::Trainer>(config, std::vector<std::shared_ptr<basin::Callback>>{timer});
+    trainer = std::make_unique<basin::Trainer>(config, callbacks);
   } catch (...) {
     remove_tokens();
     throw;
@@ -245,6 +253,9 @@ int main(int argc, char** argv) {
   app.add_option("--algorithm", method.algorithm);
   app.add_option("--keys", method.keys);
   app.add_option("--lora", method.lora);
+  int64_t memory_trace = -1;
+  app.add_option("--memory-trace", memory_trace,
+                 "trainer impls: print where step N (from 0) peaks, event by event (bench/memory_trace.h)");
   CLI11_PARSE(app, argc, argv);
   if ((parallel.mode != "none" || basin::bench::token_vocab(model) > 0) && impl.rfind("trainer", 0) != 0) {
     std::cerr << "--parallel and --model gpt or llama need a trainer impl (trainer_sgd, trainer_sam), not " << impl
@@ -255,7 +266,7 @@ int main(int argc, char** argv) {
   basin::set_compute_threads(threads);
   const bool sam = impl.find("sam") != std::string::npos;
   std::vector<double> ms = impl.rfind("trainer", 0) == 0
-                               ? time_trainer(sam, model, optimizer, batch, warmup + steps, threads, parallel, method)
+                               ? time_trainer(sam, model, optimizer, batch, warmup + steps, threads, parallel, method, memory_trace)
                                : time_optimizer(sam, model, optimizer, batch, warmup + steps);
   ms.erase(ms.begin(), ms.begin() + warmup);  // first steps allocate state and buffers
   std::vector<double> sorted = ms;

@@ -38,6 +38,8 @@ class TrackingAllocator : public c10::Allocator {
       std::lock_guard<std::mutex> lock(mutex_);
       sizes_[data] = bytes;
       current_ += bytes;
+      if (on_allocate_ != nullptr) on_allocate_(data, bytes);
+      if (current_ > peak_ && on_new_peak_ != nullptr) on_new_peak_(bytes, current_, sizes_);
       peak_ = std::max(peak_, current_);
     }
     return {data, data, &TrackingAllocator::release, c10::Device(c10::DeviceType::CPU)};
@@ -52,6 +54,16 @@ class TrackingAllocator : public c10::Allocator {
     std::lock_guard<std::mutex> lock(mutex_);
     return peak_;
   }
+  /// Called (under the allocator's lock) with the size of each allocation that raises the peak, and the bytes held.
+  using Sizes = std::unordered_map<void*, size_t>;
+  static void on_new_peak(void (*callback)(size_t bytes, size_t current, const Sizes& held)) { on_new_peak_ = callback; }
+
+  /// Called (under the allocator's lock) with every allocation.
+  static void on_allocate(void (*callback)(void* data, size_t bytes)) { on_allocate_ = callback; }
+
+  /// Called (under the allocator's lock) with every release, and the bytes held after it.
+  static void on_release(void (*callback)(void* data, size_t bytes, size_t current)) { on_release_ = callback; }
+
   /// Starts a new peak measurement from what is held now.
   void reset_peak() {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -64,6 +76,7 @@ class TrackingAllocator : public c10::Allocator {
       std::lock_guard<std::mutex> lock(mutex_);
       auto it = sizes_.find(data);
       if (it != sizes_.end()) {
+        if (on_release_ != nullptr) on_release_(data, it->second, current_ - it->second);
         current_ -= it->second;
         sizes_.erase(it);
       }
@@ -75,6 +88,9 @@ class TrackingAllocator : public c10::Allocator {
   static inline std::unordered_map<void*, size_t> sizes_;
   static inline size_t current_ = 0;
   static inline size_t peak_ = 0;
+  static inline void (*on_allocate_)(void*, size_t) = nullptr;
+  static inline void (*on_release_)(void*, size_t, size_t) = nullptr;
+  static inline void (*on_new_peak_)(size_t, size_t, const std::unordered_map<void*, size_t>&) = nullptr;
 };
 
 }  // namespace basin::bench
