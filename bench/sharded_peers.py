@@ -61,6 +61,7 @@ def contenders(args, ranks):
                       "--optimizer", args.optimizer] + common
     peer = ["--algorithm", "sam_synced" if sam else "sgd", "--optimizer", args.python_optimizer or args.optimizer] + common
     features = [f for f, on in (("--mixed-precision", args.mixed_precision), ("--checkpointing", args.checkpointing)) if on]
+    basin_only = ["--return-freed-memory", "1"] if args.return_freed_memory else []
     peer_only = (["--autocast"] if args.peer_autocast else []) + (["--meta-init"] if args.peer_meta_init else [])
     pairs = args.pairs.split(",")
     entries = []
@@ -68,11 +69,12 @@ def contenders(args, ranks):
         entries += [("basin_ddp", basin + ["--parallel", "ddp"]),
                     ("pytorch_ddp", launch + [args.python, os.path.join(HERE, "ddp_peer.py")] + peer)]
     if "zero3" in pairs:
-        entries += [("basin_zero3", basin + ["--parallel", "zero3"] + [x for f in features for x in (f, "1")]),
+        entries += [("basin_zero3", basin + ["--parallel", "zero3"] + [x for f in features for x in (f, "1")] + basin_only),
                     ("fsdp2", launch + [args.python, os.path.join(HERE, "fsdp_peer.py")] + peer + features + peer_only)]
     if "hsdp" in pairs:
         group = ["--shard-group-size", str(args.shard_group_size or max(1, ranks // 2))]
-        entries += [("basin_hsdp", basin + ["--parallel", "hsdp"] + group + [x for f in features for x in (f, "1")]),
+        entries += [("basin_hsdp", basin + ["--parallel", "hsdp"] + group + [x for f in features for x in (f, "1")] +
+                     basin_only),
                     ("fsdp2_hsdp", launch + [args.python, os.path.join(HERE, "fsdp_peer.py")] + peer + features +
                      peer_only + group)]
     return entries
@@ -103,6 +105,9 @@ def main():
                         help="zero3 and hsdp pairs only: basin's amp_bf16 with bf16 gathers; FSDP2's MixedPrecisionPolicy(bf16, fp32)")
     parser.add_argument("--checkpointing", action="store_true",
                         help="zero3 pair only: every unit's activations recomputed in backward, on both sides")
+    parser.add_argument("--return-freed-memory", action="store_true",
+                        help="zero3 and hsdp pairs: basin hands the heap's freed pages back before each backward "
+                             "(parallel.return_freed_memory)")
     parser.add_argument("--peer-meta-init", action="store_true",
                         help="zero3 and hsdp pairs, gpt models: FSDP2 builds the model on the meta device and "
                              "initialises its shards alone (deferred init)")
@@ -140,6 +145,7 @@ def main():
         what = "SAM with a synced ascent" if args.algorithm == "sam_synced" else "the base optimizer alone"
         what += "".join(f", {f[2:]}" for f, on in (("--mixed-precision", args.mixed_precision),
                                                      ("--checkpointing", args.checkpointing),
+                                                     ("--return-freed-memory", args.return_freed_memory),
                                                      ("--peer-autocast", args.peer_autocast),
                                                      ("--peer-meta-init", args.peer_meta_init),
                                                      ("--peer-default-malloc", args.peer_default_malloc)) if on)

@@ -31,7 +31,8 @@
 // the gradient sync after backward. Every rank prints its line.
 // --mixed-precision 1 runs amp_bf16, and under zero3 and hsdp gathers in bf16
 // from fp32 shards (reduce in fp32);
-// --checkpointing 1 recomputes every unit's activations in backward.
+// --checkpointing 1 recomputes every unit's activations in backward;
+// --return-freed-memory 1 sets zero3's and hsdp's parallel.return_freed_memory.
 //
 // --memory-trace N (trainer impls) prints where step N (from 0) peaks, event
 // by event: resident memory, tensors and malloc's heap, then the tensors held
@@ -93,6 +94,7 @@ struct Parallel {
   bool overlap = true;
   bool mixed_precision = false;  // amp_bf16; zero3: bf16 gathers
   bool checkpointing = false;    // every unit
+  bool return_freed_memory = false;  // zero3's and hsdp's, before each backward
   int64_t shard_group_size = 0;  // hsdp's
 };
 
@@ -171,6 +173,7 @@ std::vector<double> time_trainer(bool sam, const std::string& model, const std::
     config["parallel"]["mixed_precision"] = {{"param_dtype", "bf16"}, {"reduce_dtype", "fp32"}, {"buffers", true}};
   }
   if (parallel.checkpointing) config["parallel"]["activation_checkpointing"] = true;
+  if (parallel.return_freed_memory) config["parallel"]["return_freed_memory"] = true;
   auto timer = std::make_shared<StepTimer>();
   std::vector<std::shared_ptr<basin::Callback>> callbacks{timer};
   if (memory_trace >= 0) callbacks.push_back(std::make_shared<basin::bench::MemoryTrace>(memory_trace));
@@ -249,6 +252,7 @@ int main(int argc, char** argv) {
   app.add_option("--overlap", parallel.overlap);
   app.add_option("--mixed-precision", parallel.mixed_precision);
   app.add_option("--checkpointing", parallel.checkpointing);
+  app.add_option("--return-freed-memory", parallel.return_freed_memory, "zero3 and hsdp: 1 hands the heap's freed pages back before each backward");
   Method method;
   app.add_option("--algorithm", method.algorithm);
   app.add_option("--keys", method.keys);

@@ -20,7 +20,7 @@ FullyShardedOptions fully_sharded_options_from_config(Params& parallel, bool ove
   options.backward_prefetch = prefetch.integer("backward", ahead, 0, 64);
   prefetch.finish();
   options.reshard_after_forward = parallel.boolean("reshard_after_forward", true);
-  options.return_freed_memory = parallel.boolean("return_freed_memory", true);
+  options.return_freed_memory = parallel.boolean("return_freed_memory", false);
   options.mixed_precision = mixed_precision_from_config(parallel, precision);
   return options;
 }

@@ -22,7 +22,7 @@ struct FullyShardedOptions {
   int64_t forward_prefetch = 1;
   int64_t backward_prefetch = 1;
   bool reshard_after_forward = true;
-  bool return_freed_memory = true;  // before each backward (core/base/memory_reuse.h)
+  bool return_freed_memory = false;  // before each backward (core/base/memory_reuse.h)
   MixedPrecisionPolicy mixed_precision;
 };
 
