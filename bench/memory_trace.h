@@ -69,7 +69,10 @@ class MemoryTrace : public basin::Callback {
   bool on_after_step(const State&, Logger&) override { return mark("after_step"), false; }
   bool on_batch_end(const State&, Logger&) override {
     mark("batch_end");
-    if (batches_++ == step_) print();
+    if (batches_++ == step_) {
+      tracing_ = false;  // the traced step is over, however many follow
+      print();
+    }
     return false;
   }
 
@@ -97,12 +100,13 @@ class MemoryTrace : public basin::Callback {
     Frames frames;
   };
 
+  // Set by the trainer's thread, read as any thread allocates.
+  static inline std::atomic<bool> tracing_{false};
+  static inline std::atomic<const char*> last_event_{""};
   // Written under the tracking allocator's lock, read once the step is over.
-  static inline bool tracing_ = false;
   static inline std::unordered_map<void*, Frames> made_at_;  // of every large tensor made while tracing
   static inline std::vector<Change> timeline_;
   static inline size_t step_peak_ = 0;
-  static inline const char* last_event_ = "";
   static inline const char* step_peak_event_ = "";
   static inline std::vector<size_t> peak_held_;  // the tensors of 1 MiB or more held at the step's peak
   static inline std::vector<std::pair<size_t, Frames>> peak_large_;
@@ -122,7 +126,7 @@ class MemoryTrace : public basin::Callback {
   static void new_peak(size_t /*bytes*/, size_t current, const TrackingAllocator::Sizes& held) {
     if (!tracing_ || current <= step_peak_) return;
     step_peak_ = current;
-    step_peak_event_ = last_event_;
+    step_peak_event_ = last_event_.load();
     peak_held_.clear();
     peak_large_.clear();
     for (const auto& [data, bytes] : held) {

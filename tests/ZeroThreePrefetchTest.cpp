@@ -6,12 +6,13 @@
 #include <gtest/gtest.h>
 
 #include <malloc.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
-#include <fstream>
 #include <string>
 
 #include <ATen/ATen.h>
@@ -188,56 +189,67 @@ TEST(ZeroThreePrefetchTest, KeepingUnitsWholeSavesBackwardsGathersAndPrefetchMov
 
 /// Rank 0's first backward: 64 MiB of heap blocks touched and freed just
 /// before it (kept for reuse), each between two blocks held, untouched, so
-/// that none joins another or the heap's top; and how much of the 64 MiB is
-/// resident still once backward has run.
+/// that none joins another or the heap's top; and the share of their pages
+/// (those wholly inside a block, which a trim may hand back) resident still
+/// once backward has run. Asked of those pages alone (mincore), not of the
+/// process, whose other threads allocate meanwhile.
 class FreedBeforeBackward : public Callback {
  public:
   std::string name() const override { return "freed_before_backward"; }
   bool on_before_backward(const State& state, Logger&) override {
     if (state.rank != 0 || done_) return false;
-    start_ = resident_mib();
-    std::vector<void*> freed;
     for (int i = 0; i < 2 * kBlocks; ++i) {
       void* block = std::malloc(kBlock);
       if (i % 2 == 0) {
-        freed.push_back(std::memset(block, 1, kBlock));
+        freed_.push_back(std::memset(block, 1, kBlock));
       } else {
         held_.push_back(block);
       }
     }
-    for (void* block : freed) std::free(block);
+    for (void* block : freed_) std::free(block);
     return false;
   }
   bool on_after_backward(const State& state, Logger&) override {
     if (state.rank != 0 || done_) return false;
-    kept_mib = resident_mib() - start_;
+    const auto page = static_cast<std::uintptr_t>(::sysconf(_SC_PAGESIZE));
+    std::size_t pages = 0, resident = 0;
+    for (void* block : freed_) {
+      const auto start = (reinterpret_cast<std::uintptr_t>(block) + 2 * page - 1) / page * page;  // past malloc's words
+      const auto end = (reinterpret_cast<std::uintptr_t>(block) + kBlock) / page * page;
+      std::vector<unsigned char> in(static_cast<std::size_t>((end - start) / page));
+      if (::mincore(reinterpret_cast<void*>(start), end - start, in.data()) != 0) continue;
+      for (const unsigned char flag : in) resident += flag & 1;
+      pages += in.size();
+    }
+    resident_share = pages > 0 ? static_cast<double>(resident) / static_cast<double>(pages) : -1;
     done_ = true;
     for (void* block : held_) std::free(block);
     return false;
   }
-  double kept_mib = -1;
+  double resident_share = -1;
 
  private:
   static constexpr int kBlocks = 512;
   static constexpr std::size_t kBlock = 128 << 10;
-  static double resident_mib() {
-    std::ifstream statm("/proc/self/statm");
-    long pages = 0, resident = 0;
-    statm >> pages >> resident;
-    return static_cast<double>(resident) * static_cast<double>(::sysconf(_SC_PAGESIZE)) / (1 << 20);
-  }
-  double start_ = 0;
   bool done_ = false;
-  std::vector<void*> held_;
+  std::vector<void*> freed_, held_;
+};
+
+/// glibc's malloc as basin-train sets it (keep_freed_memory_for_reuse), then its defaults again.
+struct FreedMemoryKept {
+  FreedMemoryKept() { keep_freed_memory_for_reuse(); }
+  ~FreedMemoryKept() {
+    mallopt(M_MMAP_THRESHOLD, 128 << 10);
+    mallopt(M_TRIM_THRESHOLD, 128 << 10);
+  }
 };
 
 // The pages a forward freed are resident no more while backward runs (it
-// faults in only what it reuses), as basin-train keeps freed memory: unless
-// parallel.return_freed_memory is false. The bits are the same either way.
+// faults in only what it reuses), as basin-train keeps freed memory, with
+// parallel.return_freed_memory; without it they stay. The bits are the same.
 TEST(ZeroThreePrefetchTest, FreedMemoryIsHandedBackBeforeEachBackward) {
-  mallopt(M_MMAP_THRESHOLD, kLargestHeapBlock);  // as keep_freed_memory_for_reuse() sets it, then glibc's defaults
-  mallopt(M_TRIM_THRESHOLD, 1 << 30);
-  std::vector<double> kept;
+  const FreedMemoryKept kept_as_basin_train_keeps_it;
+  std::vector<double> resident;
   std::vector<test::Weights> weights;
   for (const bool handed_back : {true, false}) {
     Json config = mlp_job();
@@ -249,13 +261,29 @@ TEST(ZeroThreePrefetchTest, FreedMemoryIsHandedBackBeforeEachBackward) {
       test::Weights trained = test::weights_of(trainer);
       if (rank == 0) weights.push_back(std::move(trained));
     });
-    kept.push_back(probe->kept_mib);
+    resident.push_back(probe->resident_share);
   }
-  mallopt(M_MMAP_THRESHOLD, 128 << 10);
-  mallopt(M_TRIM_THRESHOLD, 128 << 10);
-  EXPECT_LT(kept[0], 16) << "MiB of the 64 freed still resident through backward, handed back";
-  EXPECT_GT(kept[1], 48) << "MiB of the 64 freed still resident through backward, kept";
+  EXPECT_GE(resident[0], 0);
+  EXPECT_LT(resident[0], 0.25) << "of the freed blocks' pages resident through backward, handed back";
+  EXPECT_GT(resident[1], 0.75) << "of the freed blocks' pages resident through backward, kept";
   EXPECT_EQ(test::max_difference(weights[0], weights[1]), 0.0);
+}
+
+// A unit's gradients are this rank's part of its reduce, in place: one
+// storage per unit (the mlp's four), no copy of it beside the part.
+TEST(ZeroThreePrefetchTest, AUnitsGradientsAreThisRanksPartOfItsReduce) {
+  test::run_ranks(2, [&](int rank, std::shared_ptr<Communicator> communicator) {
+    Trainer trainer(mlp_job(), {}, {}, communicator);
+    trainer.fit();
+    std::vector<const void*> storages;
+    for (const at::Tensor& shard : test::fully_sharded_of(trainer)->shards()) {
+      ASSERT_TRUE(shard.grad().defined()) << "rank " << rank;
+      storages.push_back(shard.grad().storage().data());
+    }
+    ASSERT_EQ(storages.size(), 8u) << "rank " << rank << ": a weight and a bias a unit";
+    std::sort(storages.begin(), storages.end());
+    EXPECT_EQ(std::unique(storages.begin(), storages.end()) - storages.begin(), 4) << "rank " << rank;
+  });
 }
 
 TEST(ZeroThreePrefetchTest, TheScheduleKeysAreZeroThreesAlone) {
