@@ -15,7 +15,12 @@ SerialWorker::~SerialWorker() {
 }
 
 std::future<void> SerialWorker::post(std::function<void()> job) {
-  std::packaged_task<void()> task(std::move(job));
+  // The job, with what it captured (a collective's tensors), is destroyed as
+  // it ends, before its future is ready: whoever waited may reuse that memory.
+  std::packaged_task<void()> task([job = std::move(job)]() mutable {
+    const std::function<void()> running = std::move(job);
+    running();
+  });
   std::future<void> done = task.get_future();
   {
     std::lock_guard<std::mutex> lock(mutex_);

@@ -22,7 +22,8 @@ class SerialWorker {
   SerialWorker(const SerialWorker&) = delete;
   SerialWorker& operator=(const SerialWorker&) = delete;
 
-  /// Queues `job`; the future is ready when it has run (and rethrows what it threw).
+  /// Queues `job`; the future is ready when it has run and been destroyed
+  /// (and rethrows what it threw): nothing it captured is held past that.
   std::future<void> post(std::function<void()> job);
 
  private:
