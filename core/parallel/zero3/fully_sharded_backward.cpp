@@ -5,6 +5,7 @@
 
 #include <ATen/ATen.h>
 
+#include "basin/core/base/block_cache.h"
 #include "basin/core/base/memory_reuse.h"
 #include "basin/core/communication/communicator.h"
 #include "basin/core/communication/flat_tensors.h"
@@ -114,7 +115,10 @@ void FullyShardedModel::start_reduce(std::size_t u) {
   // becomes its gradients.
   unit.reduce_parts.clear();
   for (const int64_t n : unit.part_numel) {
-    unit.reduce_parts.push_back(at::zeros({n + count}, unit.options.dtype(unit.reduce_dtype)));
+    const auto options = unit.options.dtype(unit.reduce_dtype);
+    // On the CPU from the blocks kept for reuse: this rank's part comes back when its gradients are let go.
+    unit.reduce_parts.push_back(options.device().is_cpu() ? blocks_->empty(n + count, unit.reduce_dtype).zero_()
+                                                          : at::zeros({n + count}, options));
   }
   at::NoGradGuard no_grad;
   std::vector<int64_t> at(static_cast<std::size_t>(world), 0);

@@ -12,6 +12,7 @@
 #include <torch/csrc/autograd/variable.h>
 #include <torch/nn/module.h>
 
+#include "basin/core/base/block_cache.h"
 #include "basin/core/communication/communicator.h"
 #include "basin/core/parallel/zero3/fully_sharded_unit.h"
 
@@ -22,12 +23,13 @@ namespace {
 /// Gives `param`'s storage `bytes` fresh bytes (0: frees them), keeping the
 /// storage object, so every tensor that shares it (autograd's saved ones)
 /// sees the new bytes, and the version counter, which an in-place write
-/// would bump (and backward would then refuse the saved tensors).
-void set_storage_bytes(const at::Tensor& param, std::size_t bytes) {
+/// would bump (and backward would then refuse the saved tensors). On the
+/// CPU the bytes come from `blocks`, and go back to it when freed.
+void set_storage_bytes(const at::Tensor& param, std::size_t bytes, BlockCache& blocks) {
   c10::StorageImpl* storage = param.storage().unsafeGetStorageImpl();
   // A storage read from a file (TorchScript's) has no allocator of its own.
   c10::Allocator* allocator = storage->allocator() != nullptr ? storage->allocator() : c10::GetAllocator(param.device().type());
-  storage->set_data_ptr_noswap(allocator->allocate(bytes));
+  storage->set_data_ptr_noswap(bytes > 0 && param.device().is_cpu() ? blocks.take(bytes) : allocator->allocate(bytes));
   storage->set_nbytes(bytes);
 }
 
@@ -60,7 +62,10 @@ class FullyShardedModel::ReadyHook : public torch::autograd::FunctionPostHook {
 FullyShardedModel::FullyShardedModel(torch::nn::Module& model, const std::vector<torch::nn::Module*>& units,
                                      std::shared_ptr<Communicator> communicator, FullyShardedOptions options,
                                      std::shared_ptr<Communicator> replicas)
-    : communicator_(std::move(communicator)), replicas_(std::move(replicas)), options_(std::move(options)) {
+    : communicator_(std::move(communicator)),
+      replicas_(std::move(replicas)),
+      options_(std::move(options)),
+      blocks_(std::make_unique<BlockCache>()) {
   const int world = communicator_->world_size();
   const int me = communicator_->rank();
   std::unordered_map<const c10::TensorImpl*, std::size_t> unit_of_param;
@@ -127,7 +132,7 @@ FullyShardedModel::FullyShardedModel(torch::nn::Module& model, const std::vector
       p.set_data(at::empty(p.sizes(), unit.options));
     }
     full_.push_back(p);
-    set_storage_bytes(p, 0);
+    set_storage_bytes(p, 0, *blocks_);
   }
   for (std::size_t u = 0; u < units_.size(); ++u) {
     // A unit is freed once its gradients are in, but a frozen parameter's
@@ -202,7 +207,7 @@ void FullyShardedModel::start_gather(std::size_t u) {
   at::NoGradGuard no_grad;
   for (const std::size_t i : unit.params) {
     const at::Tensor& p = full_[i];
-    set_storage_bytes(p, p.nbytes());
+    set_storage_bytes(p, p.nbytes(), *blocks_);
     add_pieces(i, writable_alias(p), pieces);
   }
   unit.gathering = communicator_->start_all_gather(std::move(pieces));
@@ -229,7 +234,7 @@ void FullyShardedModel::release(std::size_t u) {
   }
   if (held_to_next_run_ == u) held_to_next_run_.reset();
   if (!unit.gathered) return;
-  for (const std::size_t i : unit.params) set_storage_bytes(full_[i], 0);
+  for (const std::size_t i : unit.params) set_storage_bytes(full_[i], 0, *blocks_);
   unit.gathered = false;
   if (u == declared_) root_awaits_backward_ = false;
 }
@@ -259,6 +264,8 @@ int64_t FullyShardedModel::shard_bytes() const {
   for (const auto& s : shards_) bytes += s.nbytes();
   return bytes;
 }
+
+std::size_t FullyShardedModel::cached_bytes() const { return blocks_->made_bytes(); }
 
 c10::Device FullyShardedModel::device() const {
   return shards_.empty() ? c10::Device(c10::kCPU) : shards_.front().device();

@@ -17,6 +17,7 @@ namespace torch::autograd { struct Node; }
 
 namespace basin {
 
+class BlockCache;
 class Communicator;
 class PendingCollective;
 
@@ -52,6 +53,11 @@ class PendingCollective;
 /// (its gradient still waits for the lookup's): units are taken to run as a
 /// chain, each run's output feeding the next, as the blocks of a network do.
 /// The gradients are reduced in the reverse of each unit's first run.
+///
+/// On the CPU, gathered parameters and reduce parts (this rank's becomes its
+/// gradients) take their bytes from blocks the model keeps for reuse
+/// (BlockCache): the same few blocks serve every unit and step, where freed
+/// into malloc's heap they would leave holes among longer-lived blocks.
 ///
 /// Parameters under no unit form the root unit, whole from the forward's
 /// start to their backward. Buffers (BatchNorm statistics) stay replicated.
@@ -129,6 +135,9 @@ class FullyShardedModel : public UnitRunner {
   /// Bytes of this rank's shards.
   int64_t shard_bytes() const;
   c10::Device device() const;
+  /// Bytes of the blocks gathers and reduces have made on the CPU to reuse
+  /// (kept from one unit and step to the next, never freed before this model).
+  std::size_t cached_bytes() const;
 
  private:
   struct Unit;
@@ -194,6 +203,7 @@ class FullyShardedModel : public UnitRunner {
   std::vector<std::shared_ptr<torch::autograd::Node>> accumulators_;
   std::vector<uintptr_t> hook_keys_;
   std::recursive_mutex mutex_;  // hooks may run on autograd's device threads
+  std::unique_ptr<BlockCache> blocks_;  // the CPU's gathered parameters and reduce parts
   int64_t peak_gathered_bytes_ = 0;
 };
 

@@ -5,6 +5,7 @@
 #include <torch/csrc/autograd/function.h>
 #include <torch/csrc/autograd/variable.h>
 
+#include "basin/core/base/block_cache.h"
 #include "basin/core/communication/communicator.h"
 #include "basin/core/parallel/zero3/fully_sharded_unit.h"
 
@@ -28,6 +29,7 @@ void FullyShardedModel::with_whole_parameters(const std::function<void()>& use) 
   for (std::size_t u = 0; u < units_.size(); ++u) {
     if (!was[u]) drop(u);
   }
+  blocks_->free_kept();  // every unit's gather at once: no step holds as much
   if (failed) std::rethrow_exception(failed);
 }
 
