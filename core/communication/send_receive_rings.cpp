@@ -1,14 +1,15 @@
 // The ring collectives over Gloo's sends and receives (send_receive_rings.h).
-#ifndef USE_C10D_GLOO
-#define USE_C10D_GLOO 1  // the process group headers are compiled only with it (LibTorch 2.x's package defines it)
-#endif
-
 #include "basin/core/communication/send_receive_rings.h"
 
 #include <algorithm>
 
 #include <ATen/ATen.h>
-#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+// Only the sends and receives of compat::CollectiveBackend: not Gloo's own header.
+#if BASIN_TORCH_AT_LEAST(2, 0)
+#include <torch/csrc/distributed/c10d/Backend.hpp>
+#else
+#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
+#endif
 
 #include "basin/core/communication/flat_tensors.h"
 
