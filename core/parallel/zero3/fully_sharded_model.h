@@ -56,8 +56,9 @@ class PendingCollective;
 ///
 /// On the CPU, gathered parameters and reduce parts (this rank's becomes its
 /// gradients) take their bytes from blocks the model keeps for reuse
-/// (BlockCache): the same few blocks serve every unit and step, where freed
-/// into malloc's heap they would leave holes among longer-lived blocks.
+/// (BlockCache): blocks of one size serve every unit and step that asks for
+/// it, where freed into malloc's heap they would leave holes among
+/// longer-lived blocks.
 ///
 /// Parameters under no unit form the root unit, whole from the forward's
 /// start to their backward. Buffers (BatchNorm statistics) stay replicated.
@@ -135,8 +136,8 @@ class FullyShardedModel : public UnitRunner {
   /// Bytes of this rank's shards.
   int64_t shard_bytes() const;
   c10::Device device() const;
-  /// Bytes of the blocks gathers and reduces have made on the CPU to reuse
-  /// (kept from one unit and step to the next, never freed before this model).
+  /// Bytes of every block gathers and reduces have made on the CPU to reuse
+  /// (kept from one unit and step to the next; it grows only when none fits).
   std::size_t cached_bytes() const;
 
  private:
