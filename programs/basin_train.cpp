@@ -32,6 +32,7 @@
 #include "basin/core/engine/engine.h"
 #include "basin/core/model/model.h"
 #include "basin/core/parallel/distributed_strategy.h"
+#include "basin/core/train/low_precision_speed.h"
 #include "basin/core/train/trainer.h"
 
 namespace {
@@ -72,8 +73,9 @@ std::shared_ptr<basin::CheckpointSaver> default_checkpoint_saver(const basin::Js
 // What LibTorch computes with, said once the config has passed (bad input
 // stays one line) and before training. On netlib's reference BLAS (a fresh
 // Debian machine's libblas.so.3) the matrix products run about 20x slower:
-// said loudly, with the fix, on each node.
-void say_what_computes(const basin::JobEnvironment& job) {
+// said loudly, with the fix, on each node; and so is a low precision the CPU
+// computes over twice as slowly as fp32 (bf16 without bf16 instructions).
+void say_what_computes(const basin::JobEnvironment& job, const basin::State& state) {
   const basin::BlasInfo blas = basin::blas_info();
   if (job.rank == 0) {
     const int threads = at::get_num_threads();
@@ -84,6 +86,10 @@ void say_what_computes(const basin::JobEnvironment& job) {
   if (blas.reference && job.local_rank == 0) {
     basin::console::warn("WARNING: LibTorch's matrix products run on netlib's REFERENCE BLAS (" + blas.library +
                          "), about 20x slower than an optimized BLAS. Fix: " + basin::kInstallOptimizedBlas);
+  }
+  if (job.local_rank == 0) {
+    const std::string slow = basin::low_precision_speed_warning(state.precision, state.device);
+    if (!slow.empty()) basin::console::warn(slow);
   }
 }
 
@@ -173,7 +179,7 @@ int main(int argc, char** argv) {
       loggers.push_back(std::make_shared<basin::MetricsFile>(run.file(basin::RunDirectory::kMetrics)));
     }
     basin::Trainer trainer(config, callbacks, loggers);  // validates everything, writes nothing
-    say_what_computes(job);
+    say_what_computes(job, trainer.state());
     // Rank 0's folder on every rank: without --run-dir each rank dates its own.
     if (trainer.state().communicator) run = run.agreed(*trainer.state().communicator, trainer.state().device);
     trainer.state().run_dir = run.path();

@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <filesystem>
 #include <numeric>
 #include <set>
@@ -17,6 +18,7 @@
 #include "basin/core/model/model.h"
 #include "basin/core/optim/scheduler.h"
 #include "basin/core/train/autocast.h"
+#include "basin/core/train/low_precision_speed.h"
 #include "test_util.h"
 
 namespace basin {
@@ -295,6 +297,49 @@ TEST(MixedPrecisionTest, Fp16RealOverflowOnCpu) {
 TEST(MixedPrecisionTest, Fp16RealOverflowWithSamOnCuda) {
   if (!at::hasCUDA()) GTEST_SKIP() << "no CUDA device: amp_fp16 on CUDA runs on a GPU machine";
   expect_fp16_overflow_backs_off_then_trains("cuda");
+}
+
+// The slow-bf16 warning, its timings faked: said with the measured ratio where
+// the low precision is over twice as slow as fp32; nothing timed for fp32 or
+// a GPU; a format the CPU cannot multiply is not warned of.
+TEST(MixedPrecisionTest, WarnsWhereTheLowPrecisionsProductsAreOverTwiceAsSlow) {
+  std::vector<at::ScalarType> timed;
+  auto timings = [&](double low, double fp32) {
+    return [&timed, low, fp32](at::ScalarType dtype) {
+      timed.push_back(dtype);
+      return dtype == at::kFloat ? fp32 : low;
+    };
+  };
+  const c10::Device cpu(c10::DeviceType::CPU);
+  const std::string slow = low_precision_speed_warning(Precision::kAmpBf16, cpu, timings(0.0877, 0.001));
+  EXPECT_NE(slow.find("bf16 matrix products 87.7x slower than fp32"), std::string::npos) << slow;
+  EXPECT_NE(slow.find("87.70 ms against 1.00 ms"), std::string::npos) << slow;
+  EXPECT_NE(slow.find("precision amp_bf16"), std::string::npos) << slow;
+  EXPECT_EQ(timed, (std::vector<at::ScalarType>{at::kBFloat16, at::kFloat}));
+  const std::string fp16 = low_precision_speed_warning(Precision::kAmpFp16, cpu, timings(0.0025, 0.001));
+  EXPECT_NE(fp16.find("fp16 matrix products 2.5x slower"), std::string::npos) << fp16;
+  EXPECT_NE(fp16.find("precision amp_fp16"), std::string::npos) << fp16;
+
+  EXPECT_EQ(low_precision_speed_warning(Precision::kAmpBf16, cpu, timings(0.002, 0.001)), "") << "2x is no warning";
+  EXPECT_EQ(low_precision_speed_warning(Precision::kAmpBf16, cpu, timings(0.0005, 0.001)), "");
+  timed.clear();
+  EXPECT_EQ(low_precision_speed_warning(Precision::kFp32, cpu, timings(1, 0.001)), "");
+  EXPECT_EQ(low_precision_speed_warning(Precision::kAmpBf16, c10::Device(c10::DeviceType::CUDA, 0), timings(1, 0.001)), "");
+  EXPECT_TRUE(timed.empty()) << "fp32 and a GPU time nothing";
+  auto no_kernel = [](at::ScalarType dtype) -> double {
+    if (dtype == at::kHalf) TORCH_CHECK(false, "\"addmm_impl_cpu_\" not implemented for 'Half'");
+    return 0.001;
+  };
+  EXPECT_EQ(low_precision_speed_warning(Precision::kAmpFp16, cpu, no_kernel), "");
+}
+
+// The real probe times a product in each format basin computes in on a CPU.
+TEST(MixedPrecisionTest, TheProbeTimesAProductInFp32AndBf16) {
+  for (const at::ScalarType dtype : {at::kFloat, at::kBFloat16}) {
+    const double seconds = time_cpu_product(dtype);
+    EXPECT_GT(seconds, 0.0) << dtype;
+    EXPECT_TRUE(std::isfinite(seconds)) << dtype;
+  }
 }
 
 TEST(MixedPrecisionTest, Fp16AutocastWithSamOnCuda) {
