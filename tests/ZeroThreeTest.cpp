@@ -19,6 +19,7 @@
 #include "basin/core/parallel/zero3/fully_sharded_model.h"
 #include "basin/core/parallel/zero3/fully_sharded_optimizer.h"
 #include "distributed_util.h"
+#include "local_gradients.h"
 #include "test_util.h"
 
 namespace basin {
@@ -161,18 +162,24 @@ TEST(ZeroThreeTest, AnOverflowInOneRanksGradientSkipsTheStepOnEveryRankAsUnderDa
   }
 }
 
+// Under bf16 autocast: one step (no SAM) as ddp's up to the fp32 sums of
+// the same local gradients in other orders (local_gradients.h: both sum
+// 2 ranks' 2 microbatches, 4 terms, and clip); SAM's 5 steps, and 2 of the
+// cnn and the resnet, nearer ddp's than the start (zero_three_follows_ddp.h).
 TEST(ZeroThreeTest, Bf16MicrobatchesAndClippingEqualDataParallel) {
   Json config = sam_config(R"({"rho": 0.05, "sync_ascent": true})", "ddp");
   config["precision"] = "amp_bf16";
   config["data"]["microbatches"] = 2;
   config["grad_clip_norm"] = 0.05;  // below the gradients' norm: every step clips
   config["optimizer"] = two_groups("sgd");
-  expect_zero_three_follows_ddp(config, "bf16, microbatches, clipping");
+  test::expect_one_step_follows_ddp(config, "zero3", 2);
+  expect_zero_three_follows_ddp(config, "bf16, microbatches, clipping", 2, 0, true);
   config["max_steps"] = 2;
   for (const char* model : {R"({"name": "cnn", "channels": [4, 6], "hidden": 8})",
                             R"({"name": "resnet", "width": 4, "blocks": [1]})"}) {
     config["model"] = Json::parse(model);
-    expect_zero_three_follows_ddp(config, std::string("bf16, microbatches, clipping, ") + model);
+    test::expect_one_step_follows_ddp(config, "zero3", 2);
+    expect_zero_three_follows_ddp(config, std::string("bf16, microbatches, clipping, ") + model, 2, 0, true);
   }
 }
 

@@ -11,7 +11,9 @@
 #include "basin/core/engine/callback.h"
 #include "basin/core/parallel/zero/sharded_optimizer.h"
 #include "distributed_util.h"
+#include "local_gradients.h"
 #include "test_util.h"
+#include "zero_three_follows_ddp.h"
 
 namespace basin {
 namespace {
@@ -22,14 +24,19 @@ using test::sam_config;
 using test::train_on_ranks;
 
 /// Trains `config` under ddp and under zero2 on two ranks: zero2 follows
-/// ddp to 1e-5 and its ranks stay bit-identical.
+/// ddp to 1e-5 and its ranks stay bit-identical. `low_precision` (under
+/// autocast, where no rounding bounds the gap over steps; see
+/// zero_three_follows_ddp.h): nearer ddp's weights than the start is.
 void expect_zero_two_follows_ddp(Json config, const std::string& what,
-                                 const std::function<void(int, Trainer&)>& setup = nullptr) {
+                                 const std::function<void(int, Trainer&)>& setup = nullptr, bool low_precision = false) {
   config["parallel"]["mode"] = "ddp";
   const auto replicated = train_on_ranks(2, config, setup);
   config["parallel"]["mode"] = "zero2";
   const auto sharded = train_on_ranks(2, config, setup);
-  EXPECT_LE(max_difference(sharded[0], replicated[0]), 1e-5) << what;
+  test::RankHeld trained;
+  trained.whole = replicated[0];
+  const test::Yardstick near = test::yardstick_of(config, trained, low_precision);
+  near.expect(max_difference(sharded[0], replicated[0]), near.weights, what);
   EXPECT_EQ(max_difference(sharded[0], sharded[1]), 0.0) << what;
   EXPECT_EQ(max_difference(replicated[0], replicated[1]), 0.0) << what;
 }
@@ -115,6 +122,9 @@ TEST(ZeroTwoTest, EsamStepsWhoseTensorsAllRestSyncTheirGradients) {
   expect_zero_two_follows_ddp(config, "esam, beta 0.01, rank-local ascent");
 }
 
+// Under bf16 autocast: one step (no SAM) as ddp's up to the fp32 sums of
+// the same local gradients in other orders (local_gradients.h: 2 ranks' 2
+// microbatches, 4 terms, and the clip); SAM's 5 steps nearer ddp's than the start.
 TEST(ZeroTwoTest, Bf16MicrobatchesAndClippingEqualDataParallel) {
   for (const std::string sam : {R"({"rho": 0.05, "sync_ascent": true})", R"({"rho": 0.05, "sync_ascent": false})"}) {
     Json config = sam_config(sam, "ddp");
@@ -122,8 +132,13 @@ TEST(ZeroTwoTest, Bf16MicrobatchesAndClippingEqualDataParallel) {
     config["data"]["microbatches"] = 2;
     config["grad_clip_norm"] = 0.05;  // below the gradients' norm: every step clips
     config["optimizer"] = two_groups("sgd");
-    expect_zero_two_follows_ddp(config, "bf16, microbatches, clipping, " + sam);
+    expect_zero_two_follows_ddp(config, "bf16, microbatches, clipping, " + sam, nullptr, true);
   }
+  Json config = sam_config("{}", "ddp");
+  config["precision"] = "amp_bf16";
+  config["data"]["microbatches"] = 2;
+  config["grad_clip_norm"] = 0.05;
+  test::expect_one_step_follows_ddp(config, "zero2", 2);
 }
 
 /// The bytes of gradients each rank holds after every synced backward.
