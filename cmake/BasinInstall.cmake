@@ -12,6 +12,7 @@ foreach(dir core algorithms callbacks schedulers models datasets launch)
           # Headers that only split one part's sources, no API of it:
           PATTERN "fully_sharded_unit.h" EXCLUDE PATTERN "pickle_opcodes.h" EXCLUDE
           PATTERN "image_decode.h" EXCLUDE PATTERN "node_beat.h" EXCLUDE PATTERN "store_messages.h" EXCLUDE
+          PATTERN "launcher_store.h" EXCLUDE
           # The models' parts: a model is used by its registered name.
           PATTERN "gpt.h" EXCLUDE PATTERN "llama.h" EXCLUDE PATTERN "transformer_layers.h" EXCLUDE
           PATTERN "hugging_face_files.h" EXCLUDE)

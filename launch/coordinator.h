@@ -3,7 +3,7 @@
 // How the launchers of one job agree on it: when an attempt starts (and on
 // which port rank 0 hosts the ranks' store), why it must stop, and whether
 // the job then restarts or ends. One node needs no one to agree with
-// (SoloCoordinator); several meet through a TCPStore that node 0's launcher
+// (SoloCoordinator); several meet through a store that node 0's launcher
 // hosts at --master-addr:--master-port (StoreCoordinator), as torchrun's
 // agents do.
 
@@ -87,9 +87,9 @@ struct JobShape {
   std::chrono::milliseconds last_call{30000};      // elastic: how long min_nodes wait for the rest
   /// A launcher silent this long is a lost node (--node-timeout). Long enough
   /// that a launcher a busy machine leaves unscheduled for seconds is not
-  /// taken for dead (CI once saw 15 s pass on two loaded cores); far shorter
-  /// than the collectives' timeout (parallel.timeout_seconds, 300 s), so a
-  /// dead machine's peers are stopped by their launchers, saying why.
+  /// taken for dead; far shorter than the collectives' timeout
+  /// (parallel.timeout_seconds, 300 s), so a dead machine's peers are stopped
+  /// by their launchers, saying why.
   std::chrono::milliseconds lost_after{30000};
 };
 
@@ -99,7 +99,7 @@ std::string nodes_spec(const JobShape& shape);
 /// throws std::invalid_argument saying what is expected.
 void parse_nodes_spec(const std::string& text, JobShape& shape);
 
-/// The launchers' coordinator through node 0's TCPStore (store_coordinator.cpp).
+/// The launchers' coordinator through node 0's store (store_coordinator.cpp).
 std::unique_ptr<Coordinator> make_store_coordinator(const JobShape& shape);
 
 /// The coordinator for `shape`: solo for one node, else through node 0's

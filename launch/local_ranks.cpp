@@ -46,7 +46,7 @@ void print_lines(int rank, Rank& r, const char* data, std::size_t size, bool flu
 
 // What a rank's process is given: its arguments and its environment (this
 // process's, with the job's variables set), built before fork. The child of a
-// threaded process (node 0's launcher hosts a TCPStore) may only make
+// threaded process (node 0's launcher hosts the launchers' store) may only make
 // async-signal-safe calls before exec: no malloc, no setenv.
 struct Exec {
   std::vector<std::string> storage;

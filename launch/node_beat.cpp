@@ -1,28 +1,36 @@
-// A launcher's beats in the launchers' TCPStore, and the connection to that
+// A launcher's beats in the launchers' store, and the connection to that
 // store (node_beat.h).
 
 #include "basin/launch/node_beat.h"
 
-#include <chrono>
 #include <exception>
 
 namespace basin::launch {
 
-c10::intrusive_ptr<c10d::TCPStore> connect(const JobShape& shape, bool server) {
-  c10d::TCPStoreOptions options;
-  options.port = static_cast<std::uint16_t>(shape.master_port);
-  options.isServer = server;
-  options.waitWorkers = false;
-  options.timeout = shape.join_timeout;
-  auto store = c10::make_intrusive<c10d::TCPStore>(shape.master_addr, options);
-  // Every later operation gives up as a lost node would: a machine that
-  // vanished answers nothing, not even a reset.
-  store->setTimeout(shape.lost_after);
-  return store;
+namespace {
+
+constexpr std::chrono::seconds kBeatInterval{1};
+
+}  // namespace
+
+std::unique_ptr<StoreClient> connect(const JobShape& shape, std::chrono::milliseconds answer_within) {
+  return std::make_unique<StoreClient>(shape.master_addr, shape.master_port, shape.join_timeout, answer_within);
 }
 
-Beat::Beat(const JobShape& shape, const std::string& counter) : store_(connect(shape, false)), counter_(counter) {
-  store_->add(counter_, 1);
+// A beat unanswered within its interval gives its connection up and the next
+// one connects afresh: the beat thread never waits out a long timeout (nor
+// does ~Beat), and node 0's store still counts a beat it read late.
+Beat::Beat(const JobShape& shape, const std::string& counter) : store_(connect(shape, kBeatInterval)), counter_(counter) {
+  // The first beat lands before the launcher says it is ready (a ready node
+  // has beaten); a store slow to answer gets the window to take it.
+  for (const auto deadline = std::chrono::steady_clock::now() + shape.lost_after;;) {
+    try {
+      store_->add(counter_, 1);
+      break;
+    } catch (const std::exception&) {
+      if (std::chrono::steady_clock::now() > deadline) throw;
+    }
+  }
   thread_ = std::thread([this] { run(); });
 }
 
@@ -37,11 +45,11 @@ Beat::~Beat() {
 
 void Beat::run() {
   std::unique_lock<std::mutex> lock(mutex_);
-  while (!wake_.wait_for(lock, std::chrono::seconds(1), [this] { return stopping_; })) {
+  while (!wake_.wait_for(lock, kBeatInterval, [this] { return stopping_; })) {
     try {
       store_->add(counter_, 1);
     } catch (const std::exception&) {
-      // node 0 is gone: the main thread finds out and says so
+      // node 0 is gone, or its store did not answer in time: the main thread finds out and says so
     }
   }
 }

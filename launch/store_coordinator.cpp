@@ -1,8 +1,8 @@
-// The launchers of a job of several nodes meet in a TCPStore that node 0's
+// The launchers of a job of several nodes meet in a store that node 0's
 // launcher hosts at --master-addr:--master-port, as torchrun's agents do.
 //
-// Keys (under basin-run/):
-//   shape              node 0's "MIN:MAX NPROC": a node started otherwise refuses itself
+// Keys (under basin-run/), in a store of launch/launcher_store.h:
+//   shape              node 0's "MIN:MAX NPROC", said once node 0 beats: a node started otherwise refuses itself
 //   incarnation/R      launchers node R has had; each counts its own beats in
 //   beat/R/I           (a thread, once a second: counts, not clocks, so machines' clocks may differ)
 //   refused/R          why node R refused itself (started otherwise than node 0)
@@ -24,9 +24,8 @@
 #include <sstream>
 #include <thread>
 
-#include <torch/csrc/distributed/c10d/TCPStore.hpp>
-
 #include "basin/launch/coordinator.h"
+#include "basin/launch/launcher_store.h"
 #include "basin/launch/local_ranks.h"
 #include "basin/launch/node_beat.h"
 #include "basin/launch/store_messages.h"
@@ -37,28 +36,16 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-std::string seconds(std::chrono::milliseconds duration) {
-  std::ostringstream out;
-  out << static_cast<double>(duration.count()) / 1000 << " s";
-  return out.str();
-}
-
 std::string key(const std::string& name) { return "basin-run/" + name; }
-// "node 2", "nodes 1, 3"
-std::string node_list(const std::vector<int>& nodes) {
-  std::string names;
-  for (int node : nodes) names += (names.empty() ? "" : ", ") + std::to_string(node);
-  return (nodes.size() > 1 ? "nodes " : "node ") + names;
-}
 std::string first_line(const std::string& text) { return text.substr(0, text.find('\n')); }
-std::string text(const std::vector<uint8_t>& bytes) { return std::string(bytes.begin(), bytes.end()); }
-std::vector<uint8_t> bytes(const std::string& text) { return std::vector<uint8_t>(text.begin(), text.end()); }
 
 class StoreCoordinator : public Coordinator {
  public:
   explicit StoreCoordinator(const JobShape& shape) : shape_(shape) {
     try {
-      store_ = connect(shape, coordinating());
+      if (coordinating()) server_ = std::make_unique<StoreServer>(shape.master_port);
+      // Every operation gives up as a lost node would: a machine that vanished answers nothing, not even a reset.
+      store_ = connect(shape, shape.lost_after);
     } catch (const std::exception& error) {
       const std::string what = error.what();
       throw LaunchError(1, coordinating() ? "node 0 could not host the launchers' store at " + address() + ": " +
@@ -66,7 +53,6 @@ class StoreCoordinator : public Coordinator {
                                           : "node 0's launcher (at " + address() + ") did not answer within " +
                                                 seconds(shape.join_timeout) + " (--join-timeout): " + first_line(what));
     }
-    if (coordinating()) set("shape", nodes_spec(shape_) + " " + std::to_string(shape_.nproc));
     join();
   }
 
@@ -77,7 +63,7 @@ class StoreCoordinator : public Coordinator {
     const auto deadline = Clock::now() + shape_.lost_after;
     try {
       for (int node : present_at_end_) {
-        while (!store_->check({key("bye/" + std::to_string(node))}) && Clock::now() < deadline) {
+        while (!store_->check(key("bye/" + std::to_string(node))) && Clock::now() < deadline) {
           std::this_thread::sleep_for(std::chrono::milliseconds(50));
         }
       }
@@ -111,10 +97,10 @@ class StoreCoordinator : public Coordinator {
       while (true) {
         missing.clear();
         for (int node = 1; node < shape_.nnodes; ++node) {  // a launcher alive and waiting for this attempt
-          if (!alive(node) || !store_->check({key("ready/" + n + "/" + std::to_string(node))})) missing.push_back(node);
+          if (!alive(node) || !store_->check(key("ready/" + n + "/" + std::to_string(node)))) missing.push_back(node);
         }
         bool refused = false;
-        for (int node : missing) refused = refused || store_->check({key("refused/" + std::to_string(node))});
+        for (int node : missing) refused = refused || store_->check(key("refused/" + std::to_string(node)));
         if (missing.empty() || refused || Clock::now() > deadline || launcher_interrupted()) break;
         // A restart waits the last call for nodes that may be gone for good; the first attempt, its whole --join-timeout.
         if (enough(missing) && attempt > first_attempt_) {
@@ -167,8 +153,8 @@ class StoreCoordinator : public Coordinator {
     if (Clock::now() - last_poll_ < std::chrono::milliseconds(200)) return "";
     last_poll_ = Clock::now();
     try {
-      const std::string failed = key("failed/" + std::to_string(attempt));
-      if (store_->check({failed})) return parse_failure(text(store_->get(failed))).what;
+      const std::string failed = get_if_set("failed/" + std::to_string(attempt));
+      if (!failed.empty()) return parse_failure(failed).what;
       if (!coordinating()) {
         if (!alive(0)) return lost_message(0);  // the others watch node 0 only
         return "";
@@ -212,9 +198,9 @@ class StoreCoordinator : public Coordinator {
         all = true;
         for (int node = 1; node < shape_.nnodes; ++node) {
           if (known[static_cast<std::size_t>(node)]) continue;
-          const std::string end = key("end/" + n + "/" + std::to_string(node));
-          if (store_->check({end})) {
-            results[static_cast<std::size_t>(node)] = parse_result(text(store_->get(end)));
+          const std::string end = get_if_set("end/" + n + "/" + std::to_string(node));
+          if (!end.empty()) {
+            results[static_cast<std::size_t>(node)] = parse_result(end);
           } else if (lost(node)) {
             results[static_cast<std::size_t>(node)] = {1, false, false, true, lost_message(node)};
             publish_failure(attempt, node, lost_message(node));
@@ -228,8 +214,8 @@ class StoreCoordinator : public Coordinator {
         }
         if (!all) std::this_thread::sleep_for(std::chrono::milliseconds(100));
       }
-      const std::string failed = key("failed/" + n);
-      const FirstFailure first = store_->check({failed}) ? parse_failure(text(store_->get(failed))) : FirstFailure{};
+      const std::string failed = get_if_set("failed/" + n);
+      const FirstFailure first = failed.empty() ? FirstFailure{} : parse_failure(failed);
       Verdict verdict = decide(attempt, shape_.max_restarts, results, first);
       if (!verdict.restart) {
         present_at_end_.clear();
@@ -255,10 +241,8 @@ class StoreCoordinator : public Coordinator {
            " (not there within " + waited + ")";
   }
   std::string address() const { return shape_.master_addr + ":" + std::to_string(shape_.master_port); }
-  void set(const std::string& name, const std::string& value) { store_->set(key(name), bytes(value)); }
-  std::string get_if_set(const std::string& name) {
-    return store_->check({key(name)}) ? text(store_->get(key(name))) : "";
-  }
+  void set(const std::string& name, const std::string& value) { store_->set(key(name), value); }
+  std::string get_if_set(const std::string& name) { return store_->get(key(name)).value_or(""); }
 
   std::string lost_message(int node) const {
     if (node != 0 && replaced_.count(node) != 0) {
@@ -270,23 +254,7 @@ class StoreCoordinator : public Coordinator {
   // Checks this node was started as node 0 was, refuses a node rank whose
   // launcher is alive, learns where the job stands, and starts beating.
   void join() {
-    std::string shape;
-    for (const auto deadline = Clock::now() + shape_.join_timeout; (shape = get_if_set("shape")).empty();) {
-      if (Clock::now() > deadline) throw LaunchError(1, "node 0's launcher at " + address() + " never said the job's shape");
-      std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    }
-    std::istringstream fields(shape);
-    std::string nodes;
-    int nproc = 0;
-    fields >> nodes >> nproc;
-    if (nodes != nodes_spec(shape_) || nproc != shape_.nproc) {
-      const std::string refusal = "node " + std::to_string(shape_.node_rank) + " was started with --nnodes " +
-                                  nodes_spec(shape_) + " --nproc-per-node " + std::to_string(shape_.nproc) +
-                                  ", node 0 with --nnodes " + nodes + " --nproc-per-node " +
-                                  std::to_string(nproc) + ": every node must be started with the same";
-      set("refused/" + std::to_string(shape_.node_rank), refusal);  // node 0 ends the job with it
-      throw LaunchError(2, refusal);
-    }
+    if (!coordinating()) check_shape();
     const int node = shape_.node_rank;
     if (const int64_t previous = incarnation_of(node); previous > 0) {
       const std::string counter = beat_key(node, previous);
@@ -311,6 +279,29 @@ class StoreCoordinator : public Coordinator {
     }
     const int64_t incarnation = store_->add(key("incarnation/" + std::to_string(node)), 1);
     beat_ = std::make_unique<Beat>(shape_, beat_key(node, incarnation));
+    // The others wait for the shape: said only once node 0 beats, a node that
+    // reads it never finds node 0 not yet beating (it once took that for lost).
+    if (coordinating()) set("shape", nodes_spec(shape_) + " " + std::to_string(shape_.nproc));
+  }
+
+  void check_shape() {
+    std::string shape;
+    for (const auto deadline = Clock::now() + shape_.join_timeout; (shape = get_if_set("shape")).empty();) {
+      if (Clock::now() > deadline) throw LaunchError(1, "node 0's launcher at " + address() + " never said the job's shape");
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    std::istringstream fields(shape);
+    std::string nodes;
+    int nproc = 0;
+    fields >> nodes >> nproc;
+    if (nodes != nodes_spec(shape_) || nproc != shape_.nproc) {
+      const std::string refusal = "node " + std::to_string(shape_.node_rank) + " was started with --nnodes " +
+                                  nodes_spec(shape_) + " --nproc-per-node " + std::to_string(shape_.nproc) +
+                                  ", node 0 with --nnodes " + nodes + " --nproc-per-node " +
+                                  std::to_string(nproc) + ": every node must be started with the same";
+      set("refused/" + std::to_string(shape_.node_rank), refusal);  // node 0 ends the job with it
+      throw LaunchError(2, refusal);
+    }
   }
 
   int64_t incarnation_of(int node) { return store_->add(key("incarnation/" + std::to_string(node)), 0); }
@@ -318,14 +309,17 @@ class StoreCoordinator : public Coordinator {
     return key("beat/" + std::to_string(node) + "/" + std::to_string(incarnation));
   }
 
-  // Whether node's current launcher has joined and beaten within lost_after.
+  // Whether node's current launcher has beaten within lost_after of this
+  // launcher's watch: one not yet beating (not joined, or between its join and
+  // its first beat) has the window from the first look, not none (a node 1
+  // quicker than node 0 once called it lost at once, "silent for 30 s").
   bool alive(int node) {
     const int64_t incarnation = incarnation_of(node);
-    if (incarnation == 0) return false;
-    const int64_t count = store_->add(beat_key(node, incarnation), 0);
-    auto& seen = seen_[node];
-    if (incarnation != seen.incarnation || count != seen.count) seen = {incarnation, count, Clock::now()};
-    return count > 0 && Clock::now() - seen.moved < shape_.lost_after;
+    const int64_t count = incarnation == 0 ? 0 : store_->add(beat_key(node, incarnation), 0);
+    const auto now = Clock::now();
+    Seen& seen = seen_.try_emplace(node, Seen{incarnation, count, now}).first->second;
+    if (incarnation != seen.incarnation || count != seen.count) seen = {incarnation, count, now};
+    return now - seen.moved < shape_.lost_after;
   }
 
   // Whether the launcher that started this attempt on node is gone.
@@ -360,13 +354,14 @@ class StoreCoordinator : public Coordinator {
   std::string wait_for(const std::string& name, std::chrono::milliseconds limit) {
     const auto deadline = Clock::now() + limit;
     try {
-      while (!store_->check({name})) {
+      std::optional<std::string> word;
+      while (!(word = store_->get(name))) {
         if (launcher_interrupted()) return "end 130 interrupted";
         if (!alive(0)) throw std::runtime_error(lost_message(0));
         if (Clock::now() > deadline) throw std::runtime_error("node 0 gave no word within " + seconds(limit));
         std::this_thread::sleep_for(std::chrono::milliseconds(100));
       }
-      return text(store_->get(name));
+      return *word;
     } catch (const std::exception& error) {
       return "end 1 failed: lost the launchers' store at " + address() + " (node 0): " + first_line(error.what());
     }
@@ -379,7 +374,8 @@ class StoreCoordinator : public Coordinator {
   };
 
   JobShape shape_;
-  c10::intrusive_ptr<c10d::TCPStore> store_;
+  std::unique_ptr<StoreServer> server_;  // node 0: the store, outliving the connections to it
+  std::unique_ptr<StoreClient> store_;
   std::unique_ptr<Beat> beat_;
   int first_attempt_ = 0;
   std::string ended_before_join_;  // the job's end, when this launcher came after it

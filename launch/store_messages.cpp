@@ -67,4 +67,16 @@ FirstFailure parse_failure(const std::string& text) {
   return first;
 }
 
+std::string seconds(std::chrono::milliseconds duration) {
+  std::ostringstream out;
+  out << static_cast<double>(duration.count()) / 1000 << " s";
+  return out.str();
+}
+
+std::string node_list(const std::vector<int>& nodes) {
+  std::string names;
+  for (int node : nodes) names += (names.empty() ? "" : ", ") + std::to_string(node);
+  return (nodes.size() > 1 ? "nodes " : "node ") + names;
+}
+
 }  // namespace basin::launch

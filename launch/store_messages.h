@@ -4,7 +4,9 @@
 // text: an attempt's start, a node's result, the first failure, the
 // verdict (store_coordinator.cpp lists the keys that hold them).
 
+#include <chrono>
 #include <string>
+#include <vector>
 
 #include "basin/launch/coordinator.h"
 
@@ -25,5 +27,10 @@ NodeResult parse_result(const std::string& text);
 /// "NODE WHAT".
 std::string failure_text(int node, const std::string& what);
 FirstFailure parse_failure(const std::string& text);
+
+/// "2.5 s", for the launchers' messages.
+std::string seconds(std::chrono::milliseconds duration);
+/// "node 2", "nodes 1, 3".
+std::string node_list(const std::vector<int>& nodes);
 
 }  // namespace basin::launch
