@@ -170,7 +170,8 @@ command -v ninja > /dev/null || die "ninja not found"
 export TORCH_CUDA_ARCH_LIST=${TORCH_CUDA_ARCH_LIST:-9.0}  # the H200's; saves LibTorch's GPU probe
 export CMAKE_POLICY_VERSION_MINIMUM=3.5  # CMake 4 refuses configs older than 3.5 without it
 
-configure_options=(-G Ninja -DCMAKE_BUILD_TYPE=Release -DBASIN_WITH_NCCL=ON
+# A CTest entry per test, so that -R 'Cuda|Nccl' below picks tests by name across suites.
+configure_options=(-G Ninja -DCMAKE_BUILD_TYPE=Release -DBASIN_WITH_NCCL=ON -DBASIN_CTEST_PER_TEST=ON
   "-DCMAKE_PREFIX_PATH=$dep;$torch_root")
 # The NCCL header of PyPI's nvidia-nccl package, beside torch.
 nccl_include=$(dirname "$torch_root")/nvidia/nccl/include

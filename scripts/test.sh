@@ -1,15 +1,19 @@
 #!/usr/bin/env bash
-# Installs what is missing, builds everything, runs every test (CTest).
-# BASIN_LIBTORCH=pypi tests the build against PyPI's LibTorch 2.x (see build.sh).
+# Installs what is missing, builds everything, runs every test (CTest: an
+# entry per GoogleTest suite, whose tests share a process, and per script;
+# cmake/BasinTestSuites.cmake). BASIN_LIBTORCH=pypi tests the build against
+# PyPI's LibTorch 2.x (see build.sh).
 #
-# A test that failed (a failed assertion or a non-zero exit) is run once more,
-# alone. If it passes then, the run passes but names it as FLAKY, last, and in
+# An entry that failed (a failed assertion or a non-zero exit) is run once
+# more, alone. If it passes then, the run passes but names it as FLAKY, last, and in
 # <build>/flaky-tests.txt (which .ci/run repeats at its end). A test that
 # crashed (a signal: SEGFAULT, Subprocess aborted, ...) or timed out is never
 # run again: the run fails.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+SECONDS=0
 bash scripts/build.sh
+echo "test.sh: installing what was missing and building took ${SECONDS} s"
 # The PyPI build's tests also hand GPT-2 weights to Hugging Face's transformers (the Debian build's skip that test
 # until this has run once, saying so).
 if [ "${BASIN_LIBTORCH:-debian}" = pypi ]; then
