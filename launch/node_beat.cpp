@@ -29,6 +29,7 @@ Beat::Beat(const JobShape& shape, const std::string& counter) : store_(connect(s
       break;
     } catch (const std::exception&) {
       if (std::chrono::steady_clock::now() > deadline) throw;
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));  // a call that fails at once must not spin here
     }
   }
   thread_ = std::thread([this] { run(); });

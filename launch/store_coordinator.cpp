@@ -47,11 +47,12 @@ class StoreCoordinator : public Coordinator {
       // Every operation gives up as a lost node would: a machine that vanished answers nothing, not even a reset.
       store_ = connect(shape, shape.lost_after);
     } catch (const std::exception& error) {
-      const std::string what = error.what();
-      throw LaunchError(1, coordinating() ? "node 0 could not host the launchers' store at " + address() + ": " +
-                                                first_line(what)
-                                          : "node 0's launcher (at " + address() + ") did not answer within " +
-                                                seconds(shape.join_timeout) + " (--join-timeout): " + first_line(what));
+      const std::string port = std::to_string(shape.master_port), why = first_line(error.what());
+      throw LaunchError(1, !coordinating() ? "node 0's launcher (at " + address() + ") did not answer within " +
+                                                 seconds(shape.join_timeout) + " (--join-timeout): " + why
+                           : server_ ? "node 0 hosts the launchers' store on port " + port + " but cannot reach it at " +
+                                           address() + " (its --master-addr): " + why
+                                     : "node 0 could not host the launchers' store on port " + port + ": " + why);
     }
     join();
   }
@@ -312,7 +313,7 @@ class StoreCoordinator : public Coordinator {
   // Whether node's current launcher has beaten within lost_after of this
   // launcher's watch: one not yet beating (not joined, or between its join and
   // its first beat) has the window from the first look, not none (a node 1
-  // quicker than node 0 once called it lost at once, "silent for 30 s").
+  // quicker than node 0 once called it lost at once, "no sign of life for 15 s").
   bool alive(int node) {
     const int64_t incarnation = incarnation_of(node);
     const int64_t count = incarnation == 0 ? 0 : store_->add(beat_key(node, incarnation), 0);
