@@ -7,8 +7,13 @@
 // machine: LibTorch computes bf16 on other kernels on other CPUs (some
 // compute it natively), so only what holds for every rounding is a bound.
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <initializer_list>
+#include <vector>
+
+#include <ATen/ATen.h>
 
 namespace basin::test {
 
@@ -71,6 +76,16 @@ inline double adam_runs_apart_bound(double lr, int64_t steps, double largest_wei
   double moved = 0;
   for (int64_t t = 1; t <= steps; ++t) moved += lr * adam_step_factor(t, beta1, beta2);
   return 2 * (moved + static_cast<double>(steps) * kFp32.u * (largest_weight + moved));
+}
+
+/// The largest |w| over every tensor of the runs given (a bound on |w| for
+/// adam_runs_apart_bound).
+inline double largest_weight(std::initializer_list<const std::vector<at::Tensor>*> runs) {
+  double largest = 0;
+  for (const auto* run : runs) {
+    for (const auto& w : *run) largest = std::max(largest, w.abs().max().item<double>());
+  }
+  return largest;
 }
 
 }  // namespace basin::test
