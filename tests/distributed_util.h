@@ -1,11 +1,13 @@
 #pragma once
 
 #include <algorithm>
+#include <condition_variable>
 #include <cstdio>
 #include <string>
 #include <exception>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <thread>
 #include <vector>
 
@@ -27,11 +29,32 @@ inline void run_ranks(int world, const std::function<void(int, std::shared_ptr<C
   auto store = c10::make_intrusive<c10d::HashStore>();
   std::vector<std::exception_ptr> errors(static_cast<std::size_t>(world));
   std::vector<std::string> messages(static_cast<std::size_t>(world));
+  // Every rank's group is made before any body runs: a body that ends at once
+  // (a config refused) would close its connections while a peer still
+  // connects, and the peer would fail with Gloo's "Connection closed by peer".
+  std::mutex made_lock;
+  std::condition_variable all_made;
+  int made = 0;
   std::vector<std::thread> threads;
   for (int rank = 0; rank < world; ++rank) {
     threads.emplace_back([&, rank] {
       try {
-        body(rank, make_gloo_communicator(store, rank, world, std::chrono::seconds(60)));
+        std::shared_ptr<Communicator> communicator;
+        try {
+          communicator = make_gloo_communicator(store, rank, world, std::chrono::seconds(60));
+        } catch (...) {
+          std::lock_guard<std::mutex> hold(made_lock);
+          ++made;
+          all_made.notify_all();
+          throw;
+        }
+        {
+          std::unique_lock<std::mutex> hold(made_lock);
+          ++made;
+          all_made.notify_all();
+          all_made.wait(hold, [&] { return made == world; });
+        }
+        body(rank, std::move(communicator));
       } catch (const std::exception& error) {
         messages[static_cast<std::size_t>(rank)] = error.what();
         errors[static_cast<std::size_t>(rank)] = std::current_exception();
