@@ -14,6 +14,7 @@ cd "$(dirname "$0")/.."
 source scripts/build_dir.sh
 busy=()
 trap 'kill "${busy[@]}" 2> /dev/null || true' EXIT
+trap 'exit 143' INT TERM  # a stopped check stops its busy loops too (through the EXIT trap)
 for ((core = 0; core < $(nproc); ++core)); do
   yes > /dev/null &
   busy+=($!)
