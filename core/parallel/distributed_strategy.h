@@ -29,7 +29,7 @@ class UnitRunner;
 /// trainer holds one and never asks which mode it is.
 ///
 /// A new mode is a subclass in a folder of its own plus its line in the
-/// table of modes.cpp (see docs/distributed.md, "How a mode is built").
+/// table of modes.cpp (see docs/library.md, "How a mode is built").
 class DistributedStrategy {
  public:
   virtual ~DistributedStrategy();
