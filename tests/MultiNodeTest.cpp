@@ -210,14 +210,17 @@ TEST(MultiNodeTest, NodesStartedDifferentlyOrTwiceAreRefused) {
               std::string::npos)
         << node.output;
   }
-  // A second launcher for node 1 while the first is alive (its rank has started).
+  // A second launcher for node 1 while the first is alive: its rank has started, and the ranks stay until the
+  // second launcher has ended (at most a minute), so a busy machine's slow start cannot find the job gone.
   test::TempDir dir;
   const int port2 = test::free_port();
-  const std::string rank = "sh -c \"touch " + dir.file("started\\$RANK") + "; sleep 5\"";
+  const std::string rank = "sh -c \"touch " + dir.file("started\\$RANK") + "; i=0; while [ ! -e " + dir.file("refused") +
+                           " ] && [ \\$i -lt 1200 ]; do sleep 0.05; i=\\$((i + 1)); done\"";
   const auto twice = run_nodes({launcher(2, 0, port2, "--join-timeout 20", rank),
                                 launcher(2, 1, port2, "--join-timeout 20", rank),
-                                "sh -c 'while [ ! -e " + dir.file("started1") + " ]; do sleep 0.02; done; exec " +
-                                    launcher(2, 1, port2, "--join-timeout 20", "true") + "'"});
+                                "sh -c 'while [ ! -e " + dir.file("started1") + " ]; do sleep 0.02; done; " +
+                                    launcher(2, 1, port2, "--join-timeout 20", "true") + "; code=$?; touch " +
+                                    dir.file("refused") + "; exit $code'"});
   EXPECT_EQ(twice[0].exit_code, 0) << twice[0].output;
   EXPECT_EQ(twice[1].exit_code, 0) << twice[1].output;
   EXPECT_EQ(twice[2].exit_code, 1) << twice[2].output;
