@@ -96,4 +96,19 @@ void CheckpointSaver::save(const State& state) {
 
 BASIN_REGISTER(callback_registry(), "checkpoint", CheckpointSaver);
 
+std::shared_ptr<CheckpointSaver> default_checkpoint_saver(const Json& config) {
+  const auto callbacks = config.find("callbacks");
+  if (callbacks != config.end() && callbacks->is_object() && callbacks->contains("checkpoint")) return nullptr;
+  Params defaults(Json::object(), "callbacks.checkpoint");
+  return std::make_shared<CheckpointSaver>(defaults);
+}
+
+std::string last_checkpoint_written(const Engine& engine) {
+  std::string written;
+  for (const auto& callback : engine.callbacks()) {
+    if (auto saver = std::dynamic_pointer_cast<CheckpointSaver>(callback)) written = saver->last_written();
+  }
+  return written;
+}
+
 }  // namespace basin

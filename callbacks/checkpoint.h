@@ -1,8 +1,10 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 
+#include "basin/core/config/json.h"
 #include "basin/core/engine/callback.h"
 
 namespace basin {
@@ -53,5 +55,14 @@ class CheckpointSaver : public Callback {
   bool unsaved_progress_ = false;  // the run moved since the last checkpoint
   std::string last_written_;
 };
+
+/// The checkpoint callback every basin-train run gets, with its defaults, so
+/// that any run can be resumed; null when `config` names its own under
+/// "callbacks" (the trainer builds that one).
+std::shared_ptr<CheckpointSaver> default_checkpoint_saver(const Json& config);
+
+/// The last checkpoint `engine`'s checkpoint callback wrote; empty when it
+/// has none or wrote none.
+std::string last_checkpoint_written(const Engine& engine);
 
 }  // namespace basin

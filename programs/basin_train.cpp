@@ -2,98 +2,26 @@
 // metrics.jsonl, summary.json, resolved config.json and checkpoints into a
 // run directory; --resume continues a run from its checkpoint.
 
-#include <cmath>
-#include <cstdio>
 #include <iostream>
 
-#include <malloc.h>
 #include <unistd.h>
 
-#include <ATen/Parallel.h>
 #include <CLI/CLI.hpp>
 
 #include "basin/algorithms/sam/sam_family.h"
 #include "basin/callbacks/checkpoint.h"
 #include "basin/callbacks/metrics_file.h"
 #include "basin/callbacks/progress.h"
-#include "basin/core/base/blas.h"
-#include "basin/core/base/checkpoint_error.h"
 #include "basin/core/base/console.h"
 #include "basin/core/base/interrupt.h"
 #include "basin/core/base/memory_reuse.h"
-#include "basin/core/base/torch_compat.h"
-#include "basin/core/checkpoint/checkpoint.h"
-#include "basin/core/checkpoint/checkpoint_file.h"
 #include "basin/core/checkpoint/run_directory.h"
-#include "basin/core/communication/communicator.h"
 #include "basin/core/communication/rendezvous.h"
 #include "basin/core/config/config.h"
 #include "basin/core/config/config_file.h"
-#include "basin/core/engine/engine.h"
-#include "basin/core/model/model.h"
-#include "basin/core/parallel/distributed_strategy.h"
-#include "basin/core/train/low_precision_speed.h"
+#include "basin/core/config/program_error.h"
 #include "basin/core/train/trainer.h"
-
-namespace {
-
-constexpr int kBadInput = 2;
-
-// FNV-1a over the bytes of every parameter and buffer: equal digests mean
-// bit-equal models.
-uint64_t weights_digest(basin::Trainer& trainer) {
-  uint64_t hash = 14695981039346656037ULL;
-  auto tensors = trainer.whole_parameters();  // gathered under zero3: every rank calls it
-  for (const auto& b : trainer.model().buffers()) tensors.push_back(b);
-  for (const auto& p : tensors) {
-    const at::Tensor bytes = p.detach().contiguous().cpu();
-    const auto* data = static_cast<const unsigned char*>(bytes.data_ptr());
-    for (int64_t i = 0; i < bytes.numel() * static_cast<int64_t>(bytes.element_size()); ++i) {
-      hash = (hash ^ data[i]) * 1099511628211ULL;
-    }
-  }
-  return hash;
-}
-
-std::string hex16(uint64_t value) {
-  char text[17];
-  std::snprintf(text, sizeof text, "%016llx", static_cast<unsigned long long>(value));
-  return text;
-}
-
-// The default checkpoint callback every basin-train run gets, so that any run
-// can be resumed; null when the config has its own (the trainer builds that).
-std::shared_ptr<basin::CheckpointSaver> default_checkpoint_saver(const basin::Json& config) {
-  const auto callbacks = config.find("callbacks");
-  if (callbacks != config.end() && callbacks->is_object() && callbacks->contains("checkpoint")) return nullptr;
-  basin::Params defaults(basin::Json::object(), "callbacks.checkpoint");
-  return std::make_shared<basin::CheckpointSaver>(defaults);
-}
-
-// What LibTorch computes with, said once the config has passed (bad input
-// stays one line) and before training. On netlib's reference BLAS (a fresh
-// Debian machine's libblas.so.3) the matrix products run about 20x slower:
-// said loudly, with the fix, on each node; and so is a low precision the CPU
-// computes over twice as slowly as fp32 (bf16 without bf16 instructions).
-void say_what_computes(const basin::JobEnvironment& job, const basin::State& state) {
-  const basin::BlasInfo blas = basin::blas_info();
-  if (job.rank == 0) {
-    const int threads = at::get_num_threads();
-    basin::console::info(std::string("LibTorch ") + basin::compat::torch_version() + " on " + blas.describe() + ", " +
-                         std::to_string(threads) + (threads == 1 ? " thread" : " threads") +
-                         (job.world_size > 1 ? " per rank" : ""));
-  }
-  if (blas.reference && job.local_rank == 0) {
-    basin::console::warn("WARNING: LibTorch's matrix products run on netlib's REFERENCE BLAS (" + blas.library +
-                         "), about 20x slower than an optimized BLAS. Fix: " + basin::kInstallOptimizedBlas);
-  }
-  if (job.local_rank == 0) {
-    const std::string slow = basin::low_precision_speed_warning(state.precision, state.device);
-    if (!slow.empty()) basin::console::warn(slow);
-  }
-}
-
-}  // namespace
+#include "basin/core/train/what_computes.h"
 
 int main(int argc, char** argv) {
   basin::keep_freed_memory_for_reuse();
@@ -132,7 +60,7 @@ int main(int argc, char** argv) {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& error) {
     const int code = app.exit(error);
-    return code == 0 ? 0 : kBadInput;
+    return code == 0 ? 0 : basin::kExitBadInput;
   }
   if (list_algorithms) {
     std::cout << basin::Json{{"algorithms", basin::algorithm_registry().names()},
@@ -145,11 +73,11 @@ int main(int argc, char** argv) {
   basin::console::set_pattern("[%H:%M:%S] %v");
   if (config_path.empty() && resume.empty()) {
     std::cerr << "basin-train: --config is required (or --resume, which takes the checkpoint's)" << std::endl;
-    return kBadInput;
+    return basin::kExitBadInput;
   }
   if (resume == "latest" && run_dir.empty()) {
     std::cerr << "basin-train: --resume latest needs --run-dir, the run to continue" << std::endl;
-    return kBadInput;
+    return basin::kExitBadInput;
   }
   // SIGINT/SIGTERM: finish the step, checkpoint, exit with kExitInterrupted.
   basin::install_interrupt_handlers();
@@ -172,14 +100,14 @@ int main(int argc, char** argv) {
     if (writer && !start.resumes) run.check_unused(overwrite || start.reuses_directory);
 
     std::vector<std::shared_ptr<basin::Callback>> callbacks;
-    if (auto saver = default_checkpoint_saver(config)) callbacks.push_back(saver);  // on every rank: saving is collective
+    if (auto saver = basin::default_checkpoint_saver(config)) callbacks.push_back(saver);  // on every rank: saving is collective
     std::vector<std::shared_ptr<basin::LoggerDestination>> loggers;
     if (writer) {
       callbacks.push_back(std::make_shared<basin::Progress>(0, isatty(fileno(stderr)) != 0));
       loggers.push_back(std::make_shared<basin::MetricsFile>(run.file(basin::RunDirectory::kMetrics)));
     }
     basin::Trainer trainer(config, callbacks, loggers);  // validates everything, writes nothing
-    say_what_computes(job, trainer.state());
+    basin::say_what_computes(job, trainer.state());
     // Rank 0's folder on every rank: without --run-dir each rank dates its own.
     if (trainer.state().communicator) run = run.agreed(*trainer.state().communicator, trainer.state().device);
     trainer.state().run_dir = run.path();
@@ -189,54 +117,20 @@ int main(int argc, char** argv) {
       basin::check_ranks_resume_the_same(*trainer.state().communicator, trainer.state().device, start.point.path);
     }
     if (writer) {
-      run.write_json(basin::RunDirectory::kConfig, config);
-      // What sizes the model, so the trained model is rebuilt without the data (basin-generate).
-      const basin::DatasetInfo& info = trainer.data().info;
-      run.write_json(basin::RunDirectory::kDataInfo, basin::Json{{"name", config["data"].value("name", std::string())},
-                                                                 {"input_shape", info.input_shape},
-                                                                 {"num_classes", info.num_classes}});
+      run.write_start(config, trainer.data().info);
       basin::console::info("run directory: " + run.path());
     }
-    if (start.resumes) {
-      // A zero3 checkpoint is a manifest: each rank of a zero3 job of its size
-      // resumes from its own file beside it; any other job joins the files.
-      // A rank that cannot read its own file stops every rank at once (read_on_every_rank).
-      int64_t saved_world = 0;
-      {
-        const basin::StateDict checkpoint = basin::read_on_every_rank(
-            trainer.state().communicator.get(), trainer.state().device, [&] {
-              return basin::checkpoint_for_rank(start.point.path, start.point.checkpoint, job.world_size,
-                                                trainer.strategy().rows_layout(), reshard || allow_config_change);
-            });
-        start.point.checkpoint = basin::new_state_dict();  // the rank's own part is all this rank keeps
-        saved_world = basin::saved_world_size(checkpoint);
-        trainer.resume(checkpoint, basin::ResumeOptions{allow_config_change, reshard});
-      }
-      // The checkpoint's tensors are copied into the run and freed: hand their pages back to the system, so
-      // the heap does not keep them beside what training allocates (measured: 680 MiB on a GPT-2 medium).
-      malloc_trim(0);
-      if (writer) {
-        const std::string resharded = saved_world == job.world_size ? "" : ", resharded from " +
-                                      std::to_string(saved_world) + " ranks to " + std::to_string(job.world_size);
-        basin::console::info("resumed from " + start.point.path + " at step " +
-                             std::to_string(trainer.state().timestamp.step) + " (epoch " +
-                             std::to_string(trainer.state().timestamp.epoch) + ")" + resharded);
-      }
-    }
+    if (start.resumes) trainer.resume_from(start.point, basin::ResumeOptions{allow_config_change, reshard});
     const basin::FitSummary summary = trainer.fit();
     if (job.world_size > 1) {
       basin::console::info("rank " + std::to_string(job.rank) + "/" + std::to_string(job.world_size) +
-                       ": final weights digest " + hex16(weights_digest(trainer)));
+                           ": final weights digest " + trainer.weights_digest());
     }
     if (summary.interrupted) {
-      std::string written;
-      for (const auto& callback : trainer.engine().callbacks()) {
-        if (auto saver = std::dynamic_pointer_cast<basin::CheckpointSaver>(callback)) written = saver->last_written();
-      }
       if (writer) {
         std::cerr << "basin-train: stopped by " << (basin::interrupt_requested() ? basin::interrupt_signal_name() : "a signal on another rank")
-                  << " after step " << summary.steps << "; checkpoint " << written << "; continue with: basin-train --run-dir "
-                  << run.path() << " --resume latest" << std::endl;
+                  << " after step " << summary.steps << "; checkpoint " << basin::last_checkpoint_written(trainer.engine())
+                  << "; continue with: basin-train --run-dir " << run.path() << " --resume latest" << std::endl;
       }
       return basin::kExitInterrupted;
     }
@@ -247,32 +141,9 @@ int main(int argc, char** argv) {
     }
     // The trained model for Python: state_dict.pt, and model.pt for a TorchScript model (collective under zero3).
     trainer.export_model(run.path());
-    if (!writer) return 0;
-    // A model whose forward needs the targets gives no logits to measure an accuracy with: its loss says it.
-    if (!std::isnan(summary.test_perplexity)) {
-      std::cout << "test loss " << summary.test_loss << " (perplexity " << summary.test_perplexity
-                << "), next-token accuracy " << summary.test_accuracy;
-    } else if (std::isnan(summary.test_accuracy)) {
-      std::cout << "test loss " << summary.test_loss;
-    } else {
-      std::cout << "test accuracy " << summary.test_accuracy;
-    }
-    std::cout << " after " << summary.steps << " steps ("
-              << summary.epochs << " epochs, " << summary.wall_seconds << " s); run directory " << run.path()
-              << std::endl;
+    if (writer) std::cout << summary.result_line(run.path()) << std::endl;
     return 0;
-  } catch (const basin::ConfigError& error) {
-    std::cerr << "basin-train: " << error.what() << std::endl;
-    return kBadInput;
-  } catch (const basin::CheckpointError& error) {
-    std::cerr << "basin-train: " << error.what() << std::endl;
-    return kBadInput;
-  } catch (const c10::Error& error) {
-    // LibTorch's own backtrace means nothing to a user: its message alone.
-    std::cerr << "basin-train: error: " << error.what_without_backtrace() << std::endl;
-    return 1;
-  } catch (const std::exception& error) {
-    std::cerr << "basin-train: error: " << error.what() << std::endl;
-    return 1;
+  } catch (...) {
+    return basin::report_error("basin-train", std::current_exception());
   }
 }

@@ -15,6 +15,7 @@
 #include "basin/core/config/config.h"
 #include "basin/core/config/config_error.h"
 #include "basin/core/config/config_file.h"
+#include "basin/core/data/dataset.h"
 
 namespace fs = std::filesystem;
 
@@ -65,6 +66,14 @@ void RunDirectory::check_unused(bool overwrite) const {
                         "); choose another directory or pass --overwrite");
     }
   }
+}
+
+void RunDirectory::write_start(const Json& config, const DatasetInfo& info) const {
+  write_json(kConfig, config);
+  const std::string data = config.contains("data") ? config.at("data").value("name", std::string()) : "";
+  write_json(kDataInfo, Json{{"name", data},
+                             {"input_shape", info.input_shape},
+                             {"num_classes", info.num_classes}});
 }
 
 void RunDirectory::write_json(const std::string& name, const Json& value) const {

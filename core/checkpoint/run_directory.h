@@ -11,6 +11,7 @@
 namespace basin {
 
 class Communicator;
+struct DatasetInfo;
 class Params;
 
 /// A run's folder, as basin-train lays it out and basin-generate and a
@@ -62,6 +63,10 @@ class RunDirectory {
   /// Writes `value` to `name` in the run directory (made if missing), whole
   /// or not at all (a temporary file renamed).
   void write_json(const std::string& name, const Json& value) const;
+  /// What a run writes before it trains: its resolved config, and what sizes
+  /// the model (kDataInfo), so the trained model is rebuilt without the data
+  /// (basin-generate).
+  void write_start(const Json& config, const DatasetInfo& info) const;
 
  private:
   std::string path_;

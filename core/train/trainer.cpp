@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cmath>
 #include <mutex>
+#include <sstream>
 
 #include <ATen/ATen.h>
 #include <torch/optim/optimizer.h>
@@ -44,6 +45,22 @@ Json FitSummary::to_json() const {
             {"interrupted", interrupted}};
   if (!std::isnan(test_perplexity)) json["test_perplexity"] = test_perplexity;
   return json;
+}
+
+std::string FitSummary::result_line(const std::string& run_dir) const {
+  std::ostringstream line;
+  // A model whose forward needs the targets gives no logits to measure an accuracy with: its loss says it.
+  if (!std::isnan(test_perplexity)) {
+    line << "test loss " << test_loss << " (perplexity " << test_perplexity << "), next-token accuracy "
+         << test_accuracy;
+  } else if (std::isnan(test_accuracy)) {
+    line << "test loss " << test_loss;
+  } else {
+    line << "test accuracy " << test_accuracy;
+  }
+  line << " after " << steps << " steps (" << epochs << " epochs, " << wall_seconds << " s); run directory "
+       << run_dir;
+  return line.str();
 }
 
 void Trainer::agree_on_stop() {

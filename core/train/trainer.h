@@ -22,6 +22,7 @@ class Communicator;
 class DistributedStrategy;
 class LoggerDestination;
 class Model;
+struct ResumePoint;
 class Scheduler;
 class StepChecks;
 class TrainingClosure;
@@ -40,6 +41,9 @@ struct FitSummary {
   /// callback, if configured, wrote where to resume.
   bool interrupted = false;
   Json to_json() const;
+  /// The line basin-train ends with: the test accuracy (or loss and
+  /// perplexity), the steps and the time, and where the run was written.
+  std::string result_line(const std::string& run_dir) const;
 };
 
 /// What a resume may change besides the keys that change no number of the run.
@@ -82,6 +86,13 @@ class Trainer {
   /// there; the step schedulers' horizon becomes the steps the run has
   /// taken plus those it will take now.
   void resume(const StateDict& checkpoint, ResumeOptions options = {});
+  /// Resumes from `point` (run_directory.h) on every rank: each reads its
+  /// part (a zero3 manifest's own rank file when the job has the saved
+  /// size, else the files joined and cut to its rows; a rank that cannot
+  /// read its part stops every rank at once), then `resume`; the file's
+  /// tensors, copied into the run, go back to the system, and rank 0 says
+  /// where the run resumed. `point.checkpoint` is emptied.
+  void resume_from(ResumePoint& point, ResumeOptions options = {});
 
   /// Trains from where the run stands (the start, or a resumed checkpoint)
   /// to max_epochs/max_steps, a callback's stop or an interrupt.
@@ -92,6 +103,9 @@ class Trainer {
   /// The model's parameters whole, cloned, in its order: under zero3 its
   /// own hold no bytes between units (collective then); else copies of them.
   std::vector<at::Tensor> whole_parameters();
+  /// FNV-1a over the bytes of every parameter (whole) and buffer, in hex:
+  /// equal digests mean bit-equal models (collective under zero3).
+  std::string weights_digest();
   /// Rank 0 writes the trained model into `dir` (Model::export_trained);
   /// collective under zero3, which gathers every parameter for it.
   void export_model(const std::string& dir);

@@ -2,12 +2,17 @@
 // part of a checkpoint (where it stands in its epoch).
 #include "basin/core/train/trainer.h"
 
+#include <cstdio>
 #include <string>
+
+#include <malloc.h>
 
 #include <ATen/ATen.h>
 
+#include "basin/core/base/console.h"
 #include "basin/core/checkpoint/checkpoint.h"
 #include "basin/core/checkpoint/checkpoint_file.h"
+#include "basin/core/checkpoint/run_directory.h"
 #include "basin/core/checkpoint/sharded_checkpoint.h"
 #include "basin/core/model/model.h"
 #include "basin/core/parallel/distributed_strategy.h"
@@ -15,6 +20,43 @@
 #include "basin/core/train/step_checks.h"
 
 namespace basin {
+
+void Trainer::resume_from(ResumePoint& point, ResumeOptions options) {
+  int64_t saved_world = 0;
+  {
+    const StateDict checkpoint = read_on_every_rank(state_.communicator.get(), state_.device, [&] {
+      return checkpoint_for_rank(point.path, point.checkpoint, state_.world_size, strategy_->rows_layout(),
+                                 options.reshard || options.allow_config_change);
+    });
+    point.checkpoint = new_state_dict();  // the rank's own part is all this rank keeps
+    saved_world = saved_world_size(checkpoint);
+    resume(checkpoint, options);
+  }
+  // The checkpoint's tensors are copied into the run and freed: hand their pages back to the system, so the
+  // heap does not keep them beside what training allocates (measured: 680 MiB on a GPT-2 medium).
+  malloc_trim(0);
+  if (state_.rank != 0) return;
+  const std::string resharded = saved_world == state_.world_size ? "" : ", resharded from " +
+                                std::to_string(saved_world) + " ranks to " + std::to_string(state_.world_size);
+  console::info("resumed from " + point.path + " at step " + std::to_string(state_.timestamp.step) + " (epoch " +
+                std::to_string(state_.timestamp.epoch) + ")" + resharded);
+}
+
+std::string Trainer::weights_digest() {
+  uint64_t hash = 14695981039346656037ULL;
+  auto tensors = whole_parameters();  // gathered under zero3: every rank calls it
+  for (const auto& b : model().buffers()) tensors.push_back(b);
+  for (const auto& p : tensors) {
+    const at::Tensor bytes = p.detach().contiguous().cpu();
+    const auto* data = static_cast<const unsigned char*>(bytes.data_ptr());
+    for (int64_t i = 0; i < bytes.numel() * static_cast<int64_t>(bytes.element_size()); ++i) {
+      hash = (hash ^ data[i]) * 1099511628211ULL;
+    }
+  }
+  char text[17];
+  std::snprintf(text, sizeof text, "%016llx", static_cast<unsigned long long>(hash));
+  return text;
+}
 
 void Trainer::resume(const StateDict& checkpoint, ResumeOptions options) {
   const int64_t saved_world = saved_world_size(checkpoint);
