@@ -8,29 +8,11 @@
 #include <string>
 
 #include <ATen/ATen.h>
-#include <torch/csrc/autograd/function.h>
-#include <torch/csrc/autograd/function_hook.h>
-#include <torch/csrc/autograd/variable.h>
 
 #include "basin/core/communication/communicator.h"
 #include "basin/core/communication/flat_tensors.h"
 
 namespace basin {
-
-/// Runs after a parameter's gradient accumulator: its gradient is final for this backward.
-class BucketReducer::ReadyHook : public torch::autograd::FunctionPostHook {
- public:
-  ReadyHook(BucketReducer& reducer, std::size_t index) : reducer_(reducer), index_(index) {}
-  torch::autograd::variable_list operator()(const torch::autograd::variable_list& outputs,
-                                            const torch::autograd::variable_list& /*inputs*/) override {
-    reducer_.mark_ready(index_);
-    return outputs;
-  }
-
- private:
-  BucketReducer& reducer_;
-  std::size_t index_;
-};
 
 BucketReducer::BucketReducer(std::shared_ptr<Communicator> communicator, std::vector<at::Tensor> params,
                              Options options)
@@ -50,18 +32,11 @@ BucketReducer::BucketReducer(std::shared_ptr<Communicator> communicator, std::ve
   for (std::size_t i = 0; i < reversed.size(); ++i) reversed[i] = reversed.size() - 1 - i;
   lay_out(reversed);
   // Hooks also without overlap: they record the arrival order, so that both ways share their buckets.
-  for (std::size_t i = 0; i < params_.size(); ++i) {
-    // A parameter frozen now has no accumulator: its bucket waits for finish_backward().
-    if (!params_[i].requires_grad()) continue;
-    auto accumulator = torch::autograd::impl::grad_accumulator(params_[i]);
-    hook_keys_.push_back(accumulator->add_post_hook(std::make_unique<ReadyHook>(*this, i)));
-    accumulators_.push_back(std::move(accumulator));
-  }
+  // A parameter frozen now has no accumulator: its bucket waits for finish_backward().
+  ready_hooks_ = GradientReadyHooks(params_, [this](std::size_t index) { mark_ready(index); });
 }
 
-BucketReducer::~BucketReducer() {
-  for (std::size_t i = 0; i < accumulators_.size(); ++i) accumulators_[i]->del_post_hook(hook_keys_[i]);
-}
+BucketReducer::~BucketReducer() = default;
 
 void BucketReducer::lay_out(const std::vector<std::size_t>& order) {
   // One open bucket per dtype and device; the first of each is the small one.
@@ -252,7 +227,7 @@ void BucketReducer::finish_backward() {
   }
   std::fill(ready_.begin(), ready_.end(), false);
   next_bucket_ = 0;
-  if (prepared && !rebuilt_ && !hook_keys_.empty()) rebuild_from_arrival_order();
+  if (prepared && !rebuilt_ && !ready_hooks_.empty()) rebuild_from_arrival_order();
 }
 
 void BucketReducer::rebuild_from_arrival_order() {

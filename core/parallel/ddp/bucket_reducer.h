@@ -7,6 +7,8 @@
 
 #include <ATen/core/Tensor.h>
 
+#include "basin/core/parallel/ddp/gradient_ready_hooks.h"
+
 namespace torch::autograd { struct Node; }
 
 namespace basin {
@@ -100,8 +102,6 @@ class BucketReducer {
     std::unique_ptr<PendingCollective> in_flight;
   };
 
-  class ReadyHook;
-
   void lay_out(const std::vector<std::size_t>& order);
   void mark_ready(std::size_t index);
   void start_ready_buckets(std::unique_lock<std::mutex>& lock);
@@ -117,8 +117,7 @@ class BucketReducer {
   std::shared_ptr<Communicator> communicator_;
   std::vector<at::Tensor> params_;
   Options options_;
-  std::vector<std::shared_ptr<torch::autograd::Node>> accumulators_;  // kept alive: autograd holds them weakly
-  std::vector<uintptr_t> hook_keys_;
+  GradientReadyHooks ready_hooks_;
 
   std::mutex mutex_;  // hooks may run on autograd's device threads
   std::vector<Bucket> buckets_;

@@ -7,9 +7,6 @@
 
 #include <ATen/ATen.h>
 #include <c10/core/StorageImpl.h>
-#include <torch/csrc/autograd/function.h>
-#include <torch/csrc/autograd/function_hook.h>
-#include <torch/csrc/autograd/variable.h>
 #include <torch/nn/module.h>
 
 #include "basin/core/base/block_cache.h"
@@ -43,21 +40,6 @@ at::Tensor writable_alias(const at::Tensor& param) {
 }
 
 }  // namespace
-
-/// Runs after a parameter's gradient accumulator: its gradient is final for this backward.
-class FullyShardedModel::ReadyHook : public torch::autograd::FunctionPostHook {
- public:
-  ReadyHook(FullyShardedModel& model, std::size_t param) : model_(model), param_(param) {}
-  torch::autograd::variable_list operator()(const torch::autograd::variable_list& outputs,
-                                            const torch::autograd::variable_list& /*inputs*/) override {
-    model_.mark_ready(param_);
-    return outputs;
-  }
-
- private:
-  FullyShardedModel& model_;
-  std::size_t param_;
-};
 
 FullyShardedModel::FullyShardedModel(torch::nn::Module& model, const std::vector<torch::nn::Module*>& units,
                                      std::shared_ptr<Communicator> communicator, FullyShardedOptions options,
@@ -144,17 +126,14 @@ FullyShardedModel::FullyShardedModel(torch::nn::Module& model, const std::vector
     units_[u]->mixed = trains != 0 && trains != static_cast<std::ptrdiff_t>(params.size());
   }
   for (std::size_t i = 0; i < full_.size(); ++i) {
-    if (!full_[i].requires_grad()) continue;
-    auto accumulator = torch::autograd::impl::grad_accumulator(full_[i]);
-    hook_keys_.push_back(accumulator->add_post_hook(std::make_unique<ReadyHook>(*this, i)));
-    accumulators_.push_back(std::move(accumulator));
-    ++units_[unit_of_[i]]->hooked;
+    if (full_[i].requires_grad()) ++units_[unit_of_[i]]->hooked;
   }
+  ready_hooks_ = GradientReadyHooks(full_, [this](std::size_t param) { mark_ready(param); });
   order_reduces(nullptr);
 }
 
 FullyShardedModel::~FullyShardedModel() {
-  for (std::size_t i = 0; i < accumulators_.size(); ++i) accumulators_[i]->del_post_hook(hook_keys_[i]);
+  ready_hooks_ = GradientReadyHooks();  // no gradient marks a unit ready while the units wind down
   for (auto& unit : units_) {
     try {
       if (unit->gathering) unit->gathering->wait();

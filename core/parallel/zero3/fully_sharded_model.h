@@ -10,6 +10,7 @@
 #include <ATen/core/Tensor.h>
 
 #include "basin/core/model/unit_runner.h"
+#include "basin/core/parallel/ddp/gradient_ready_hooks.h"
 #include "basin/core/parallel/zero3/fully_sharded_options.h"
 
 namespace torch::nn { class Module; }
@@ -142,7 +143,6 @@ class FullyShardedModel : public UnitRunner {
 
  private:
   struct Unit;
-  class ReadyHook;
   /// One run of a unit in a forward; only a run with a backward that reads
   /// its parameters (not a lookup) is gathered again for it.
   struct Run {
@@ -201,8 +201,7 @@ class FullyShardedModel : public UnitRunner {
   std::size_t next_reduce_ = 0;
   bool armed_ = false;
   bool root_awaits_backward_ = false;  // a forward with a graph gathered the root; its backward frees it
-  std::vector<std::shared_ptr<torch::autograd::Node>> accumulators_;
-  std::vector<uintptr_t> hook_keys_;
+  GradientReadyHooks ready_hooks_;
   std::recursive_mutex mutex_;  // hooks may run on autograd's device threads
   std::unique_ptr<BlockCache> blocks_;  // the CPU's gathered parameters and reduce parts
   int64_t peak_gathered_bytes_ = 0;
