@@ -36,6 +36,18 @@ Json hsdp_config(int shard_group_size) {
   return config;
 }
 
+/// What building a Trainer from `config` on each of `ranks` ranks throws (ConfigError's words, one a rank).
+std::vector<std::string> config_errors_on_ranks(int ranks, const Json& config) {
+  std::mutex lock;
+  std::vector<std::string> messages;
+  test::run_ranks(ranks, [&](int, std::shared_ptr<Communicator> communicator) {
+    const std::string said = test::config_error_of([&] { Trainer trainer(config, {}, {}, communicator); });
+    std::lock_guard<std::mutex> hold(lock);
+    messages.push_back(said);
+  });
+  return messages;
+}
+
 // A split makes a group of the ranks of each color, ranked in the job's
 // order; a second split makes groups of their own, and collectives in a
 // group sum over its ranks alone while the job's go on over all.
@@ -193,16 +205,20 @@ TEST(HsdpTest, TheGroupSizeIsRequiredMustDivideTheRanksAndIsHsdpsAlone) {
     EXPECT_NE(message.find("parallel.shard_group_size"), std::string::npos) << size << ": " << message;
   }
 
-  const Json three = hsdp_config(3);
-  std::mutex lock;
-  std::vector<std::string> messages;
-  test::run_ranks(4, [&](int, std::shared_ptr<Communicator> communicator) {
-    const std::string said = test::config_error_of([&] { Trainer trainer(three, {}, {}, communicator); });
-    std::lock_guard<std::mutex> hold(lock);
-    messages.push_back(said);
-  });
-  for (const auto& said : messages) {
+  for (const auto& said : config_errors_on_ranks(4, hsdp_config(3))) {
     EXPECT_NE(said.find("'parallel.shard_group_size': 3 does not divide the job's 4 ranks"), std::string::npos) << said;
+  }
+}
+
+// MESA's teacher needs every parameter whole, as under zero3: refused, naming hsdp.
+TEST(HsdpTest, MesaIsRefusedNamingItsKeyAndTheMode) {
+  Json config = hsdp_config(2);
+  config["algorithms"] = Json::parse(R"({"mesa": {}})");
+  const std::vector<std::string> messages = config_errors_on_ranks(2, config);
+  ASSERT_EQ(messages.size(), 2u);
+  for (const auto& said : messages) {
+    EXPECT_NE(said.find("'algorithms.mesa'"), std::string::npos) << said;
+    EXPECT_NE(said.find("hsdp"), std::string::npos) << said;
   }
 }
 
