@@ -59,6 +59,8 @@ TEST(BiLoraTest, TheAuxiliaryAdaptersAscendAndAreClippedWhileTheMainOnesDescendI
   EXPECT_EQ(data.train(*bi, *model, 20), 20) << "one pass a step";
   EXPECT_TRUE(model->fc1->weight.equal(w1) && model->fc1->bias.equal(b1) && model->fc2->weight.equal(w2))
       << "the frozen weights moved";
+  // Every step but the first is at a perturbed point: the auxiliary B is zero until its first ascent.
+  EXPECT_EQ(bi->sam_steps(), 19);
 
   // The rule written out: W_l + s B1 A1 + s B2 A2; the main adapters take SGD's step, the auxiliary
   // ones ascend by ascent_lr and are scaled by sqrt(rho / c) when c = sqrt(sum ||s B2 A2||^2) > rho.

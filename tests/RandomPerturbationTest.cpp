@@ -190,6 +190,8 @@ TEST(RandomPerturbationTest, RwpMixedFormTakesTheCleanAndThePerturbedGradientOnT
         return loss.detach();
       });
     }
+    // The clean ranks' steps are SAM steps too: the job's pass is perturbed on the other half.
+    EXPECT_EQ(rwp->sam_steps(), 20) << "rank " << rank;
     trained[static_cast<std::size_t>(rank)] = test::clone_all(w);
   });
 
@@ -309,6 +311,8 @@ TEST(RandomPerturbationTest, FlatLoraTrainsTheAdaptersUnderSeededNoiseOnTheFroze
   const at::Tensor& x = data.x;
   const at::Tensor& y = data.y;
   EXPECT_EQ(data.train(*flat, *model, 20), 20) << "one pass a step";
+  // Every step but the first is at a perturbed point: the noise's cosine rises from 0.
+  EXPECT_EQ(flat->sam_steps(), 19);
   EXPECT_TRUE(model->fc1->weight.equal(w1) && model->fc1->bias.equal(b1) && model->fc2->weight.equal(w2))
       << "the frozen weights moved";
 

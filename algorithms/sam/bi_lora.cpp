@@ -33,6 +33,7 @@
 // The auxiliary adapters are saved in checkpoints with the rule's state.
 // Cost: one more low-rank product per adapted layer in forward and backward;
 // memory: the auxiliary adapters and their gradients (as large as LoRA's).
+#include <algorithm>
 #include <cmath>
 #include <memory>
 #include <string>
@@ -74,6 +75,16 @@ class BiLoRA : public SAM {
   std::vector<Perturbation> perturbation(SAMOptimizer& /*step*/, std::vector<GroupView>& groups) override {
     *armed_ = true;
     return std::vector<Perturbation>(groups.size());  // scale 0: no directions needed
+  }
+  /// The auxiliary adapters, armed, perturb the pass's forward once they have moved from their start
+  /// (B is zero until their first ascent, as a LoRA's is): asked of the tensors, so a resumed run knows too.
+  bool perturbs(const std::vector<Perturbation>& /*perturbation*/) const override {
+    if (!*armed_) return false;
+    if (!moved_) {
+      moved_ = std::any_of(adapters_.begin(), adapters_.end(),
+                           [](const auto& adapter) { return adapter->B.count_nonzero().template item<int64_t>() > 0; });
+    }
+    return moved_;
   }
 
   /// The step is final and its gradients finite: the auxiliary adapters ascend, then are clipped to rho.
@@ -191,6 +202,7 @@ class BiLoRA : public SAM {
   double ascent_lr_ = -1;  // < 0: the first group's lr
   bool in_pass_ = false;   // the pass running (or just run) is this rule's armed one
   bool ascended_ = false;  // its auxiliary gradients are in, final and finite
+  mutable bool moved_ = false;  // the auxiliary adapters left their start (perturbs)
 };
 
 BASIN_REGISTER_SAM("bi_lora", BiLoRA);

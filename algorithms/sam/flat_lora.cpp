@@ -55,6 +55,8 @@ class FlatLoRA : public SAM {
     armed_ = true;
     return std::vector<Perturbation>(groups.size());  // scale 0: no directions needed
   }
+  /// The noise is in the forward: perturbed where its scale is not 0 (the first step's is: the cosine rises from 0).
+  bool perturbs(const std::vector<Perturbation>& /*perturbation*/) const override { return noise_->sigma != 0; }
 
  protected:
   void prepare(SAMOptimizer& step, const State& state) override {

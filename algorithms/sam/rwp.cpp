@@ -65,6 +65,10 @@ double RWP::pass_loss_weight() const {
   return clean_rank_ ? 2 * (1 - mix_) : 2 * mix_;
 }
 
+bool RWP::perturbs(const std::vector<Perturbation>& perturbation) const {
+  return mix_ >= 0 ? gamma_ != 0 : SAM::perturbs(perturbation);
+}
+
 std::vector<Perturbation> RWP::perturbation(SAMOptimizer& step, std::vector<GroupView>& groups) {
   const int64_t index = step.steps() - 1;  // this step's, counted from 0
   // A vector's scale is its whole norm, summed over the ranks that hold parts of it.

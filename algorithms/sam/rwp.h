@@ -23,6 +23,8 @@ class RWP : public SAM {
   bool ascent_pass() const override { return false; }
   std::vector<Perturbation> perturbation(SAMOptimizer& step, std::vector<GroupView>& groups) override;
   double pass_loss_weight() const override;
+  /// The mixed form's step is perturbed on the other half of the ranks: a clean rank's counts too.
+  bool perturbs(const std::vector<Perturbation>& perturbation) const override;
 
  protected:
   /// What divides the noise's scale on each of `rows` rows of `param` (the

@@ -234,12 +234,7 @@ at::Tensor SAMOptimizer::one_pass_step(const LossClosure& closure) {
       at::NoGradGuard no_grad;
       const auto perturbation = rule_->perturbation(*this, groups);
       move_to_perturbed(groups, perturbation);
-      for (const auto& p : perturbation) {
-        if (p.scale != 0) {
-          ++sam_steps_;  // at a perturbed point (Momentum-SAM's first step has no momentum yet)
-          break;
-        }
-      }
+      if (rule_->perturbs(perturbation)) ++sam_steps_;
     }
     PassRequest request;
     request.loss_weight = rule_->pass_loss_weight();

@@ -1,5 +1,6 @@
 #pragma once
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -85,6 +86,15 @@ class SAMRule {
   /// form, 2 lambda on its perturbed ranks and 2 (1 - lambda) on its clean
   /// ones, whose gradients the reduction averages into their mix.
   virtual double pass_loss_weight() const { return 1; }
+  /// For a rule without an ascent pass, given its `perturbation()`: whether
+  /// this step's pass runs at a perturbed point anywhere in the job, which
+  /// SAMOptimizer::sam_steps() counts. SAM's: a group's scale is not 0
+  /// (Momentum-SAM's first step has no momentum yet). A rule that perturbs
+  /// inside the forward (Flat-LoRA's noise, Bi-LoRA's auxiliary adapters) or
+  /// on other ranks (RWP's mixed form, on its clean ranks) says so itself.
+  virtual bool perturbs(const std::vector<Perturbation>& perturbation) const {
+    return std::any_of(perturbation.begin(), perturbation.end(), [](const Perturbation& p) { return p.scale != 0; });
+  }
   /// True for a rule whose e is known on the owners alone under sharding
   /// (Momentum-SAM reads each shard's momentum on its owner): its
   /// perturbation's norm is taken over shards, and the owners' perturbed
