@@ -94,7 +94,7 @@ TEST(DistributedTest, EachModeIsOneStrategyThatTheStateAndTheRulesSee) {
     EXPECT_EQ(strategy.communicator() != nullptr, sharding) << mode;
     EXPECT_EQ(strategy.shards() != nullptr, sharding) << mode;
     EXPECT_EQ(trainer.state().shards, strategy.shards()) << mode;
-    EXPECT_EQ(dynamic_cast<SAMOptimizer&>(*trainer.state().optimizer).sharded(), strategy.shards()) << mode;
+    EXPECT_TRUE(dynamic_cast<SAMOptimizer&>(*trainer.state().optimizer).steps_through(strategy.shards())) << mode;
     EXPECT_EQ(saves_rank_files(trainer.state()), mode == "zero3") << mode;
     if (sharding) {  // the modes are told apart by where a parameter's tensors are placed
       const ParameterPlacement placed = strategy.shards()->placement(trainer.model().parameters().front());
@@ -122,8 +122,8 @@ TEST(DistributedTest, SamOverAHandBuiltShardedOptimizerStepsThroughItsShards) {
       return std::make_shared<torch::optim::SGD>(std::move(groups), torch::optim::SGDOptions(0.1).momentum(0.9));
     };
     auto sharded = std::make_shared<ShardedOptimizer>(full, make_local, communicator, /*shard_gradients=*/true);
-    EXPECT_EQ(make_sam_optimizer("sam", sharded)->sharded(), sharded.get());
-    EXPECT_EQ(make_sam_optimizer("momentum_sam", sharded, Json::object())->sharded(), sharded.get());
+    EXPECT_TRUE(make_sam_optimizer("sam", sharded)->steps_through(sharded.get()));
+    EXPECT_TRUE(make_sam_optimizer("momentum_sam", sharded, Json::object())->steps_through(sharded.get()));
     communicator->barrier();  // neither rank closes its connections while the other still connects
   });
 }

@@ -319,7 +319,7 @@ TEST(SAMVariantsTest, EsamPerturbsTheTensorsItDrawsScaledByOneOverBeta) {
   for (int t = 0; t < 16; ++t) {
     test::Problem batch = problem;
     batch.x = problem.x.roll(t, 0);
-    const auto resting = sam.pass_plan()->ascent(sam, t).resting;
+    const auto resting = sam.pass_plan()->ascent(sam.view(), t).resting;
     std::vector<bool> rests;
     for (const auto& v : w) rests.push_back(resting.count(v.unsafeGetTensorImpl()) != 0);
     const bool any = !rests[0] || !rests[1];  // a tensor to perturb; else a plain step
@@ -361,14 +361,14 @@ TEST(SAMVariantsTest, EsamRestsEachTensorWithProbabilityOneMinusBeta) {
     auto sam = test::sam_variant("esam", sgd_for(w), {{"beta", beta}, {"gamma", 1.0}}, test::run_facts(11));
     int resting = 0;
     const int steps = 2000;
-    for (int t = 0; t < steps; ++t) resting += static_cast<int>(sam->pass_plan()->ascent(*sam, t).resting.size());
+    for (int t = 0; t < steps; ++t) resting += static_cast<int>(sam->pass_plan()->ascent(sam->view(), t).resting.size());
     // 4000 draws: 1 - beta within 0.03 (more than 3 standard deviations).
     EXPECT_NEAR(resting / (2.0 * steps), 1 - beta, 0.03) << "beta " << beta;
     // Other seeds draw otherwise.
     auto other = test::sam_variant("esam", sgd_for(w), {{"beta", beta}, {"gamma", 1.0}}, test::run_facts(12));
     int differ = 0;
     for (int t = 0; t < 50; ++t) {
-      differ += sam->pass_plan()->ascent(*sam, t).resting != other->pass_plan()->ascent(*other, t).resting;
+      differ += sam->pass_plan()->ascent(sam->view(), t).resting != other->pass_plan()->ascent(other->view(), t).resting;
     }
     EXPECT_GT(differ, 0);
   }

@@ -34,8 +34,8 @@ class AESAM : public SAM {
   }
   std::string name() const override { return "ae_sam"; }
 
-  bool descend(SAMOptimizer& step, std::vector<GroupView>& groups) override {
-    const double squared_norm = step.gradient_squares(groups).item<double>();
+  bool descend(StepView& step, std::vector<GroupView>& groups) override {
+    const double squared_norm = step.gradient_squares(groups, step.ascent_ranks()).item<double>();
     mean_ = delta_ * mean_ + (1 - delta_) * squared_norm;
     variance_ = delta_ * variance_ + (1 - delta_) * (squared_norm - mean_) * (squared_norm - mean_);
     // This step's index over the run's length; steps() already counts this one.
@@ -46,7 +46,7 @@ class AESAM : public SAM {
   }
 
  protected:
-  void prepare(SAMOptimizer& /*step*/, const State& state) override { run_steps_ = run_length(state); }
+  void prepare(StepView& /*step*/, const State& state) override { run_steps_ = run_length(state); }
   std::string why_synced_ascent() const override {
     return "decides from the ascent gradient and steps with it, which must be the same on every rank";
   }

@@ -40,7 +40,7 @@ class ARWP : public RWP {
   bool perturbs_on_owners() const override { return true; }
 
   /// The pass's gradients are final: s takes them, on the ranks that step them.
-  void adjust_descent(SAMOptimizer& /*step*/, std::vector<GroupView>& groups) override {
+  void adjust_descent(StepView& /*step*/, std::vector<GroupView>& groups) override {
     for (auto& group : groups) {
       for (std::size_t j = 0; j < group.params.size(); ++j) {
         if (!group.shares[j].stepped_here || j >= group.grads.size() || !group.grads[j].defined()) continue;

@@ -72,7 +72,7 @@ class BiLoRA : public SAM {
   bool ascent_pass() const override { return false; }
 
   /// The main adapters stay at w; the perturbation is the auxiliary adapters, armed for this step's pass.
-  std::vector<Perturbation> perturbation(SAMOptimizer& /*step*/, std::vector<GroupView>& groups) override {
+  std::vector<Perturbation> perturbation(StepView& /*step*/, std::vector<GroupView>& groups) override {
     *armed_ = true;
     return std::vector<Perturbation>(groups.size());  // scale 0: no directions needed
   }
@@ -88,7 +88,7 @@ class BiLoRA : public SAM {
   }
 
   /// The step is final and its gradients finite: the auxiliary adapters ascend, then are clipped to rho.
-  void adjust_descent(SAMOptimizer& /*step*/, std::vector<GroupView>& groups) override {
+  void adjust_descent(StepView& /*step*/, std::vector<GroupView>& groups) override {
     if (!ascended_) return;  // a plain step (interval, start): the auxiliary adapters took no part
     ascended_ = false;
     if (scaler_ == nullptr && !all_finite()) return;  // unscaled: the trainer's loss check decides the step, not this
@@ -113,7 +113,7 @@ class BiLoRA : public SAM {
   }
 
  protected:
-  void prepare(SAMOptimizer& step, const State& state) override {
+  void prepare(StepView& step, const State& state) override {
     std::vector<std::pair<std::string, AdaptableLinear*>> layers;
     if (state.model != nullptr) layers = adapted_layers(*state.model);
     if (layers.empty()) {

@@ -14,8 +14,8 @@ class CleanGradientSAM : public SAM {
  public:
   explicit CleanGradientSAM(Params& params) : SAM(params, SAMDefaults().synced()) {}
 
-  std::vector<Perturbation> perturbation(SAMOptimizer& step, std::vector<GroupView>& groups) override {
-    clean_.take(SAMOptimizer::parameters_of(step.groups_with_grads()));
+  std::vector<Perturbation> perturbation(StepView& step, std::vector<GroupView>& groups) override {
+    clean_.take(parameters_of(step.groups_with_grads()));
     return SAM::perturbation(step, groups);
   }
 

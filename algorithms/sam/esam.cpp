@@ -51,7 +51,7 @@ class ESAM : public SAM, public PassPlan {
   }
   std::string name() const override { return "esam"; }
 
-  AscentPlan ascent(SAMOptimizer& step, int64_t index) override {
+  AscentPlan ascent(StepView& step, int64_t index) override {
     AscentPlan plan;
     plan.per_sample_losses = gamma_ < 1;
     if (beta_ >= 1) return plan;
@@ -65,14 +65,14 @@ class ESAM : public SAM, public PassPlan {
     return plan;
   }
 
-  std::vector<Perturbation> perturbation(SAMOptimizer& step, std::vector<GroupView>& groups) override {
+  std::vector<Perturbation> perturbation(StepView& step, std::vector<GroupView>& groups) override {
     // SAM's e over the chosen tensors (the resting ones are not in `groups`), scaled by 1 / beta.
     auto result = SAM::perturbation(step, groups);
     for (auto& p : result) p.scale /= beta_;
     return result;
   }
 
-  at::Tensor descent_samples(SAMOptimizer& step, const at::Tensor& ascent_losses,
+  at::Tensor descent_samples(StepView& step, const at::Tensor& ascent_losses,
                              const std::function<at::Tensor()>& closure) override {
     if (gamma_ >= 1) return {};
     const int64_t n = ascent_losses.numel();
@@ -89,7 +89,7 @@ class ESAM : public SAM, public PassPlan {
   }
 
  protected:
-  void prepare(SAMOptimizer& /*step*/, const State& state) override {
+  void prepare(StepView& /*step*/, const State& state) override {
     seed_ = static_cast<uint64_t>(state.seed);
     if (gamma_ < 1 && !state.outputs_given) {
       throw ConfigError(key("gamma") + ": below 1 the descent takes the samples whose loss rose most, and \"loss\": "

@@ -21,7 +21,7 @@ class FisherSAM : public SAM {
   }
   std::string name() const override { return "fisher_sam"; }
 
-  std::vector<Perturbation> perturbation(SAMOptimizer& step, std::vector<GroupView>& groups) override {
+  std::vector<Perturbation> perturbation(StepView& step, std::vector<GroupView>& groups) override {
     std::vector<Perturbation> result(groups.size());
     std::vector<at::Tensor> normed;
     for (std::size_t k = 0; k < groups.size(); ++k) {
@@ -32,7 +32,7 @@ class FisherSAM : public SAM {
         normed.push_back(grad / fisher.sqrt());  // its squares sum to g^T f^-1 g
       }
     }
-    step.scale_to_rho(result, groups, normed, SAMOptimizer::parameters_of(groups));
+    step.scale_to_rho(result, groups, normed, parameters_of(groups), perturbation_ranks(step));
     return result;
   }
 };

@@ -44,7 +44,7 @@ class FlatLoRA : public SAM {
   bool ascent_pass() const override { return false; }
 
   /// The adapters stay at w; the noise is in the adapted layers' forward, armed for this step's pass.
-  std::vector<Perturbation> perturbation(SAMOptimizer& step, std::vector<GroupView>& groups) override {
+  std::vector<Perturbation> perturbation(StepView& step, std::vector<GroupView>& groups) override {
     const int64_t index = step.steps() - 1;
     const double rho = groups.empty() ? options_.rho : groups.front().get("rho");
     const double rising = run_steps_ > 0 ? (1.0 - std::cos(std::acos(-1.0) * static_cast<double>(index) /
@@ -59,7 +59,7 @@ class FlatLoRA : public SAM {
   bool perturbs(const std::vector<Perturbation>& /*perturbation*/) const override { return noise_->sigma != 0; }
 
  protected:
-  void prepare(SAMOptimizer& step, const State& state) override {
+  void prepare(StepView& step, const State& state) override {
     std::vector<std::pair<std::string, AdaptableLinear*>> layers;
     if (state.model != nullptr) layers = adapted_layers(*state.model);
     if (layers.empty()) {

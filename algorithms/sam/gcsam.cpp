@@ -23,7 +23,7 @@ class GCSAM : public SAM {
   explicit GCSAM(Params& params) : SAM(params) {}
   std::string name() const override { return "gcsam"; }
 
-  std::vector<Perturbation> perturbation(SAMOptimizer& step, std::vector<GroupView>& groups) override {
+  std::vector<Perturbation> perturbation(StepView& step, std::vector<GroupView>& groups) override {
     for (auto& g : groups) {
       for (at::Tensor& grad : g.grads) {  // the views' gradients: the parameters' own stay as they are
         if (grad.dim() < 2) continue;

@@ -32,7 +32,7 @@ class GSAM : public CleanGradientSAM {
   explicit GSAM(Params& params) : CleanGradientSAM(params) { alpha_ = params.number("alpha", 0.4, 0); }
   std::string name() const override { return "gsam"; }
 
-  void adjust_descent(SAMOptimizer& step, std::vector<GroupView>& groups) override {
+  void adjust_descent(StepView& step, std::vector<GroupView>& groups) override {
     at::NoGradGuard no_grad;
     // <g, g_p>, ||g_p||^2, ||g||^2 over the parameters this rank counts, in fp32.
     at::Tensor sums;
@@ -49,7 +49,7 @@ class GSAM : public CleanGradientSAM {
     if (!sums.defined()) {  // a rank that owns nothing joins the sum all the same
       sums = at::zeros({3}, at::TensorOptions(at::kFloat).device(step.device()));
     }
-    const at::Tensor total = step.sum_over_shards(sums).to(at::kDouble).cpu();
+    const at::Tensor total = step.sum(sums, Ranks::kJob).to(at::kDouble).cpu();
     const double dot = total[0].item<double>();
     const double perturbed_norm = std::sqrt(total[1].item<double>());
     const double clean_norm = std::sqrt(total[2].item<double>());

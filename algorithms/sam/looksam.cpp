@@ -23,7 +23,6 @@
 #include "basin/algorithms/sam/clean_gradients.h"
 #include "basin/algorithms/sam/sam.h"
 #include "basin/algorithms/sam/sam_registry.h"
-#include "basin/core/sharding/sharded_parameters.h"
 
 namespace basin {
 class LookSAM : public SAM {
@@ -37,18 +36,18 @@ class LookSAM : public SAM {
   }
   std::string name() const override { return "looksam"; }
 
-  bool descend(SAMOptimizer& step, std::vector<GroupView>& groups) override {
+  bool descend(StepView& step, std::vector<GroupView>& groups) override {
     // A refresh whose descent overflowed (the step was skipped) is retried at the next step.
     const bool refresh = looks_ % k_ == 0 || orthogonal_norm_ < 0 || refresh_pending_;
     ++looks_;
     if (refresh) {
       refresh_pending_ = true;
-      clean_.take(SAMOptimizer::parameters_of(groups));
+      clean_.take(parameters_of(groups));
       return true;
     }
     // Reuse: g + alpha * ||g|| / ||g_v|| * g_v. The synced g is the same on every rank.
     at::NoGradGuard no_grad;
-    const double norm = std::sqrt(step.gradient_squares(groups).item<double>());
+    const double norm = std::sqrt(step.gradient_squares(groups, step.ascent_ranks()).item<double>());
     if (!(orthogonal_norm_ > 1e-12)) return false;  // g_s was parallel to g: nothing to add
     const double scale = alpha_ * norm / orthogonal_norm_;
     for (auto& g : groups) {
@@ -60,7 +59,7 @@ class LookSAM : public SAM {
     return false;
   }
 
-  void adjust_descent(SAMOptimizer& step, std::vector<GroupView>& groups) override {
+  void adjust_descent(StepView& step, std::vector<GroupView>& groups) override {
     // g_v = g_s - (<g_s, g> / ||g||^2) g, over the whole model: each rank sums
     // over what it counts (all of it unsharded), where its g_s is averaged.
     at::NoGradGuard no_grad;
@@ -74,7 +73,7 @@ class LookSAM : public SAM {
             {(g.grads[j].to(at::kDouble) * clean->to(at::kDouble)).sum(), clean->to(at::kDouble).pow(2).sum()});
       }
     }
-    sums = step.sum_over_shards(sums).cpu();
+    sums = step.sum(sums, Ranks::kJob).cpu();
     const double dot = sums[0].item<double>(), clean_squares = sums[1].item<double>();
     const double along = clean_squares > 0 ? dot / clean_squares : 0;
     // Synced under ZeRO-2, a rank holds its own gradients only, but g_v stays
@@ -106,7 +105,7 @@ class LookSAM : public SAM {
         in_rows.push_back(g.shares[j].placement.gradient.in_rows());
       }
     }
-    if (step.sharded() != nullptr) step.sharded()->broadcast_from_owners(params, orthogonals);
+    step.broadcast_from_owners(params, orthogonals);
     // g_v is whole on every rank now, the same, but where a gradient is in
     // rows: there each rank holds its rows of g_v, and the ranks' squares add up.
     const auto options = at::TensorOptions(at::kDouble).device(device);
@@ -114,9 +113,7 @@ class LookSAM : public SAM {
     for (std::size_t i = 0; i < orthogonals.size(); ++i) {
       (in_rows[i] ? row_squares : whole_squares) += orthogonals[i].to(at::kDouble).pow(2).sum();
     }
-    if (some_gradient_in_rows(step.sharded(), SAMOptimizer::parameters_of(step.parameter_groups()))) {
-      row_squares = step.sum_over_shards(row_squares);
-    }
+    if (step.gradients_in_rows()) row_squares = step.sum(row_squares, Ranks::kJob);
     orthogonal_norm_ = std::sqrt((row_squares + whole_squares).item<double>());
     refresh_pending_ = false;
   }

@@ -27,20 +27,8 @@
 #include "basin/algorithms/sam/sam.h"
 #include "basin/algorithms/sam/sam_registry.h"
 #include "basin/core/optim/optimizer_state.h"
-#include "basin/core/sharding/sharded_parameters.h"
 
 namespace basin {
-namespace {
-
-/// The optimizer that keeps the momentum: under ZeRO-1, 2 and 3 the sharded
-/// one's local optimizer, which holds this rank's shard.
-torch::optim::Optimizer& momentum_keeper(SAMOptimizer& step) {
-  ShardedParameters* shards = step.sharded();
-  return shards != nullptr && shards->local_optimizer() != nullptr ? *shards->local_optimizer() : step.base();
-}
-
-}  // namespace
-
 class MomentumSAM : public SAM {
  public:
   explicit MomentumSAM(Params& params) : SAM(params, SAMDefaults().with_rho(0.3)) {
@@ -51,12 +39,12 @@ class MomentumSAM : public SAM {
   bool ascent_pass() const override { return false; }
   bool perturbs_on_owners() const override { return true; }
 
-  std::vector<Perturbation> perturbation(SAMOptimizer& step, std::vector<GroupView>& groups) override {
+  std::vector<Perturbation> perturbation(StepView& step, std::vector<GroupView>& groups) override {
     std::vector<Perturbation> result(groups.size());
     std::vector<at::Tensor> normed;
     for (std::size_t k = 0; k < groups.size(); ++k) {
       for (const auto& p : groups[k].params) {
-        at::Tensor v = first_moment(momentum_keeper(step), p);
+        at::Tensor v = first_moment(step.stepping_optimizer(), p);
         // A parameter not stepped yet, or another rank's under ZeRO-1, has no momentum here.
         if (!v.defined()) v = at::zeros_like(p);
         normed.push_back(v);
@@ -65,14 +53,14 @@ class MomentumSAM : public SAM {
     }
     // rho_k / (||v|| + epsilon) per group, then downhill along v: -rho_k * v / ||v||.
     // No momentum anywhere (the first step) leaves every scale 0: w.
-    step.scale_to_rho(result, groups, normed, SAMOptimizer::parameters_of(groups));
+    step.scale_to_rho(result, groups, normed, parameters_of(groups), perturbation_ranks(step));
     for (auto& p : result) p.scale = -p.scale;
     return result;
   }
 
  protected:
-  void prepare(SAMOptimizer& step, const State& /*state*/) override {
-    const std::string why_not = why_no_first_moment(momentum_keeper(step));
+  void prepare(StepView& step, const State& /*state*/) override {
+    const std::string why_not = why_no_first_moment(step.stepping_optimizer());
     if (!why_not.empty()) {
       throw ConfigError("config key 'optimizer': momentum_sam perturbs along the optimizer's momentum, but " +
                         why_not + "; use SGD with momentum > 0, Adam or AdamW");

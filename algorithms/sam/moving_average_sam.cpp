@@ -2,7 +2,7 @@
 
 namespace basin {
 
-std::vector<Perturbation> MovingAverageSAM::perturbation(SAMOptimizer& step, std::vector<GroupView>& groups) {
+std::vector<Perturbation> MovingAverageSAM::perturbation(StepView& step, std::vector<GroupView>& groups) {
   std::vector<Perturbation> result(groups.size());
   std::vector<at::Tensor> directions;
   for (std::size_t k = 0; k < groups.size(); ++k) {
@@ -11,7 +11,7 @@ std::vector<Perturbation> MovingAverageSAM::perturbation(SAMOptimizer& step, std
       directions.push_back(result[k].directions.back());
     }
   }
-  step.scale_to_rho(result, groups, directions, SAMOptimizer::parameters_of(groups));
+  step.scale_to_rho(result, groups, directions, parameters_of(groups), perturbation_ranks(step));
   return result;
 }
 

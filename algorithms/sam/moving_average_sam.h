@@ -18,7 +18,7 @@ class MovingAverageSAM : public SAM {
  public:
   MovingAverageSAM(Params& params, const SAMDefaults& defaults) : SAM(params, defaults) { rule_state().keep(average_); }
 
-  std::vector<Perturbation> perturbation(SAMOptimizer& step, std::vector<GroupView>& groups) override;
+  std::vector<Perturbation> perturbation(StepView& step, std::vector<GroupView>& groups) override;
 
  protected:
   /// d for one parameter from its gradient, updating `average` (undefined

@@ -5,8 +5,7 @@
 
 #include <ATen/ATen.h>
 
-#include "basin/core/communication/communicator.h"
-#include "basin/core/sharding/sharded_parameters.h"
+#include "basin/algorithms/sam/step_view.h"
 
 namespace basin {
 
@@ -23,19 +22,17 @@ void ParameterBuffers::save(ParameterStates& states, const ParameterNumbering& n
 }
 
 void ParameterBuffers::save_from_owners(ParameterStates& states, const ParameterNumbering& numbering,
-                                        ShardedParameters& shards) const {
+                                        StepView& step) const {
   const auto& params = numbering.parameters();
   auto mine = [&](std::size_t i) -> const at::Tensor* {
-    if (!shards.owns(params[i])) return nullptr;
+    if (!step.owned_here(params[i])) return nullptr;
     const auto found = buffers_.find(params[i].unsafeGetTensorImpl());
     return found == buffers_.end() || !found->second.defined() ? nullptr : &found->second;
   };
   // Which parameters have a buffer on their owner: the same list on every rank.
   std::vector<float> held(params.size());
   for (std::size_t i = 0; i < params.size(); ++i) held[i] = mine(i) != nullptr ? 1.0f : 0.0f;
-  std::vector<at::Tensor> flags{at::tensor(at::ArrayRef<float>(held)).to(shards.device())};
-  shards.communicator().all_reduce_max(flags);
-  const at::Tensor anywhere = flags.front().cpu();
+  const at::Tensor anywhere = step.max(at::tensor(at::ArrayRef<float>(held)).to(step.device()), Ranks::kJob).cpu();
   std::vector<at::Tensor> listed, values;
   for (std::size_t i = 0; i < params.size(); ++i) {
     if (anywhere[static_cast<int64_t>(i)].item<float>() <= 0) continue;
@@ -44,7 +41,7 @@ void ParameterBuffers::save_from_owners(ParameterStates& states, const Parameter
     values.push_back(buffer != nullptr ? buffer->detach().to(params[i].scalar_type()).contiguous().clone()
                                        : at::empty_like(params[i]));
   }
-  shards.broadcast_from_owners(listed, values);
+  step.broadcast_from_owners(listed, values);
   ParameterBuffers gathered(name_);
   for (std::size_t i = 0; i < listed.size(); ++i) gathered.of(listed[i]) = values[i];
   gathered.save(states, numbering);

@@ -10,7 +10,7 @@
 
 namespace basin {
 
-class ShardedParameters;
+class StepView;
 
 /// One tensor per parameter that a SAM rule keeps between steps (a moving
 /// average of gradients), saved by parameter index under `name` in the
@@ -32,7 +32,7 @@ class ParameterBuffers {
   /// As save(), where each rank holds the buffers of the parameters it owns
   /// only (ZeRO-2: they come from its gradients): every owner's are gathered
   /// first, so that rank 0's checkpoint holds them all. Collective.
-  void save_from_owners(ParameterStates& states, const ParameterNumbering& numbering, ShardedParameters& shards) const;
+  void save_from_owners(ParameterStates& states, const ParameterNumbering& numbering, StepView& step) const;
   /// Takes the buffers `states` holds under this name, each on its
   /// parameter's device and in its dtype; a parameter without one starts
   /// afresh. Throws std::invalid_argument for a mis-shaped entry.

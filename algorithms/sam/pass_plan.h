@@ -8,7 +8,7 @@
 
 namespace basin {
 
-class SAMOptimizer;
+class StepView;
 
 /// What the ascent pass of one SAM step runs on.
 struct AscentPlan {
@@ -30,12 +30,12 @@ class PassPlan {
  public:
   virtual ~PassPlan() = default;
   /// Before the ascent of step `index` (every step counted from 0).
-  virtual AscentPlan ascent(SAMOptimizer& step, int64_t index) = 0;
+  virtual AscentPlan ascent(StepView& step, int64_t index) = 0;
   /// At w + e, before the descent: the samples (int64 indices into the
   /// batch, on the CPU, in order) the descent runs on; undefined for all.
   /// `ascent_losses` are each sample's ascent loss when the plan asked for
   /// them; `closure` serves step.forward_at_current_weights.
-  virtual at::Tensor descent_samples(SAMOptimizer& step, const at::Tensor& ascent_losses,
+  virtual at::Tensor descent_samples(StepView& step, const at::Tensor& ascent_losses,
                                      const std::function<at::Tensor()>& closure) = 0;
 };
 

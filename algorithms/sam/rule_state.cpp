@@ -4,18 +4,18 @@
 
 #include <ATen/ATen.h>
 
-#include "basin/core/sharding/sharded_parameters.h"
+#include "basin/algorithms/sam/step_view.h"
 
 namespace basin {
 
-ParameterStates RuleState::parameters(const ParameterNumbering& numbering, ShardedParameters* shards) const {
+ParameterStates RuleState::parameters(const ParameterNumbering& numbering, StepView& step) const {
   // A buffer follows its parameter's gradient: where a synced gradient is
   // not whole on every rank, the owner's buffer is the one saved.
-  const bool on_owners = some_gradient_not_whole(shards, numbering.parameters());
+  const bool on_owners = step.gradients_on_owners();
   ParameterStates states = new_parameter_states();
   for (const ParameterBuffers* buffers : buffers_) {
-    if (on_owners || (buffers->by_owners() && shards != nullptr)) {
-      buffers->save_from_owners(states, numbering, *shards);
+    if (on_owners || (buffers->by_owners() && step.parameters_have_owners())) {
+      buffers->save_from_owners(states, numbering, step);
     } else {
       buffers->save(states, numbering);
     }

@@ -26,10 +26,10 @@ class RuleState {
   /// Loaded in place (copy_), so a tensor others hold keeps its identity.
   void keep(const std::string& name, at::Tensor& value) { tensors_.emplace_back(name, &value); }
 
-  /// With `shards` that place a synced gradient on its owner or in rows
-  /// (zero2, zero3), each owner's buffers are gathered first (collective;
-  /// see save_from_owners).
-  ParameterStates parameters(const ParameterNumbering& numbering, ShardedParameters* shards = nullptr) const;
+  /// Where `step` places a synced gradient on its owner or in rows (zero2,
+  /// zero3, hsdp), each owner's buffers are gathered first (collective; see
+  /// save_from_owners).
+  ParameterStates parameters(const ParameterNumbering& numbering, StepView& step) const;
   void load_parameters(const ParameterStates& states, const ParameterNumbering& numbering);
   StateDict values() const;
   /// Throws std::invalid_argument naming a value `values` lacks or holds as

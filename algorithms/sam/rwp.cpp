@@ -39,7 +39,6 @@
 #include "basin/core/base/seeded_noise.h"
 #include "basin/core/config/config_error.h"
 #include "basin/core/optim/optimizer_state.h"
-#include "basin/core/sharding/sharded_parameters.h"
 
 namespace basin {
 namespace {
@@ -69,7 +68,7 @@ bool RWP::perturbs(const std::vector<Perturbation>& perturbation) const {
   return mix_ >= 0 ? gamma_ != 0 : SAM::perturbs(perturbation);
 }
 
-std::vector<Perturbation> RWP::perturbation(SAMOptimizer& step, std::vector<GroupView>& groups) {
+std::vector<Perturbation> RWP::perturbation(StepView& step, std::vector<GroupView>& groups) {
   const int64_t index = step.steps() - 1;  // this step's, counted from 0
   // A vector's scale is its whole norm, summed over the ranks that hold parts of it.
   std::vector<at::Tensor> vector_squares;
@@ -82,7 +81,7 @@ std::vector<Perturbation> RWP::perturbation(SAMOptimizer& step, std::vector<Grou
     }
   }
   at::Tensor vector_norms;
-  if (!vector_squares.empty()) vector_norms = step.sum_over_shards(at::stack(vector_squares).to(step.device())).cpu().sqrt();
+  if (!vector_squares.empty()) vector_norms = step.sum(at::stack(vector_squares).to(step.device()), Ranks::kJob).cpu().sqrt();
 
   if (clean_rank_) return std::vector<Perturbation>(groups.size());  // the mixed form's clean half: at w
   std::vector<Perturbation> result(groups.size());
@@ -110,7 +109,7 @@ std::vector<Perturbation> RWP::perturbation(SAMOptimizer& step, std::vector<Grou
   return result;
 }
 
-void RWP::prepare(SAMOptimizer& step, const State& state) {
+void RWP::prepare(StepView& step, const State& state) {
   seed_ = static_cast<uint64_t>(state.seed);
   if (mix_ < 0) return;
   if (state.world_size < 2 || state.world_size % 2 != 0) {
@@ -118,7 +117,7 @@ void RWP::prepare(SAMOptimizer& step, const State& state) {
                       "the ranks, and this job has " + std::to_string(state.world_size) +
                       " (an even number of 2 or more is needed); drop \"mix\" for the one-pass form");
   }
-  if (perturbs_on_owners() || some_gradient_in_rows(step.sharded(), unique_parameters(step.base()))) {
+  if (perturbs_on_owners() || step.gradients_in_rows()) {
     throw ConfigError(key("mix") + ": the mixed form perturbs the weights of half the ranks, which needs whole "
                       "parameters on every rank: parallel.mode ddp, zero1 or zero2 (under zero3 the gathered "
                       "units would mix the halves' weights)");

@@ -21,7 +21,7 @@ class RWP : public SAM {
   std::string name() const override { return "rwp"; }
 
   bool ascent_pass() const override { return false; }
-  std::vector<Perturbation> perturbation(SAMOptimizer& step, std::vector<GroupView>& groups) override;
+  std::vector<Perturbation> perturbation(StepView& step, std::vector<GroupView>& groups) override;
   double pass_loss_weight() const override;
   /// The mixed form's step is perturbed on the other half of the ranks: a clean rank's counts too.
   bool perturbs(const std::vector<Perturbation>& perturbation) const override;
@@ -31,7 +31,7 @@ class RWP : public SAM {
   /// tensor this rank holds), [rows, 1] on the CPU; undefined: nothing
   /// (RWP's). With perturbs_on_owners(), asked of the parameters this rank steps alone.
   virtual at::Tensor row_divisor(const at::Tensor& /*param*/, int64_t /*rows*/) { return at::Tensor(); }
-  void prepare(SAMOptimizer& step, const State& state) override;
+  void prepare(StepView& step, const State& state) override;
 
  private:
   double gamma_ = 0.01;

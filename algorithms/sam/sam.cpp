@@ -73,10 +73,6 @@ std::unordered_set<const c10::TensorImpl*> SAM::parameters_named(const torch::nn
   return found;
 }
 
-const c10::TensorImpl* SAM::stepped(const SAMOptimizer& step, const at::Tensor& param) {
-  return step.sharded() != nullptr ? step.sharded()->stepped(param).unsafeGetTensorImpl() : param.unsafeGetTensorImpl();
-}
-
 int64_t SAM::run_length(const State& state) {
   // As the trainer stops: at max_steps or at the end of max_epochs, whichever comes first.
   const int64_t by_epochs = state.steps_per_epoch * state.max_epochs;
@@ -84,7 +80,7 @@ int64_t SAM::run_length(const State& state) {
   return by_epochs > 0 ? std::min(state.max_steps, by_epochs) : state.max_steps;
 }
 
-std::vector<Perturbation> SAM::perturbation(SAMOptimizer& step, std::vector<GroupView>& groups) {
+std::vector<Perturbation> SAM::perturbation(StepView& step, std::vector<GroupView>& groups) {
   if (!adaptive_) return SAMRule::perturbation(step, groups);
   std::vector<Perturbation> result(groups.size());
   std::vector<at::Tensor> normed;  // T * g, whose norm scales e
@@ -101,7 +97,7 @@ std::vector<Perturbation> SAM::perturbation(SAMOptimizer& step, std::vector<Grou
     at::_foreach_mul_(t, tg);  // the direction is T^2 g
     result[k].directions = std::move(t);
   }
-  step.scale_to_rho(result, groups, normed, SAMOptimizer::parameters_of(groups));
+  step.scale_to_rho(result, groups, normed, parameters_of(groups), perturbation_ranks(step));
   return result;
 }
 
@@ -149,7 +145,7 @@ std::shared_ptr<SAMOptimizer> SAM::make_optimizer(std::shared_ptr<torch::optim::
     }
     std::unordered_set<const c10::TensorImpl*> unperturbed;
     for (const auto& p : state.model->parameters(true)) {
-      if (perturbed.count(p.unsafeGetTensorImpl()) == 0) unperturbed.insert(stepped(*step, p));
+      if (perturbed.count(p.unsafeGetTensorImpl()) == 0) unperturbed.insert(step->view().listed_as(p));
     }
     step->set_unperturbed(std::move(unperturbed));
   }
@@ -161,7 +157,7 @@ std::shared_ptr<SAMOptimizer> SAM::make_optimizer(std::shared_ptr<torch::optim::
     }
     for (std::size_t i = 0; i < groups.size(); ++i) set_hyperparameter(groups[i].options(), "rho", group_rho_[i]);
   }
-  prepare(*step, state);
+  prepare(step->view(), state);
   if (freeze_running_stats_ && state.model) {
     PassHooks freeze;  // the descent's forward must not count the batch again, at w + e
     auto model = state.model;
@@ -213,7 +209,7 @@ StateDict SAM::state_dict() const {
   StateDict state = new_state_dict();
   if (auto step = optimizer()) {
     state.insert("optimizer", step->counters());
-    state.insert("parameters", rule_state_.parameters(ParameterNumbering(*step), step->sharded()));
+    state.insert("parameters", rule_state_.parameters(ParameterNumbering(*step), step->view()));
     state.insert("values", rule_state_.values());
   }
   return state;

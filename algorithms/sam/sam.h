@@ -85,13 +85,13 @@ class SAM : public Algorithm, public SAMRule, public std::enable_shared_from_thi
   }
 
   /// SAM's e, or ASAM's when "adaptive".
-  std::vector<Perturbation> perturbation(SAMOptimizer& step, std::vector<GroupView>& groups) override;
+  std::vector<Perturbation> perturbation(StepView& step, std::vector<GroupView>& groups) override;
 
  protected:
   /// What a variant checks or takes of the run once its step is made
   /// (ASAM's scaled parameters, AE-SAM's run length, what it refuses);
   /// throws ConfigError naming the key.
-  virtual void prepare(SAMOptimizer& /*step*/, const State& /*state*/) {}
+  virtual void prepare(StepView& /*step*/, const State& /*state*/) {}
   /// Why the variant needs the ascent gradients averaged over ranks when
   /// training is data-parallel, or "" when a rank-local ascent is sound.
   virtual std::string why_synced_ascent() const { return ""; }
@@ -105,8 +105,6 @@ class SAM : public Algorithm, public SAMRule, public std::enable_shared_from_thi
   /// The model's parameters whose names `pattern` finds (regex_search).
   static std::unordered_set<const c10::TensorImpl*> parameters_named(const torch::nn::Module& model,
                                                                     const std::string& pattern);
-  /// The tensor `step` steps for the model's parameter `param` (its shard under zero3).
-  static const c10::TensorImpl* stepped(const SAMOptimizer& step, const at::Tensor& param);
   /// The run's length in optimizer steps, as the trainer stops it (0 when the
   /// state does not know it). Resolved when the algorithm wraps: a run
   /// resumed with another length resolves "start" and AE-SAM's T anew.

@@ -10,19 +10,6 @@
 
 namespace basin {
 
-// SAM's own rule, the default every variant overrides: e = rho * g / (||g|| + epsilon).
-// Defined with the step (not beside SAMRule's contract) because it is the step's arithmetic.
-std::vector<Perturbation> SAMRule::perturbation(SAMOptimizer& step, std::vector<GroupView>& groups) {
-  std::vector<Perturbation> result(groups.size());
-  std::vector<at::Tensor> normed;
-  for (std::size_t k = 0; k < groups.size(); ++k) {
-    normed.insert(normed.end(), groups[k].grads.begin(), groups[k].grads.end());
-    result[k].directions = groups[k].grads;
-  }
-  step.scale_to_rho(result, groups, normed, SAMOptimizer::parameters_of(groups));
-  return result;
-}
-
 namespace {
 
 std::map<std::string, double> group_values(const SAMOptions& options) {
@@ -77,29 +64,10 @@ std::vector<GroupView> SAMOptimizer::views(bool perturbed_only, bool with_grads)
   return groups;
 }
 
-std::vector<GroupView> SAMOptimizer::groups_with_grads(bool perturbed_only) {
-  return views(perturbed_only, /*with_grads=*/true);
-}
-
-std::vector<GroupView> SAMOptimizer::parameter_groups(bool perturbed_only) {
-  return views(perturbed_only, /*with_grads=*/false);
-}
-
-std::vector<at::Tensor> SAMOptimizer::parameters_of(const std::vector<GroupView>& groups) {
-  std::vector<at::Tensor> params;
-  for (const auto& g : groups) params.insert(params.end(), g.params.begin(), g.params.end());
-  return params;
-}
-
 void SAMOptimizer::move_to_perturbed(const std::vector<GroupView>& groups, const std::vector<Perturbation>& perturbation) {
   swap_.move(groups, perturbation, [this](const at::Tensor& p) { return shards_ == nullptr || shards_->owns(p); });
   // Each owner perturbed its own shard: the others take w + e from it.
   if (shards_ != nullptr && (rule_->perturbs_on_owners() || ascent_sharded())) shards_->broadcast_parameters();
-}
-
-void SAMOptimizer::step_after_base(std::vector<StepAfterBase> steps) {
-  after_base_ = std::move(steps);
-  broadcast_after_base_ = true;
 }
 
 at::Tensor SAMOptimizer::run_pass(Pass pass, const LossClosure& closure, PassRequest request) {
@@ -218,21 +186,21 @@ at::Tensor SAMOptimizer::step(LossClosure closure) {
   }
   if (descended) {
     at::NoGradGuard no_grad;
-    auto descent = groups_with_grads();
-    rule_->adjust_descent(*this, descent);
+    auto descent = views(/*perturbed_only=*/false, /*with_grads=*/true);
+    rule_->adjust_descent(view_, descent);
   }
   base_step();
   return loss;
 }
 
 at::Tensor SAMOptimizer::one_pass_step(const LossClosure& closure) {
-  auto groups = parameter_groups(/*perturbed_only=*/true);
+  auto groups = views(/*perturbed_only=*/true, /*with_grads=*/false);
   at::Tensor loss;
   bool finite = false;
   try {
     {
       at::NoGradGuard no_grad;
-      const auto perturbation = rule_->perturbation(*this, groups);
+      const auto perturbation = rule_->perturbation(view_, groups);
       move_to_perturbed(groups, perturbation);
       if (rule_->perturbs(perturbation)) ++sam_steps_;
     }
@@ -251,8 +219,8 @@ at::Tensor SAMOptimizer::one_pass_step(const LossClosure& closure) {
   }
   {
     at::NoGradGuard no_grad;
-    auto pass = groups_with_grads();
-    rule_->adjust_descent(*this, pass);
+    auto pass = views(/*perturbed_only=*/false, /*with_grads=*/true);
+    rule_->adjust_descent(view_, pass);
   }
   base_step();
   return loss;
@@ -266,7 +234,7 @@ at::Tensor SAMOptimizer::forward_at_current_weights(const LossClosure& closure) 
 }
 
 at::Tensor SAMOptimizer::ascent(const LossClosure& closure, at::Tensor& sample_losses, bool& all_resting) {
-  AscentPlan plan = plan_ != nullptr ? plan_->ascent(*this, steps_ - 1) : AscentPlan{};
+  AscentPlan plan = plan_ != nullptr ? plan_->ascent(view_, steps_ - 1) : AscentPlan{};
   // A plan that rests every tensor the loss reaches leaves nothing to
   // perturb (and no gradient to take): a plain step with the ascent's
   // gradients, taken for every tensor. The tensors the loss reaches are
@@ -276,7 +244,7 @@ at::Tensor SAMOptimizer::ascent(const LossClosure& closure, at::Tensor& sample_l
   if (plan_ != nullptr) {
     bool any_graded = false, chosen_graded = false;
     std::size_t perturbable = 0;
-    const auto groups = parameter_groups(/*perturbed_only=*/true);
+    const auto groups = views(/*perturbed_only=*/true, /*with_grads=*/false);
     for (const auto& g : groups) {
       perturbable += g.params.size();
       for (const auto& p : g.params) {
@@ -338,8 +306,8 @@ bool SAMOptimizer::sam_part(const LossClosure& closure, at::Tensor& loss, bool& 
   if (!gradients_finite(Pass::kAscent)) return false;  // nothing is perturbed now
   if (options_.parts == 1) {
     at::NoGradGuard no_grad;
-    auto all = groups_with_grads();
-    descended = !all_resting && rule_->descend(*this, all);
+    auto all = views(/*perturbed_only=*/false, /*with_grads=*/true);
+    descended = !all_resting && rule_->descend(view_, all);
     if (!descended) return true;  // the base steps with the ascent gradients as descend() left them
   }
   if (part_ == 0) ++sam_steps_;
@@ -349,11 +317,11 @@ bool SAMOptimizer::sam_part(const LossClosure& closure, at::Tensor& loss, bool& 
       // The views hold the ascent's gradients: they go before the descent's
       // backward, which (where zero_grad sets them to none) makes new ones.
       at::NoGradGuard no_grad;
-      auto groups = groups_with_grads(/*perturbed_only=*/true);
-      move_to_perturbed(groups, rule_->perturbation(*this, groups));
+      auto groups = views(/*perturbed_only=*/true, /*with_grads=*/true);
+      move_to_perturbed(groups, rule_->perturbation(view_, groups));
     }
     PassRequest descent;
-    if (plan_ != nullptr) descent.samples = plan_->descent_samples(*this, ascent_losses, closure);
+    if (plan_ != nullptr) descent.samples = plan_->descent_samples(view_, ascent_losses, closure);
     run_pass(Pass::kDescent, closure, descent);
     finite = gradients_finite(Pass::kDescent);
   } catch (...) {

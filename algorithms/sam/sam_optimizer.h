@@ -11,6 +11,7 @@
 #include "basin/algorithms/sam/parameter_swap.h"
 #include "basin/algorithms/sam/pass_plan.h"
 #include "basin/algorithms/sam/sam_rule.h"
+#include "basin/algorithms/sam/step_view.h"
 #include "basin/core/engine/pass_hooks.h"
 #include "basin/core/engine/pass_request.h"
 #include "basin/core/engine/state.h"
@@ -39,7 +40,8 @@ struct SAMOptions {
 };
 
 /// Sharpness-Aware Minimization around any LibTorch optimizer: the one SAM
-/// step of the whole family, a variant being a SAMRule (and maybe a PassPlan).
+/// step of the whole family, a variant being a SAMRule (and maybe a PassPlan)
+/// that sees the step through its StepView (view()).
 ///
 /// `step(closure)`:
 ///   ascent    closure at w: gradients g (the pass syncs them over ranks or
@@ -129,52 +131,11 @@ class SAMOptimizer : public torch::optim::Optimizer, public PassAwareOptimizer, 
   /// (of this rank's shard under ZeRO-1) SAM keeps.
   const std::vector<at::Tensor>& perturbed_buffers() const { return swap_.buffers(); }
 
-  // What rules use.
-  /// Every parameter with a gradient, by group, each once; `perturbed_only`
-  /// leaves out those SAM leaves at w.
-  std::vector<GroupView> groups_with_grads(bool perturbed_only = false);
-  /// Every parameter that requires a gradient, by group, whether or not it
-  /// has one now; the views' `grads` are empty.
-  std::vector<GroupView> parameter_groups(bool perturbed_only = false);
-  static std::vector<at::Tensor> parameters_of(const std::vector<GroupView>& groups);
-  /// The shards the base steps (zero1, zero2, zero3), else nullptr.
-  ShardedParameters* sharded() const { return shards_; }
-  /// `partial` (sums over the parameters this rank counts) added up over
-  /// ranks when the base steps shards; `partial` itself otherwise.
-  /// Collective then.
-  at::Tensor sum_over_shards(const at::Tensor& partial);
-  /// Whether this step's ascent gradients are not whole on every rank (a
-  /// synced ascent where a gradient's placement is an owner or rows): a
-  /// rule then reads them where they are, and the owners' perturbed
-  /// parameters are gathered to every rank.
-  bool ascent_sharded() const;
-  /// Where this step's collectives run: the shards' device, else the first
-  /// parameter's (a rank may hold no gradient at all under ZeRO-2).
-  c10::Device device() const;
-  /// ||g||^2 of the gradients `groups` hold now, in fp32: over shards where
-  /// the ascent is sharded (collective then), else of what this rank holds.
-  at::Tensor gradient_squares(const std::vector<GroupView>& groups);
-  /// Sets each group's scale to rho / (||normed|| + epsilon), the norm taken
-  /// over every group (over shards under ZeRO-1 when the ascent is synced or
-  /// the rule perturbs on owners: one all-reduce); `params` are the
-  /// parameters of `normed`, in order.
-  /// A zero norm leaves every scale 0: no direction to climb, no NaN.
-  void scale_to_rho(std::vector<Perturbation>& perturbation, const std::vector<GroupView>& groups,
-                    const std::vector<at::Tensor>& normed, const std::vector<at::Tensor>& params);
-  /// A forward alone at the weights as they are now, returning each
-  /// sample's loss: a Pass::kDescent pass (BatchNorm statistics untouched),
-  /// no gradient touched.
-  at::Tensor forward_at_current_weights(const LossClosure& closure);
-  /// Steps to take after the base's (WSAM's decoupled sharpness step):
-  /// param -= scale * direction. Called once from adjust_descent by every
-  /// rank, with its own steps or none (a second call replaces the first):
-  /// under ZeRO-1 the owners then broadcast. A skipped step drops them.
-  struct StepAfterBase {
-    at::Tensor param;
-    at::Tensor direction;
-    double scale;
-  };
-  void step_after_base(std::vector<StepAfterBase> steps);
+  /// What the rule sees of this step (its hooks receive it).
+  StepView& view() { return view_; }
+  /// Whether the step norms, perturbs and restores through `shards` (the
+  /// base's, when it steps shards of the parameters).
+  bool steps_through(const ShardedParameters* shards) const { return shards_ == shards; }
 
   /// The config key of the algorithm that made this step ("algorithms.gsam"); "" when made by hand. A second
   /// SAM-family algorithm names it when it refuses to wrap this step again.
@@ -182,6 +143,13 @@ class SAMOptimizer : public torch::optim::Optimizer, public PassAwareOptimizer, 
   void set_made_by(std::string key) { made_by_ = std::move(key); }
 
  private:
+  friend class StepView;  // the rule's verbs are the step's arithmetic
+
+  std::vector<GroupView> views(bool perturbed_only, bool with_grads);
+  /// Whether this step's ascent gradients are not whole on every rank (see StepView).
+  bool ascent_sharded() const;
+  c10::Device device() const;
+  at::Tensor forward_at_current_weights(const LossClosure& closure);
   at::Tensor run_pass(Pass pass, const LossClosure& closure, PassRequest request = {});
   bool gradients_finite(Pass pass);
   /// w <- w + e: owned parameters by storage swap, the others in place (or
@@ -201,7 +169,6 @@ class SAMOptimizer : public torch::optim::Optimizer, public PassAwareOptimizer, 
   at::Tensor ascent(const LossClosure& closure, at::Tensor& sample_losses, bool& all_resting);
   void add_to_descent_sum();
   void take_descent_mean();
-  std::vector<GroupView> views(bool perturbed_only, bool with_grads);
   /// Swaps w back. Parameters this rank does not own (ZeRO-1) were perturbed
   /// in place; their owners' broadcast restores them, in the base step or,
   /// when no base step follows, here.
@@ -226,12 +193,13 @@ class SAMOptimizer : public torch::optim::Optimizer, public PassAwareOptimizer, 
   std::unordered_set<const c10::TensorImpl*> resting_;
   at::Tensor last_grad_norm_;
   ParameterSwap swap_;
-  std::vector<StepAfterBase> after_base_;
+  std::vector<StepView::StepAfterBase> after_base_;
   bool broadcast_after_base_ = false;
   /// mSAM: each parameter's descent gradients summed over the parts so far.
   std::vector<std::pair<at::Tensor, at::Tensor>> summed_descent_;
   std::unordered_map<const c10::TensorImpl*, std::size_t> summed_index_;
   std::string made_by_;
+  StepView view_{*this};
 };
 
 }  // namespace basin

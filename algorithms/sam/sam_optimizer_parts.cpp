@@ -9,7 +9,7 @@ namespace basin {
 void SAMOptimizer::add_to_descent_sum() {
   // Summed by parameter: a part may leave a parameter without a gradient.
   at::NoGradGuard no_grad;
-  for (const auto& g : groups_with_grads()) {
+  for (const auto& g : views(/*perturbed_only=*/false, /*with_grads=*/true)) {
     for (std::size_t j = 0; j < g.params.size(); ++j) {
       const auto [found, added] = summed_index_.emplace(g.params[j].unsafeGetTensorImpl(), summed_descent_.size());
       if (added) {

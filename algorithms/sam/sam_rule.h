@@ -6,13 +6,14 @@
 
 #include <ATen/core/Tensor.h>
 
+#include "basin/algorithms/sam/ranks.h"
 #include "basin/core/sharding/placement.h"
 
 namespace torch::optim { class OptimizerOptions; }
 
 namespace basin {
 
-class SAMOptimizer;
+class StepView;
 
 /// Where one parameter of a view is across the ranks, as a rule reads it
 /// (ShardedParameters; everything here when the base steps no shards).
@@ -22,7 +23,7 @@ struct ParameterShare {
   /// gradient is the average over ranks here.
   bool stepped_here = true;
   /// This rank adds its values into a sum over the whole model, which
-  /// SAMOptimizer::sum_over_shards completes (ShardedParameters::counted_here).
+  /// StepView::sum among the job completes (ShardedParameters::counted_here).
   /// A rule's sums go by it, never by stepped_here.
   bool counted_here = true;
   /// The first of the parameter's rows (dim 0) this rank's tensor holds: 0
@@ -51,9 +52,9 @@ struct Perturbation {
 /// What a SAM variant changes in the one SAM step (SAMOptimizer): three
 /// hooks and a property, each with SAM's behaviour by default. Hooks run
 /// without grad (they may change gradients in place) and receive the
-/// groups' views, which say where each parameter is placed, and the step,
-/// which offers what they need besides (the norm scaled to rho, sums over
-/// shards, a step after the base's). What a rule keeps between steps it declares as a
+/// groups' views, which say where each parameter is placed, and the step's
+/// view (StepView), which offers what they need besides (the norm scaled to
+/// rho, reductions among the job or this rank, a step after the base's). What a rule keeps between steps it declares as a
 /// RuleState (see SAM::rule_state), not through hooks; what a pass runs on
 /// is a second, optional contract (PassPlan).
 class SAMRule {
@@ -64,18 +65,18 @@ class SAMRule {
   /// perturbs. SAM's is rho * g / (||g|| + epsilon), the norm over every
   /// group (step.scale_to_rho). A rule whose `ascent_pass()` is false gets
   /// views without gradients, before the step's one pass.
-  virtual std::vector<Perturbation> perturbation(SAMOptimizer& step, std::vector<GroupView>& groups);
+  virtual std::vector<Perturbation> perturbation(StepView& step, std::vector<GroupView>& groups);
   /// After the ascent pass, with every parameter's gradient: whether this
   /// step perturbs and takes its descent pass. False: the base steps with
   /// the ascent gradients as this leaves them (AE-SAM's plain steps,
   /// LookSAM's reuse steps). Not asked with parts > 1 (mSAM).
-  virtual bool descend(SAMOptimizer& /*step*/, std::vector<GroupView>& /*groups*/) { return true; }
+  virtual bool descend(StepView& /*step*/, std::vector<GroupView>& /*groups*/) { return true; }
   /// The descent gradients, last, before the base steps (GSAM, WSAM,
   /// LookSAM); for a rule without an ascent pass, its one pass's (Bi-LoRA
   /// ascends its auxiliary adapters here). Under ZeRO-1 only the gradients this rank owns are averaged
-  /// over ranks here: a reduction over all parameters is taken over shards
-  /// (step.sum_over_shards).
-  virtual void adjust_descent(SAMOptimizer& /*step*/, std::vector<GroupView>& /*groups*/) {}
+  /// over ranks here: a reduction over all parameters is taken among the
+  /// job (step.sum(partial, Ranks::kJob)).
+  virtual void adjust_descent(StepView& /*step*/, std::vector<GroupView>& /*groups*/) {}
   /// False for a rule that knows e before the step (Momentum-SAM, from the
   /// optimizer's momentum): the step runs one pass at w + e as a plain pass
   /// (gradients synced, BatchNorm statistics updated), restores w and steps
@@ -100,6 +101,12 @@ class SAMRule {
   /// perturbation's norm is taken over shards, and the owners' perturbed
   /// parameters are gathered to every rank before the pass runs.
   virtual bool perturbs_on_owners() const { return false; }
+
+ protected:
+  /// Among whom this rule's perturbation is normed: the ranks its ascent
+  /// gradients were averaged over, or the job for a rule that perturbs on
+  /// the owners.
+  Ranks perturbation_ranks(const StepView& step) const;
 };
 
 }  // namespace basin

@@ -28,9 +28,9 @@ class WSAM : public CleanGradientSAM {
   }
   std::string name() const override { return "wsam"; }
 
-  void adjust_descent(SAMOptimizer& step, std::vector<GroupView>& groups) override {
+  void adjust_descent(StepView& step, std::vector<GroupView>& groups) override {
     at::NoGradGuard no_grad;
-    std::vector<SAMOptimizer::StepAfterBase> sharpness_steps;
+    std::vector<StepView::StepAfterBase> sharpness_steps;
     for (auto& g : groups) {
       for (std::size_t j = 0; j < g.params.size(); ++j) {
         const at::Tensor* clean = clean_gradient(g.params[j]);
