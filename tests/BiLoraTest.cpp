@@ -14,6 +14,7 @@
 #include <ATen/ATen.h>
 #include <torch/optim/sgd.h>
 
+#include "basin/algorithms/sam/auxiliary_adapter.h"
 #include "basin/algorithms/sam/sam_optimizer.h"
 #include "basin/callbacks/grad_scaler.h"
 #include "basin/core/model/lora.h"
@@ -26,6 +27,11 @@ namespace basin {
 namespace {
 
 using test::Tensors;
+
+/// The auxiliary adapter Bi-LoRA set on `layer` (null: none).
+const AuxiliaryAdapter* auxiliary_adapter(const AdaptableLinear& layer) {
+  return dynamic_cast<const AuxiliaryAdapter*>(layer.perturbation());
+}
 
 TEST(BiLoraTest, TheAuxiliaryAdaptersAscendAndAreClippedWhileTheMainOnesDescendInOnePass) {
   auto model = std::make_shared<test::TwoProjections>();
@@ -45,8 +51,8 @@ TEST(BiLoraTest, TheAuxiliaryAdaptersAscendAndAreClippedWhileTheMainOnesDescendI
   auto bi = test::sam_variant(
       "bi_lora", std::make_shared<torch::optim::SGD>(adapters, torch::optim::SGDOptions(0.05).momentum(0.9)),
       {{"rho", rho}, {"rank", 3}, {"ascent_lr", ascent_lr}}, facts);
-  const AuxiliaryAdapter* aux1 = model->fc1->auxiliary_adapter();
-  const AuxiliaryAdapter* aux2 = model->fc2->auxiliary_adapter();
+  const AuxiliaryAdapter* aux1 = auxiliary_adapter(*model->fc1);
+  const AuxiliaryAdapter* aux2 = auxiliary_adapter(*model->fc2);
   ASSERT_TRUE(aux1 != nullptr && aux2 != nullptr);
   ASSERT_EQ(aux1->A.sizes(), (at::IntArrayRef{3, 4}));
   EXPECT_TRUE(aux1->B.eq(0).all().item<bool>() && aux2->B.eq(0).all().item<bool>()) << "no perturbation at first";
@@ -129,14 +135,14 @@ TEST(BiLoraTest, AGradScalerUnscalesTheAuxiliaryGradientsAndAnOverflowLeavesThem
     }
     auto bi = make_sam_optimizer("bi_lora", std::make_shared<torch::optim::SGD>(adapters, torch::optim::SGDOptions(0.1)),
                                  {{"rho", 10.0}, {"ascent_lr", 0.5}}, state);
-    const at::Tensor before = model->fc2->auxiliary_adapter()->B.detach().clone();
+    const at::Tensor before = auxiliary_adapter(*model->fc2)->B.detach().clone();
     bi->step([&] {
       bi->zero_grad();
       const at::Tensor loss = (model->forward(x * input_scale) - y).pow(2).mean();
       (scaler ? scaler->scale(loss) : loss).backward();
       return loss.detach();
     });
-    return std::make_tuple(before, model->fc2->auxiliary_adapter()->B.detach().clone(), bi->skipped_steps());
+    return std::make_tuple(before, auxiliary_adapter(*model->fc2)->B.detach().clone(), bi->skipped_steps());
   };
   const auto [start, unscaled, unscaled_skips] = one_step(0, 1);
   const auto [scaled_start, scaled, scaled_skips] = one_step(1024, 1);

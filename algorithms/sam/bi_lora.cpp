@@ -41,6 +41,7 @@
 
 #include <ATen/ATen.h>
 
+#include "basin/algorithms/sam/auxiliary_adapter.h"
 #include "basin/algorithms/sam/sam.h"
 #include "basin/algorithms/sam/sam_registry.h"
 #include "basin/core/base/random.h"
@@ -141,7 +142,7 @@ class BiLoRA : public SAM {
                        .requires_grad_(true);
       adapter->scaling = shape.scaling;
       adapter->armed = armed_;
-      layer.set_auxiliary_adapter(adapter);
+      layer.set_perturbation(adapter);
       rule_state().keep("auxiliary." + layers[i].first + ".A", adapter->A);
       rule_state().keep("auxiliary." + layers[i].first + ".B", adapter->B);
       adapters_.push_back(std::move(adapter));

@@ -12,12 +12,12 @@
 //      "adapters": {"lora": {...}}}
 //
 // The noise is drawn row by row from seeds fixed by (run seed, step, layer,
-// row), in the layer's forward and again in its backward (core/model/
-// adaptable_linear.h): it is never stored whole and never added to the
-// frozen W, which keeps its bits. The authors add it in place to W and
-// subtract it after the step, regenerating it from a time-based seed; here
-// resume, data-parallel ranks and zero3's gathered units draw what one
-// process draws. A run of unknown length (no max_steps or epochs known)
+// row), in the layer's forward and again in its backward (weight_noise.h,
+// set on each adapted layer as its LayerPerturbation): it is never stored
+// whole and never added to the frozen W, which keeps its bits. The authors
+// add it in place to W and subtract it after the step, regenerating it from
+// a time-based seed; here resume, data-parallel ranks and zero3's gathered
+// units draw what one process draws. A run of unknown length (no max_steps or epochs known)
 // keeps sigma at rho. The authors redraw every T steps (T = 1 by default):
 // here every step.
 #include <cmath>
@@ -25,6 +25,7 @@
 
 #include "basin/algorithms/sam/sam.h"
 #include "basin/algorithms/sam/sam_registry.h"
+#include "basin/algorithms/sam/weight_noise.h"
 #include "basin/core/config/config_error.h"
 #include "basin/core/model/lora.h"
 
@@ -68,7 +69,9 @@ class FlatLoRA : public SAM {
     }
     noise_->run_seed = static_cast<uint64_t>(state.seed);
     run_steps_ = run_length(state);
-    for (std::size_t i = 0; i < layers.size(); ++i) layers[i].second->set_weight_noise(noise_, static_cast<int64_t>(i));
+    for (std::size_t i = 0; i < layers.size(); ++i) {
+      layers[i].second->set_perturbation(std::make_shared<WeightNoise>(noise_, static_cast<int64_t>(i)));
+    }
     // Noise during this step's pass only: not in a plain step between (interval), not in evaluation.
     step.add_pass_hooks({[this](Pass) { noise_->active = armed_; },
                          [this](Pass) {
@@ -79,7 +82,7 @@ class FlatLoRA : public SAM {
   }
 
  private:
-  std::shared_ptr<WeightNoise> noise_ = std::make_shared<WeightNoise>();
+  std::shared_ptr<WeightNoiseStep> noise_ = std::make_shared<WeightNoiseStep>();
   bool armed_ = false;
   int64_t run_steps_ = 0;
 };

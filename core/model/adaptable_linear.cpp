@@ -3,73 +3,11 @@
 #include <cmath>
 #include <stdexcept>
 
-#include <torch/csrc/autograd/custom_function.h>
-
-#include "basin/core/base/seeded_noise.h"
-
 namespace basin {
 
 AdaptableLinear::AdaptableLinear(at::Tensor weight, at::Tensor bias) {
   this->weight = register_parameter("weight", std::move(weight));
   if (bias.defined()) this->bias = register_parameter("bias", std::move(bias));
-}
-
-namespace {
-
-/// W's noise for one step: [out, in], in `like`'s dtype and device.
-at::Tensor weight_noise(int64_t seed, const at::Tensor& row_std, const at::Tensor& like) {
-  const at::Tensor unit = seeded_normal_rows(static_cast<uint64_t>(seed), 0, like.size(0), like.size(1));
-  return unit.to(like.device()).mul_(row_std).to(like.scalar_type());
-}
-
-/// y = x (W + e)^T for a frozen W, e regenerated from its seed in
-/// backward instead of kept: the graph holds W (as at::linear's would) and
-/// a standard deviation per row.
-class NoisyLinear : public torch::autograd::Function<NoisyLinear> {
- public:
-  static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& x, const at::Tensor& weight,
-                            int64_t seed, const at::Tensor& row_std) {
-    ctx->save_for_backward({weight, row_std});
-    ctx->saved_data["seed"] = seed;
-    ctx->saved_data["input_dtype"] = static_cast<int64_t>(x.scalar_type());
-    return at::linear(x, weight + weight_noise(seed, row_std, weight));
-  }
-
-  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
-                                                 torch::autograd::variable_list grads) {
-    const auto saved = ctx->get_saved_variables();
-    const at::Tensor& grad = grads.at(0);
-    const at::Tensor noisy = saved[0] + weight_noise(ctx->saved_data["seed"].toInt(), saved[1], saved[0]);
-    const auto input_dtype = static_cast<at::ScalarType>(ctx->saved_data["input_dtype"].toInt());
-    return {at::matmul(grad, noisy.to(grad.scalar_type())).to(input_dtype), at::Tensor(), at::Tensor(), at::Tensor()};
-  }
-};
-
-}  // namespace
-
-void AdaptableLinear::set_weight_noise(std::shared_ptr<const WeightNoise> noise, int64_t layer) {
-  noise_ = std::move(noise);
-  noise_layer_ = layer;
-  row_std_step_ = -1;
-}
-
-at::Tensor AdaptableLinear::noise_row_std() const {
-  if (row_std_step_ == noise_->step && row_std_.defined()) return row_std_;
-  at::NoGradGuard no_grad;
-  at::Tensor merged = weight.detach().to(at::kFloat);
-  if (adapted()) merged = merged + adapter_delta().to(merged.device());
-  row_std_ = merged.norm(2, {1}, /*keepdim=*/true).mul_(noise_->sigma / std::sqrt(static_cast<double>(in_features())));
-  row_std_step_ = noise_->step;
-  return row_std_;
-}
-
-at::Tensor AdaptableLinear::noisy_base(const at::Tensor& x) const {
-  if (weight.requires_grad() || (bias.defined() && bias.requires_grad())) {
-    throw std::logic_error("AdaptableLinear: weight noise (Flat-LoRA) is for a frozen weight");
-  }
-  const auto seed = static_cast<int64_t>(noise_seed(noise_->run_seed, noise_->step, noise_layer_));
-  const at::Tensor y = NoisyLinear::apply(x, weight, seed, noise_row_std());
-  return bias.defined() ? y + bias : y;  // apart: an undefined tensor cannot enter a custom function
 }
 
 namespace {
@@ -86,16 +24,18 @@ at::Tensor add_low_rank(const at::Tensor& y, const at::Tensor& x, const at::Tens
 }  // namespace
 
 at::Tensor AdaptableLinear::forward(const at::Tensor& x) const {
-  const bool noisy = noise_ != nullptr && noise_->active && noise_->sigma > 0 && is_training() && !merged_;
-  const bool auxiliary = auxiliary_ != nullptr && *auxiliary_->armed && is_training() && !merged_;
-  at::Tensor y = noisy ? noisy_base(x) : at::linear(x, weight, bias);
-  if (!lora_A || merged_) return auxiliary ? add_low_rank(y, x, auxiliary_->A, auxiliary_->B, auxiliary_->scaling) : y;
-  if (auxiliary && lora_.dropout == 0 && auxiliary_->scaling == lora_.scaling) {
+  const LayerPerturbation* perturbed =
+      perturbation_ != nullptr && is_training() && !merged_ && perturbation_->active() ? perturbation_.get() : nullptr;
+  at::Tensor y = perturbed != nullptr ? perturbed->base_output(*this, x) : at::Tensor();
+  if (!y.defined()) y = at::linear(x, weight, bias);
+  const LayerPerturbation::LowRank* extra = perturbed != nullptr ? perturbed->low_rank() : nullptr;
+  if (!lora_A || merged_) return extra != nullptr ? add_low_rank(y, x, extra->A, extra->B, extra->scaling) : y;
+  if (extra != nullptr && lora_.dropout == 0 && extra->scaling == lora_.scaling) {
     // Both adapters see x alike: one product of rank r + r2, [A; A2] then [B, B2].
-    return add_low_rank(y, x, at::cat({lora_A->weight, auxiliary_->A.to(lora_A->weight.scalar_type())}),
-                        at::cat({lora_B->weight, auxiliary_->B.to(lora_B->weight.scalar_type())}, 1), lora_.scaling);
+    return add_low_rank(y, x, at::cat({lora_A->weight, extra->A.to(lora_A->weight.scalar_type())}),
+                        at::cat({lora_B->weight, extra->B.to(lora_B->weight.scalar_type())}, 1), lora_.scaling);
   }
-  if (auxiliary) y = add_low_rank(y, x, auxiliary_->A, auxiliary_->B, auxiliary_->scaling);
+  if (extra != nullptr) y = add_low_rank(y, x, extra->A, extra->B, extra->scaling);
   const at::Tensor input = lora_.dropout > 0 ? at::dropout(x, lora_.dropout, is_training()) : x;
   return add_low_rank(y, input, lora_A->weight, lora_B->weight, lora_.scaling);
 }
