@@ -1,6 +1,8 @@
 #include <gtest/gtest.h>
 
 #include "basin/core/config/config.h"
+#include "basin/core/parallel/distributed_strategy.h"
+#include "basin/core/train/run_identity.h"
 #include "test_util.h"
 
 namespace basin {
@@ -68,6 +70,41 @@ TEST(ConfigTest, ChoiceListsTheChoices) {
   const std::string message = test::config_error_of([&] { params.choice("interval", "step", {"step", "epoch"}); });
   EXPECT_NE(message.find("'schedulers[0].interval'"), std::string::npos) << message;
   EXPECT_NE(message.find("step, epoch"), std::string::npos) << message;
+}
+
+}  // namespace
+}  // namespace basin
+
+namespace basin {
+namespace {
+
+// What a resume may change is each parallel mode's to say (its line in
+// core/parallel/modes.cpp): the keys that change no number, in any resume;
+// its layout's, in a resharded one; nothing else, ever.
+TEST(ConfigTest, AResumeMayChangeWhatTheModesLinesSayAndNothingElse) {
+  const Json saved = Json::parse(R"({"parallel": {"mode": "hsdp", "shard_group_size": 2, "timeout_seconds": 60,
+      "bucket_mb": 25, "overlap": true, "prefetch": {"forward": 1}, "reshard_after_forward": true,
+      "return_freed_memory": false, "mixed_precision": {"param_dtype": "bf16"}}})");
+  auto with = [&](const std::string& key, const Json& value) {
+    Json changed = saved;
+    changed["parallel"][key] = value;
+    return changed;
+  };
+  const std::vector<std::string> reshard = parallel_keys_reshard_may_change();
+  for (const auto& [key, value] : std::vector<std::pair<std::string, Json>>{
+           {"timeout_seconds", 300}, {"prefetch", Json::parse(R"({"forward": 2})")},
+           {"reshard_after_forward", false}, {"return_freed_memory", true}}) {
+    EXPECT_NO_THROW(check_same_run(saved, with(key, value))) << key;
+  }
+  for (const auto& [key, value] : std::vector<std::pair<std::string, Json>>{
+           {"mode", "zero3"}, {"shard_group_size", 4}, {"bucket_mb", 5}, {"overlap", false}}) {
+    const std::string message = test::config_error_of([&] { check_same_run(saved, with(key, value)); });
+    EXPECT_NE(message.find("'parallel." + key + "'"), std::string::npos) << message;
+    EXPECT_NO_THROW(check_same_run(saved, with(key, value), reshard)) << key;
+  }
+  const std::string message =
+      test::config_error_of([&] { check_same_run(saved, with("mixed_precision", Json::object()), reshard); });
+  EXPECT_NE(message.find("'parallel.mixed_precision.param_dtype'"), std::string::npos) << message;
 }
 
 }  // namespace

@@ -34,9 +34,10 @@ void MESA::apply(Event event, State& state, Logger& /*logger*/) {
   switch (event) {
     case Event::INIT: require_outputs(state); break;
     case Event::AFTER_SHARDING:
-      throw ConfigError("config key 'algorithms.mesa': not where ranks hold rows of the parameters only "
-                        "(parallel.mode zero3 or hsdp): its teacher (the moving average of the whole model, swapped in for a "
-                        "forward) would need every parameter whole on every rank; use zero2");
+      throw ConfigError("config key 'algorithms.mesa': not where ranks hold rows of the parameters only" +
+                        (state.parallel_mode.empty() ? "" : " (parallel.mode " + state.parallel_mode + ")") +
+                        ": its teacher (the moving average of the whole model, swapped in for a forward) would need "
+                        "every parameter whole on every rank; use zero2");
     case Event::FIT_START: start(state); break;
     case Event::BEFORE_FORWARD: reference_forward(state); break;
     case Event::AFTER_LOSS:

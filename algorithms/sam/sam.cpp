@@ -123,7 +123,8 @@ std::shared_ptr<SAMOptimizer> SAM::make_optimizer(std::shared_ptr<torch::optim::
   if (some_gradient_in_rows(shards, unique_parameters(*base))) {
     // Gradients in rows (zero3): no rank ever holds a whole gradient, so the ascent is synced.
     if (sync_ascent_given_ && !options.sync_ascent) {
-      throw ConfigError(key("sync_ascent") + ": false where gradients are in rows (parallel.mode zero3 or hsdp), but a "
+      const std::string mode = state.parallel_mode.empty() ? "" : " (parallel.mode " + state.parallel_mode + ")";
+      throw ConfigError(key("sync_ascent") + ": false where gradients are in rows" + mode + ", but a "
                         "rank-local ascent needs each rank's whole local gradient, and every gradient is "
                         "reduce-scattered to the ranks' rows as backward runs; set it to true (the default there) "
                         "or use zero2");

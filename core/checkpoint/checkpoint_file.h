@@ -81,6 +81,14 @@ std::vector<std::string> rank_files(const std::string& manifest_path, const Stat
 /// its files' count, but under HSDP, where each group of that many
 /// consecutive files holds every row.
 int64_t rows_group_size(const std::string& manifest_path, const StateDict& manifest);
+/// The ranks one rank's file of a sharded checkpoint cuts its rows among
+/// ("shards.group_size"; `otherwise` for a file written before HSDP, whose
+/// rows were cut among every rank).
+int64_t rank_file_group_size(const StateDict& rank_file, int64_t otherwise);
+/// Refuses one rank's file whose rows were cut among another number of
+/// ranks than `layout`'s (hsdp's groups of another size, at the same world
+/// size): it resumes from its manifest with resharding.
+void check_rank_file_rows(const StateDict& rank_file, const RowsLayout& layout);
 /// What a rank of a `world_size`-rank job resumes from, given `checkpoint`
 /// as read_checkpoint_file read it from `path` (and nobody wrote to it).
 /// `rows`: the rows this rank holds when the run is sharded (zero3's

@@ -30,9 +30,7 @@ StateDict sharded_manifest(const StateDict& rank_zero, int64_t step, int world_s
   for (int r = 0; r < world_size; ++r) files.push_back(rank_file_name(step, r));
   sharded.insert("files", files);
   // The ranks the rows are cut among: every file's but under HSDP, whose groups of them each hold every row.
-  const c10::IValue shards = rank_zero.contains("shards") ? rank_zero.at("shards") : c10::IValue();
-  const bool grouped = shards.isGenericDict() && shards.toGenericDict().contains("group_size");
-  sharded.insert("group_size", grouped ? shards.toGenericDict().at("group_size").toInt() : static_cast<int64_t>(world_size));
+  sharded.insert("group_size", rank_file_group_size(rank_zero, world_size));
   meta.insert("sharded", sharded);
   manifest.insert("basin", meta);
   for (const char* part : {"timestamp", "config", "loop"}) {
@@ -88,6 +86,21 @@ int64_t group_size_of(const std::string& manifest_path, const StateDict& manifes
 
 int64_t rows_group_size(const std::string& manifest_path, const StateDict& manifest) {
   return group_size_of(manifest_path, manifest, static_cast<int64_t>(rank_files(manifest_path, manifest).size()));
+}
+
+int64_t rank_file_group_size(const StateDict& rank_file, int64_t otherwise) {
+  const c10::IValue shards = rank_file.contains("shards") ? rank_file.at("shards") : c10::IValue();
+  const bool grouped = shards.isGenericDict() && shards.toGenericDict().contains("group_size") &&
+                       shards.toGenericDict().at("group_size").isInt();
+  return grouped ? shards.toGenericDict().at("group_size").toInt() : otherwise;
+}
+
+void check_rank_file_rows(const StateDict& rank_file, const RowsLayout& layout) {
+  const int64_t group = rank_file_group_size(rank_file, layout.world_size);
+  if (group == layout.world_size) return;
+  throw CheckpointError("this rank's file of a sharded checkpoint holds rows cut among " + std::to_string(group) +
+                        " ranks and this run cuts them among " + std::to_string(layout.world_size) +
+                        ": resume from the checkpoint's manifest with resharding (basin-train --reshard)");
 }
 
 StateDict checkpoint_for_rank(const std::string& path, const StateDict& checkpoint, int world_size,

@@ -103,6 +103,9 @@ struct State {
   /// null when every rank steps every parameter. Not owned: the optimizer
   /// chain in `optimizer` holds them, and they live as long as it does.
   ShardedParameters* shards = nullptr;
+  /// The parallel mode that placed them ("zero3"), for messages; empty in a
+  /// hand loop, whose optimizer says where its parameters are.
+  std::string parallel_mode;
   /// The job's ranks; null in a single process.
   std::shared_ptr<Communicator> communicator;
   /// Where the model and batches live (cuda:LOCAL_RANK for a CUDA job).

@@ -112,4 +112,13 @@ class DistributedStrategy {
 std::unique_ptr<DistributedStrategy> make_strategy(Params& parallel, std::shared_ptr<Communicator> given, bool cuda,
                                                    Precision precision);
 
+/// The "parallel" keys, as paths ("parallel.prefetch"), that a resume may
+/// change, in any mode: "timeout_seconds", and each mode's that change no
+/// number (when zero3 gathers and frees), as its line in modes.cpp says.
+std::vector<std::string> parallel_keys_resume_may_change();
+/// Those a resharded resume may change besides: "mode", and each mode's
+/// layout (the buckets, hsdp's group size), whose numbers differ from the
+/// saved run's as another world size's do.
+std::vector<std::string> parallel_keys_reshard_may_change();
+
 }  // namespace basin

@@ -1,7 +1,9 @@
-// Every parallel mode, registered: a new mode is its folder (its strategy
-// and the reader of its keys) plus its line in modes()'s table;
-// make_strategy reads the config's "parallel" section, but for
-// "activation_checkpointing" (the trainer's), each mode its own keys.
+// Every parallel mode, registered: a new mode is its folder (its strategy,
+// the reader of its keys, its checkpoint layout: rows_layout and
+// checkpoint_parts) plus its line in modes()'s table (its keys, and which of
+// them a resume or a resharded resume may change); make_strategy reads the
+// config's "parallel" section, but for "activation_checkpointing" (the
+// trainer's), each mode its own keys.
 #include "basin/core/parallel/distributed_strategy.h"
 
 #include <algorithm>
@@ -37,7 +39,10 @@ using MakeStrategy = std::function<std::unique_ptr<DistributedStrategy>(Group)>;
 
 /// A mode: its name; whether one process alone still runs it over a
 /// one-rank group (one code path); the keys of the "parallel" section it
-/// reads beyond "mode" and "timeout_seconds"; how it reads them, before any
+/// reads beyond "mode" and "timeout_seconds"; of those, the ones a resume may
+/// change (they change no number), and the ones a resharded resume may
+/// change besides (its layout: numbers differ only as another world size's
+/// do, by the order of each sum); how it reads them, before any
 /// rank connects (so a bad config fails first), into how it is made; and
 /// the error for one of its own keys given under another mode (none: the
 /// section's "not known").
@@ -45,6 +50,8 @@ struct Mode {
   const char* name;
   bool group_when_alone;
   std::vector<std::string> keys;
+  std::vector<std::string> resume_may_change;
+  std::vector<std::string> reshard_may_change;
   std::function<MakeStrategy(Params& parallel, Precision precision)> configure;
   std::function<void(const Params& parallel, const std::string& key, const std::string& mode)> refuse_elsewhere;
 };
@@ -59,31 +66,31 @@ const std::vector<Mode>& modes() {
   using Options = DataParallelStrategy::Options;
   const std::vector<std::string>& sync_keys = DataParallelStrategy::option_keys();
   static const std::vector<Mode> table = {
-      {"none", false, sync_keys,
+      {"none", false, sync_keys, {}, sync_keys,
        [](Params& parallel, Precision) -> MakeStrategy {
          DataParallelStrategy::options_from_config(parallel);  // accepted, as a ddp config run alone
          return [](Group) { return std::make_unique<SingleProcess>("none"); };
        },
        nullptr},
-      {"ddp", false, sync_keys,
+      {"ddp", false, sync_keys, {}, sync_keys,
        [](Params& parallel, Precision) -> MakeStrategy {
          const Options options = DataParallelStrategy::options_from_config(parallel);
          return [options](Group c) { return std::make_unique<DataParallelStrategy>(std::move(c), options); };
        },
        nullptr},
-      {"zero1", true, sync_keys,
+      {"zero1", true, sync_keys, {}, sync_keys,
        [](Params& parallel, Precision) -> MakeStrategy {
          const Options options = DataParallelStrategy::options_from_config(parallel);
          return [options](Group c) { return std::make_unique<ZeroStrategy>(std::move(c), options, false); };
        },
        nullptr},
-      {"zero2", true, sync_keys,
+      {"zero2", true, sync_keys, {}, sync_keys,
        [](Params& parallel, Precision) -> MakeStrategy {
          const Options options = DataParallelStrategy::options_from_config(parallel);
          return [options](Group c) { return std::make_unique<ZeroStrategy>(std::move(c), options, true); };
        },
        nullptr},
-      {"zero3", true, joined(sync_keys, fully_sharded_keys()),
+      {"zero3", true, joined(sync_keys, fully_sharded_keys()), fully_sharded_keys_changing_no_number(), sync_keys,
        [](Params& parallel, Precision precision) -> MakeStrategy {
          const bool overlap = DataParallelStrategy::options_from_config(parallel).overlap;
          const FullyShardedOptions options = fully_sharded_options_from_config(parallel, overlap, precision);
@@ -91,6 +98,7 @@ const std::vector<Mode>& modes() {
        },
        refuse_fully_sharded_key},
       {"hsdp", true, joined(joined(sync_keys, fully_sharded_keys()), HsdpStrategy::option_keys()),
+       fully_sharded_keys_changing_no_number(), joined(sync_keys, HsdpStrategy::option_keys()),
        [](Params& parallel, Precision precision) -> MakeStrategy {
          const bool overlap = DataParallelStrategy::options_from_config(parallel).overlap;
          const FullyShardedOptions options = fully_sharded_options_from_config(parallel, overlap, precision);
@@ -126,7 +134,30 @@ void refuse_other_modes_keys(const Params& parallel, const Mode& chosen) {
   }
 }
 
+/// "parallel.<key>" for each of the modes' keys `of` lists, each once.
+std::vector<std::string> parallel_paths(const std::vector<std::string>& common,
+                                        const std::function<const std::vector<std::string>&(const Mode&)>& of) {
+  std::vector<std::string> paths;
+  auto add = [&paths](const std::string& key) {
+    const std::string path = "parallel." + key;
+    if (std::find(paths.begin(), paths.end(), path) == paths.end()) paths.push_back(path);
+  };
+  for (const std::string& key : common) add(key);
+  for (const Mode& mode : modes()) {
+    for (const std::string& key : of(mode)) add(key);
+  }
+  return paths;
+}
+
 }  // namespace
+
+std::vector<std::string> parallel_keys_resume_may_change() {
+  return parallel_paths({"timeout_seconds"}, [](const Mode& m) -> const std::vector<std::string>& { return m.resume_may_change; });
+}
+
+std::vector<std::string> parallel_keys_reshard_may_change() {
+  return parallel_paths({"mode"}, [](const Mode& m) -> const std::vector<std::string>& { return m.reshard_may_change; });
+}
 
 std::unique_ptr<DistributedStrategy> make_strategy(Params& parallel, std::shared_ptr<Communicator> given, bool cuda,
                                                    Precision precision) {

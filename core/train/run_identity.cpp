@@ -3,18 +3,19 @@
 #include <string>
 #include <vector>
 
+#include "basin/core/parallel/distributed_strategy.h"
+
 namespace basin {
 
 namespace {
 
 // What may change on resume: the run's length, what it shows and saves, and
-// when zero3 gathers and which units recompute, which change no number (their
-// tests pin the same bits either way).
-const std::vector<std::string> kSafeToChange = {
-    "max_epochs", "max_steps", "log_every", "threads", "init_from",
-    "callbacks.progress", "callbacks.checkpoint", "parallel.timeout_seconds",
-    "parallel.prefetch", "parallel.reshard_after_forward", "parallel.activation_checkpointing",
-    "parallel.return_freed_memory"};
+// which units recompute, which change no number (their tests pin the same
+// bits either way); besides, each parallel mode's own such keys
+// (parallel_keys_resume_may_change).
+const std::vector<std::string> kSafeToChange = {"max_epochs", "max_steps", "log_every", "threads", "init_from",
+                                                "callbacks.progress", "callbacks.checkpoint",
+                                                "parallel.activation_checkpointing"};
 
 bool listed(const std::vector<std::string>& keys, const std::string& path) {
   for (const auto& key : keys) {
@@ -32,7 +33,10 @@ std::string shown(const Json* value) {
 // The first differing key outside the safe ones, depth first in file order.
 bool first_difference(const Json* saved, const Json* current, const std::string& path,
                       const std::vector<std::string>& also_safe, std::string& where, std::string& was, std::string& now) {
-  if (!path.empty() && (listed(kSafeToChange, path) || listed(also_safe, path))) return false;
+  static const std::vector<std::string> parallel_safe = parallel_keys_resume_may_change();
+  if (!path.empty() && (listed(kSafeToChange, path) || listed(parallel_safe, path) || listed(also_safe, path))) {
+    return false;
+  }
   if (saved != nullptr && current != nullptr && saved->is_object() && current->is_object()) {
     for (const auto& [key, value] : saved->items()) {
       const auto other = current->find(key);
@@ -65,9 +69,6 @@ bool first_difference(const Json* saved, const Json* current, const std::string&
 }
 
 }  // namespace
-
-const std::vector<std::string> kResharding = {"parallel.mode", "parallel.bucket_mb", "parallel.overlap",
-                                              "parallel.shard_group_size"};
 
 void check_same_run(const Json& saved, const Json& current, const std::vector<std::string>& also_safe) {
   std::string where, was, now;

@@ -69,7 +69,7 @@ void Trainer::resume(const StateDict& checkpoint, ResumeOptions options) {
       throw CheckpointError("checkpoint has no 'config' entry to compare with this run's");
     }
     if (saved.is_discarded()) throw CheckpointError("checkpoint's 'config' entry is not JSON");
-    check_same_run(saved, config_, options.reshard ? kResharding : std::vector<std::string>{});
+    check_same_run(saved, config_, options.reshard ? parallel_keys_reshard_may_change() : std::vector<std::string>{});
     if (saved_world != state_.world_size && !options.reshard) {
       throw ConfigError("the checkpoint was made by " + std::to_string(saved_world) + " ranks and this run has " +
                         std::to_string(state_.world_size) + ": each step would take " + std::to_string(saved_world) +
@@ -84,21 +84,14 @@ void Trainer::resume(const StateDict& checkpoint, ResumeOptions options) {
       // The rows it holds are of its "world_size" (a rank's cut of a checkpoint is of this run's).
       const StateDict meta = checkpoint.at("basin").toGenericDict();
       strategy_->check_resume(meta.contains("world_size") && meta.at("world_size").isInt() ? meta.at("world_size").toInt() : 1);
-      const auto shards = checkpoint.at("shards");
-      const bool grouped = shards.isGenericDict() && shards.toGenericDict().contains("group_size") &&
-                           shards.toGenericDict().at("group_size").isInt();
-      const int64_t group = grouped ? shards.toGenericDict().at("group_size").toInt() : layout->world_size;
-      if (group != layout->world_size) {  // hsdp's groups of another size, at the same world size
-        throw CheckpointError("this rank's file of a sharded checkpoint holds rows cut among " + std::to_string(group) +
-                              " ranks and this run cuts them among " + std::to_string(layout->world_size) +
-                              ": resume from the checkpoint's manifest with resharding (basin-train --reshard)");
-      }
+      check_rank_file_rows(checkpoint, *layout);
     } else {
       own = cut_checkpoint(checkpoint, *layout);  // this rank's rows of a whole one
     }
   } else if (own_rows) {
-    throw CheckpointError("checkpoint is one rank's file of a sharded (zero3 or hsdp) checkpoint; this " + strategy_->mode() +
-                          " run resumes from the checkpoint's manifest, whose rank files it joins");
+    throw CheckpointError("checkpoint is one rank's file of a checkpoint whose ranks held rows of the parameters; this " +
+                          strategy_->mode() + " run holds them whole and resumes from the checkpoint's manifest, whose "
+                          "rank files it joins");
   }
   restore_checkpoint(*engine_, own);
   if (epoch_samples_ < 0) {

@@ -265,6 +265,7 @@ void Trainer::wrap_for_distribution(Params& optimizer_config) {
   strategy_->wrap(state_, model_->units(), make_local);
   model_->set_unit_runner(strategy_->unit_runner());
   state_.shards = strategy_->shards();
+  state_.parallel_mode = strategy_->mode();
   for (auto& part : strategy_->checkpoint_parts()) engine_->add_checkpoint_part(std::move(part));
 }
 

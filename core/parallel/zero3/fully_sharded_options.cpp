@@ -11,6 +11,11 @@ const std::vector<std::string>& fully_sharded_keys() {
   return keys;
 }
 
+const std::vector<std::string>& fully_sharded_keys_changing_no_number() {
+  static const std::vector<std::string> keys = {"prefetch", "reshard_after_forward", "return_freed_memory"};
+  return keys;
+}
+
 FullyShardedOptions fully_sharded_options_from_config(Params& parallel, bool overlap, Precision precision) {
   FullyShardedOptions options;
   options.overlap = overlap;

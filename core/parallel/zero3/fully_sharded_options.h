@@ -28,6 +28,10 @@ struct FullyShardedOptions {
 
 /// zero3's own keys of the "parallel" section ("overlap" is every mode's).
 const std::vector<std::string>& fully_sharded_keys();
+/// Of those, the ones that change no number (when units are gathered,
+/// freed and handed back: their tests pin the same bits either way), which a
+/// resume may change.
+const std::vector<std::string>& fully_sharded_keys_changing_no_number();
 /// Reads them; `overlap` is the section's.
 FullyShardedOptions fully_sharded_options_from_config(Params& parallel, bool overlap, Precision precision);
 /// The ConfigError for `key`, one of them, given under `mode`, which gathers nothing.
