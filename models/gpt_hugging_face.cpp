@@ -132,8 +132,8 @@ NamedTensors read_hugging_face(const Gpt& model, const std::string& dir) {
     tensors.emplace_back(name, value);
   }
   if (head.defined()) {
-    const auto wte = std::find_if(tensors.begin(), tensors.end(), [](const auto& t) { return t.first == "wte.weight"; });
-    if (wte == tensors.end() || !head.equal(wte->second)) {
+    const at::Tensor* wte = find_tensor(tensors, "wte.weight");
+    if (wte == nullptr || !head.equal(*wte)) {
       throw ConfigError(where + "'s lm_head.weight differs from wte.weight; \"gpt\" ties the head to the token embedding");
     }
   }
@@ -144,11 +144,8 @@ void write_hugging_face(Gpt& model, const std::string& dir) {
   const Shape& shape = model.shape();
   std::filesystem::create_directories(dir);
   NamedTensors tensors;
-  at::NoGradGuard no_grad;
-  for (const auto& item : model.named_parameters(true)) {
-    const std::string& name = item.key();
-    at::Tensor value = item.value().detach().to(at::kCPU, at::kFloat);
-    if (conv1d(name)) value = value.t();
+  for (auto& [name, value] : parameters_to_write(model, at::kFloat)) {
+    if (conv1d(name)) value = value.t().contiguous();
     tensors.emplace_back(kPrefix + name, value.contiguous());
     // Without biases, zero ones (GPT-2 has one beside every weight but the embeddings'): the same function.
     if (!shape.bias && name != "wte.weight" && name != "wpe.weight") {

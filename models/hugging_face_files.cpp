@@ -4,6 +4,8 @@
 #include <fstream>
 #include <stdexcept>
 
+#include <torch/nn/module.h>
+
 #include "basin/core/config/config_error.h"
 
 namespace basin {
@@ -22,6 +24,15 @@ Json read_hugging_face_config(const std::string& dir, const std::string& layout)
   } catch (const std::exception& error) {
     throw ConfigError("config key 'init_from': '" + path + "' is not a JSON object: " + error.what());
   }
+}
+
+NamedTensors parameters_to_write(torch::nn::Module& model, at::ScalarType dtype) {
+  at::NoGradGuard no_grad;
+  NamedTensors tensors;
+  for (const auto& item : model.named_parameters(true)) {
+    tensors.emplace_back(item.key(), item.value().detach().to(at::kCPU, dtype));
+  }
+  return tensors;
 }
 
 void check_hugging_face_config(const std::string& path, const std::function<void()>& check) {

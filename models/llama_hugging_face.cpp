@@ -169,8 +169,8 @@ NamedTensors read_hugging_face(const Llama& model, const std::string& dir, at::S
     tensors.emplace_back(name, value);
   }
   if (head.defined()) {
-    const auto embedding = std::find_if(tensors.begin(), tensors.end(), [](const auto& t) { return t.first == "embed_tokens.weight"; });
-    if (embedding != tensors.end() && !head.equal(embedding->second)) {
+    const at::Tensor* embedding = find_tensor(tensors, "embed_tokens.weight");
+    if (embedding != nullptr && !head.equal(*embedding)) {
       throw ConfigError(where + "'s lm_head.weight differs from model.embed_tokens.weight, and the model ties them "
                         "(tie_word_embeddings true); set model.tie_word_embeddings to false");
     }
@@ -182,11 +182,9 @@ void write_hugging_face(Llama& model, const std::string& dir) {
   const Shape& shape = model.shape();
   std::filesystem::create_directories(dir);
   NamedTensors tensors;
-  at::NoGradGuard no_grad;
-  for (const auto& item : model.named_parameters(true)) {
-    const std::string& name = item.key();
+  for (auto& [name, value] : parameters_to_write(model, model.export_dtype())) {
     const std::string stored = name.rfind("lm_head.", 0) == 0 ? name : kPrefix + name;
-    tensors.emplace_back(stored, item.value().detach().to(at::kCPU, model.export_dtype()).contiguous());
+    tensors.emplace_back(stored, value.contiguous());
   }
   write_safetensors_checkpoint(dir, tensors, model.export_max_shard_bytes(), {{"format", "pt"}});
   Json config{{"architectures", {architecture_of(shape.family)}},

@@ -115,6 +115,13 @@ Entry parse_entry(const std::string& name, const Header& value, const Refusal& r
 
 }  // namespace
 
+const at::Tensor* find_tensor(const NamedTensors& tensors, const std::string& name) {
+  for (const auto& [key, tensor] : tensors) {
+    if (key == name) return &tensor;
+  }
+  return nullptr;
+}
+
 NamedTensors read_safetensors_file(const std::string& path, const std::string& key) {
   const Refusal refuse(path, key);
   std::ifstream in(path, std::ios::binary);

@@ -12,6 +12,9 @@ namespace basin {
 /// Tensors by name, in the order a file lists them.
 using NamedTensors = std::vector<std::pair<std::string, at::Tensor>>;
 
+/// The tensor `tensors` names `name`, or null.
+const at::Tensor* find_tensor(const NamedTensors& tensors, const std::string& name);
+
 /// The tensors of a safetensors file (Hugging Face's format: an 8-byte
 /// little-endian header length, a JSON header of name -> {dtype, shape,
 /// data_offsets}, then the bytes), read with the distrust any downloaded file
