@@ -11,6 +11,7 @@
 #include "basin/core/checkpoint/checkpoint.h"
 #include "basin/core/checkpoint/checkpoint_file.h"
 #include "basin/core/checkpoint/sharded_checkpoint.h"
+#include "basin/core/config/program_error.h"
 
 int main(int argc, char** argv) {
   CLI::App app{"basin-consolidate: join a zero3 checkpoint's rank files into one whole checkpoint"};
@@ -38,11 +39,7 @@ int main(int argc, char** argv) {
               << whole.at("basin").toGenericDict().at("world_size").toInt() << " ranks joined into " << output
               << std::endl;
     return 0;
-  } catch (const basin::CheckpointError& error) {
-    std::cerr << "basin-consolidate: " << error.what() << std::endl;
-    return 2;
-  } catch (const std::exception& error) {
-    std::cerr << "basin-consolidate: error: " << error.what() << std::endl;
-    return 1;
+  } catch (...) {
+    return basin::report_error("basin-consolidate", std::current_exception());
   }
 }

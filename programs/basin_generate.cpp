@@ -19,13 +19,12 @@
 #include <CLI/CLI.hpp>
 
 #include "basin/core/config/config_error.h"
+#include "basin/core/config/program_error.h"
 #include "basin/core/model/model.h"
 #include "basin/models/sampling.h"
 #include "basin/tokenizer/tokenizer.h"
 
 namespace {
-
-constexpr int kBadInput = 2;
 
 at::Tensor parse_ids(const std::string& text, int64_t vocabulary) {
   std::vector<int64_t> ids;
@@ -111,11 +110,7 @@ int main(int argc, char** argv) {
       std::cout << std::endl;
     }
     return 0;
-  } catch (const basin::ConfigError& error) {
-    std::cerr << "basin-generate: " << error.what() << std::endl;
-    return kBadInput;
-  } catch (const std::exception& error) {
-    std::cerr << "basin-generate: error: " << error.what() << std::endl;
-    return 1;
+  } catch (...) {
+    return basin::report_error("basin-generate", std::current_exception());
   }
 }

@@ -16,6 +16,7 @@
 #include "basin/core/parallel/distributed_strategy.h"
 #include "basin/core/parallel/zero3/fully_sharded_optimizer.h"
 #include "distributed_util.h"
+#include "test_paths.h"
 #include "test_util.h"
 
 namespace basin {
@@ -100,9 +101,24 @@ TEST(CheckpointTest, AZeroThreeCheckpointIsRefusedAtAnotherWorldSizeNamingBoth) 
     EXPECT_NE(std::string(error.what()).find("2 ranks and this job has 3"), std::string::npos) << error.what();
     EXPECT_NE(std::string(error.what()).find("basin-consolidate"), std::string::npos) << error.what();
   }
-  // A rank file gone: the manifest is no longer a checkpoint to resume from.
+  // What the message points to: basin-consolidate joins it (exit 0), and refuses with exit 2 (bad input,
+  // naming the file) an output that is one of its inputs, and a manifest whose rank file is gone.
+  auto consolidate = [&](const std::string& output) {
+    return test::run_command(std::string(BASIN_CONSOLIDATE_EXE) + " " + manifest + " " + output + " 2>&1");
+  };
+  const auto joined = consolidate(dir.file("whole.pt"));
+  EXPECT_EQ(joined.exit_code, 0) << joined.output;
+  EXPECT_TRUE(fs::exists(dir.file("whole.pt"))) << joined.output;
+  const auto onto_input = consolidate(dir.file("c/" + rank_file_name(2, 0)));
+  EXPECT_EQ(onto_input.exit_code, 2) << onto_input.output;
+  EXPECT_NE(onto_input.output.find("one of the files it joins"), std::string::npos) << onto_input.output;
+  // A rank file gone: the manifest is no longer a checkpoint to resume from, nor to join.
   fs::remove(dir.file("c/" + rank_file_name(2, 1)));
   EXPECT_THROW(read_latest_checkpoint(dir.file("c")), CheckpointError);
+  const auto incomplete = consolidate(dir.file("other.pt"));
+  EXPECT_EQ(incomplete.exit_code, 2) << incomplete.output;
+  EXPECT_NE(incomplete.output.find(rank_file_name(2, 1)), std::string::npos) << incomplete.output;
+  EXPECT_FALSE(fs::exists(dir.file("other.pt"))) << "nothing written from an incomplete checkpoint";
 }
 
 // basin-consolidate's join: every parameter whole equals the one the ranks
