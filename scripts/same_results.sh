@@ -6,8 +6,10 @@
 #   bash scripts/same_results.sh OLD_BIN_DIR NEW_BIN_DIR
 # Each BIN_DIR holds basin-train and basin-run (e.g. build/programs of an
 # older checkout). The configs cover every mode, both ascents, bf16,
-# microbatches, a TorchScript model, the SAM family under ZeRO, and a
-# zero3 run resumed from its checkpoint.
+# microbatches, a TorchScript model, the SAM family under ZeRO (every rule
+# that reads the step beyond SAM's norm: asam, rwp's mixed form, wsam,
+# ae_sam, arwp, esam, momentum_sam, fisher_sam, gsam, looksam), and a zero3
+# run resumed from its checkpoint.
 set -uo pipefail
 old=${1:?usage: same_results.sh OLD_BIN_DIR NEW_BIN_DIR}
 new=${2:?usage: same_results.sh OLD_BIN_DIR NEW_BIN_DIR}
@@ -57,6 +59,14 @@ configs=(
   "zero3-looksam|2|algorithms={\"looksam\":{\"rho\":0.05,\"k\":2}} parallel.mode=zero3 data.batch_size=16"
   "zero3-momentum-sam|2|algorithms={\"momentum_sam\":{\"rho\":0.05}} parallel.mode=zero3 data.batch_size=16"
   "zero1-bf16-msam|2|algorithms={\"msam\":{\"rho\":0.05,\"m\":2}} parallel.mode=zero1 data.batch_size=16 precision=amp_bf16"
+  "asam|1|algorithms={\"asam\":{\"rho\":0.5}}"
+  "ddp-rwp-mixed|2|algorithms={\"rwp\":{\"gamma\":0.01,\"mix\":0.5}} parallel.mode=ddp data.batch_size=16"
+  "zero1-wsam|2|algorithms={\"wsam\":{\"rho\":0.05}} parallel.mode=zero1 data.batch_size=16"
+  "zero2-ae-sam|2|algorithms={\"ae_sam\":{\"rho\":0.05}} parallel.mode=zero2 data.batch_size=16"
+  "zero2-arwp|2|algorithms={\"arwp\":{\"gamma\":0.01}} parallel.mode=zero2 data.batch_size=16 optimizer={\"name\":\"adam\",\"lr\":0.01}"
+  "zero2-esam|2|algorithms={\"esam\":{\"rho\":0.05}} parallel.mode=zero2 data.batch_size=16"
+  "zero1-momentum-sam|2|algorithms={\"momentum_sam\":{\"rho\":0.05}} parallel.mode=zero1 data.batch_size=16"
+  "zero3-fisher-sam|2|algorithms={\"fisher_sam\":{\"rho\":0.05}} parallel.mode=zero3 data.batch_size=16"
   "torchscript-sam|1|model={\"torchscript\":\"$work/net.pt\"} data={\"name\":\"tensors\",\"train\":\"$work/train.pt\",\"test\":\"$work/test.pt\",\"batch_size\":32} algorithms={\"sam\":{\"rho\":0.05}}"
   "torchscript-zero3|2|model={\"torchscript\":\"$work/net.pt\"} data={\"name\":\"tensors\",\"train\":\"$work/train.pt\",\"test\":\"$work/test.pt\",\"batch_size\":16} algorithms={\"sam\":{\"rho\":0.05}} parallel.mode=zero3"
 )
