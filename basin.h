@@ -39,5 +39,6 @@
 #include "basin/algorithms/sam/sam_registry.h"
 #include "basin/algorithms/sam/sam_optimizer.h"
 #include "basin/algorithms/sam/sam_rule.h"
+#include "basin/algorithms/sam/step_view.h"
 #include "basin/algorithms/loss/trajectory_loss.h"
 #include "basin/callbacks/grad_scaler.h"

@@ -187,7 +187,7 @@ at::Tensor SAMOptimizer::step(LossClosure closure) {
   if (descended) {
     at::NoGradGuard no_grad;
     auto descent = views(/*perturbed_only=*/false, /*with_grads=*/true);
-    rule_->adjust_descent(view_, descent);
+    rule_->adjust_descent(view(), descent);
   }
   base_step();
   return loss;
@@ -200,7 +200,7 @@ at::Tensor SAMOptimizer::one_pass_step(const LossClosure& closure) {
   try {
     {
       at::NoGradGuard no_grad;
-      const auto perturbation = rule_->perturbation(view_, groups);
+      const auto perturbation = rule_->perturbation(view(), groups);
       move_to_perturbed(groups, perturbation);
       if (rule_->perturbs(perturbation)) ++sam_steps_;
     }
@@ -220,7 +220,7 @@ at::Tensor SAMOptimizer::one_pass_step(const LossClosure& closure) {
   {
     at::NoGradGuard no_grad;
     auto pass = views(/*perturbed_only=*/false, /*with_grads=*/true);
-    rule_->adjust_descent(view_, pass);
+    rule_->adjust_descent(view(), pass);
   }
   base_step();
   return loss;
@@ -234,7 +234,7 @@ at::Tensor SAMOptimizer::forward_at_current_weights(const LossClosure& closure) 
 }
 
 at::Tensor SAMOptimizer::ascent(const LossClosure& closure, at::Tensor& sample_losses, bool& all_resting) {
-  AscentPlan plan = plan_ != nullptr ? plan_->ascent(view_, steps_ - 1) : AscentPlan{};
+  AscentPlan plan = plan_ != nullptr ? plan_->ascent(view(), steps_ - 1) : AscentPlan{};
   // A plan that rests every tensor the loss reaches leaves nothing to
   // perturb (and no gradient to take): a plain step with the ascent's
   // gradients, taken for every tensor. The tensors the loss reaches are
@@ -307,7 +307,7 @@ bool SAMOptimizer::sam_part(const LossClosure& closure, at::Tensor& loss, bool& 
   if (options_.parts == 1) {
     at::NoGradGuard no_grad;
     auto all = views(/*perturbed_only=*/false, /*with_grads=*/true);
-    descended = !all_resting && rule_->descend(view_, all);
+    descended = !all_resting && rule_->descend(view(), all);
     if (!descended) return true;  // the base steps with the ascent gradients as descend() left them
   }
   if (part_ == 0) ++sam_steps_;
@@ -318,10 +318,10 @@ bool SAMOptimizer::sam_part(const LossClosure& closure, at::Tensor& loss, bool& 
       // backward, which (where zero_grad sets them to none) makes new ones.
       at::NoGradGuard no_grad;
       auto groups = views(/*perturbed_only=*/true, /*with_grads=*/true);
-      move_to_perturbed(groups, rule_->perturbation(view_, groups));
+      move_to_perturbed(groups, rule_->perturbation(view(), groups));
     }
     PassRequest descent;
-    if (plan_ != nullptr) descent.samples = plan_->descent_samples(view_, ascent_losses, closure);
+    if (plan_ != nullptr) descent.samples = plan_->descent_samples(view(), ascent_losses, closure);
     run_pass(Pass::kDescent, closure, descent);
     finite = gradients_finite(Pass::kDescent);
   } catch (...) {

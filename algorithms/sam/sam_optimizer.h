@@ -64,7 +64,10 @@ struct SAMOptions {
 /// Hyper-parameters are one source of truth with the base (GroupSync):
 /// schedulers and users may set them on either optimizer. Made by name for
 /// any variant with make_sam_optimizer (sam_family.h).
-class SAMOptimizer : public torch::optim::Optimizer, public PassAwareOptimizer, public WrappingOptimizer {
+class SAMOptimizer : public torch::optim::Optimizer,
+                     public PassAwareOptimizer,
+                     public WrappingOptimizer,
+                     private StepView {
  public:
   /// `rule` null: SAM's. A rule that is also a PassPlan plans the passes.
   /// `shards`: the base's, when it steps shards of the parameters (zero1,
@@ -118,7 +121,7 @@ class SAMOptimizer : public torch::optim::Optimizer, public PassAwareOptimizer, 
   /// take the whole batch.
   int64_t part() const { return request_.part; }
   int64_t parts() const { return request_.parts; }
-  int64_t steps() const { return steps_; }  // step(closure) calls
+  int64_t steps() const override { return steps_; }  // step(closure) calls
   /// Of which took the descent pass (two passes or more), or for one-pass
   /// rules ran their pass at a perturbed point.
   int64_t sam_steps() const { return sam_steps_; }
@@ -132,7 +135,7 @@ class SAMOptimizer : public torch::optim::Optimizer, public PassAwareOptimizer, 
   const std::vector<at::Tensor>& perturbed_buffers() const { return swap_.buffers(); }
 
   /// What the rule sees of this step (its hooks receive it).
-  StepView& view() { return view_; }
+  StepView& view() { return *this; }
   /// Whether the step norms, perturbs and restores through `shards` (the
   /// base's, when it steps shards of the parameters).
   bool steps_through(const ShardedParameters* shards) const { return shards_ == shards; }
@@ -143,13 +146,28 @@ class SAMOptimizer : public torch::optim::Optimizer, public PassAwareOptimizer, 
   void set_made_by(std::string key) { made_by_ = std::move(key); }
 
  private:
-  friend class StepView;  // the rule's verbs are the step's arithmetic
+  // What the rule sees (StepView, sam_optimizer_view.cpp).
+  c10::Device device() const override;
+  std::vector<GroupView> groups_with_grads(bool perturbed_only) override;
+  std::vector<GroupView> parameter_groups(bool perturbed_only) override;
+  const c10::TensorImpl* listed_as(const at::Tensor& param) const override;
+  Ranks ascent_ranks() const override;
+  bool ascent_sharded() const override;
+  bool gradients_in_rows() const override;
+  bool gradients_on_owners() const override;
+  bool parameters_have_owners() const override;
+  bool owned_here(const at::Tensor& param) const override;
+  at::Tensor sum(const at::Tensor& partial, Ranks ranks) override;
+  at::Tensor max(const at::Tensor& values, Ranks ranks) override;
+  at::Tensor gradient_squares(const std::vector<GroupView>& groups, Ranks ranks) override;
+  void scale_to_rho(std::vector<Perturbation>& perturbation, const std::vector<GroupView>& groups,
+                    const std::vector<at::Tensor>& normed, const std::vector<at::Tensor>& params, Ranks ranks) override;
+  void broadcast_from_owners(const std::vector<at::Tensor>& params, const std::vector<at::Tensor>& values) override;
+  torch::optim::Optimizer& stepping_optimizer() override;
+  at::Tensor forward_at_current_weights(const LossClosure& closure) override;
+  void step_after_base(std::vector<StepAfterBase> steps) override;
 
   std::vector<GroupView> views(bool perturbed_only, bool with_grads);
-  /// Whether this step's ascent gradients are not whole on every rank (see StepView).
-  bool ascent_sharded() const;
-  c10::Device device() const;
-  at::Tensor forward_at_current_weights(const LossClosure& closure);
   at::Tensor run_pass(Pass pass, const LossClosure& closure, PassRequest request = {});
   bool gradients_finite(Pass pass);
   /// w <- w + e: owned parameters by storage swap, the others in place (or
@@ -193,13 +211,12 @@ class SAMOptimizer : public torch::optim::Optimizer, public PassAwareOptimizer, 
   std::unordered_set<const c10::TensorImpl*> resting_;
   at::Tensor last_grad_norm_;
   ParameterSwap swap_;
-  std::vector<StepView::StepAfterBase> after_base_;
+  std::vector<StepAfterBase> after_base_;
   bool broadcast_after_base_ = false;
   /// mSAM: each parameter's descent gradients summed over the parts so far.
   std::vector<std::pair<at::Tensor, at::Tensor>> summed_descent_;
   std::unordered_map<const c10::TensorImpl*, std::size_t> summed_index_;
   std::string made_by_;
-  StepView view_{*this};
 };
 
 }  // namespace basin

@@ -6,96 +6,97 @@
 #include <ATen/core/Tensor.h>
 #include <c10/core/Device.h>
 
+#include "basin/algorithms/sam/group_view.h"
 #include "basin/algorithms/sam/ranks.h"
-#include "basin/algorithms/sam/sam_rule.h"
 #include "basin/core/engine/pass_hooks.h"
 
 namespace torch::optim { class Optimizer; }
 
 namespace basin {
 
-class SAMOptimizer;
-
 /// What a SAM rule sees of the step it serves: the groups' views, where
 /// their gradients live, reductions that say among whom they run, the base
 /// optimizer's state, a forward alone and a step after the base's. Nothing
 /// else: a rule reaches neither the shards nor the strategy that placed
-/// them, so a new way of placing parameters changes no rule.
+/// them, so a new way of placing parameters changes no rule. The step
+/// (SAMOptimizer) is the one implementation; rules get it from their hooks.
 class StepView {
  public:
-  explicit StepView(SAMOptimizer& step) : step_(step) {}
+  virtual ~StepView() = default;
 
   /// step(closure) calls so far, this one included.
-  int64_t steps() const;
+  virtual int64_t steps() const = 0;
   /// Where the step's collectives run, and a rule's sums with them: the
   /// shards' device, else the first parameter's.
-  c10::Device device() const;
+  virtual c10::Device device() const = 0;
 
   // The parameters.
   /// Every parameter with a gradient, by group, each once; `perturbed_only`
   /// leaves out those SAM leaves at w.
-  std::vector<GroupView> groups_with_grads(bool perturbed_only = false);
+  virtual std::vector<GroupView> groups_with_grads(bool perturbed_only = false) = 0;
   /// Every parameter that requires a gradient, by group, whether or not it
   /// has one now; the views' `grads` are empty.
-  std::vector<GroupView> parameter_groups(bool perturbed_only = false);
+  virtual std::vector<GroupView> parameter_groups(bool perturbed_only = false) = 0;
   /// The tensor the views list for the model's parameter `param` (this
   /// rank's rows of it where it is in rows), by identity: what a rule's set
   /// of parameters chosen by name is keyed by.
-  const c10::TensorImpl* listed_as(const at::Tensor& param) const;
+  virtual const c10::TensorImpl* listed_as(const at::Tensor& param) const = 0;
 
   // Where the gradients live.
   /// The ranks this step's ascent gradients are averaged over: the job for
   /// a synced ascent, this rank for a rank-local one.
-  Ranks ascent_ranks() const;
+  virtual Ranks ascent_ranks() const = 0;
   /// Whether this step's ascent gradients are not whole on every rank (a
   /// synced ascent where a gradient lives on its owner or in rows): a rule
   /// reads them where they are.
-  bool ascent_sharded() const;
+  virtual bool ascent_sharded() const = 0;
   /// Whether some synced gradient is in rows (zero3, hsdp): no rank ever
   /// holds it whole.
-  bool gradients_in_rows() const;
+  virtual bool gradients_in_rows() const = 0;
   /// Whether some synced gradient lives on one owner or in rows (zero2,
   /// zero3, hsdp): what a rule keeps from it is kept there.
-  bool gradients_on_owners() const;
+  virtual bool gradients_on_owners() const = 0;
   /// Whether each parameter is stepped by its owners alone (zero1-3, hsdp).
-  bool parameters_have_owners() const;
+  virtual bool parameters_have_owners() const = 0;
   /// Whether this rank steps `param` (all of it, or its rows): everywhere
   /// but where parameters have owners.
-  bool owned_here(const at::Tensor& param) const;
+  virtual bool owned_here(const at::Tensor& param) const = 0;
 
   // Reductions, each among `ranks`.
   /// `partial` completed to its sum among `ranks` (a copy; collective for
   /// the job where parameters have owners).
-  at::Tensor sum(const at::Tensor& partial, Ranks ranks);
+  virtual at::Tensor sum(const at::Tensor& partial, Ranks ranks) = 0;
   /// The elementwise maximum among `ranks`.
-  at::Tensor max(const at::Tensor& values, Ranks ranks);
+  virtual at::Tensor max(const at::Tensor& values, Ranks ranks) = 0;
   /// ||g||^2 in fp32 of the gradients `groups` hold now, among `ranks` (for
   /// the job over the shards where the gradients are not whole).
-  at::Tensor gradient_squares(const std::vector<GroupView>& groups, Ranks ranks);
+  virtual at::Tensor gradient_squares(const std::vector<GroupView>& groups, Ranks ranks) = 0;
   /// Sets each group's scale to rho / (||normed|| + epsilon), the norm taken
   /// over every group among `ranks` (for the job, one all-reduce over the
   /// owners' shares where parameters have owners); `params` are the
   /// parameters of `normed`, in order. A zero norm leaves every scale 0: no
   /// direction to climb, no NaN. The norm is the step's last_grad_norm().
-  void scale_to_rho(std::vector<Perturbation>& perturbation, const std::vector<GroupView>& groups,
-                    const std::vector<at::Tensor>& normed, const std::vector<at::Tensor>& params, Ranks ranks);
+  virtual void scale_to_rho(std::vector<Perturbation>& perturbation, const std::vector<GroupView>& groups,
+                            const std::vector<at::Tensor>& normed, const std::vector<at::Tensor>& params,
+                            Ranks ranks) = 0;
   /// Copies each of `values` (one per tensor of `params`) from the rank
   /// that steps its parameter to every rank of the job: what an owner
   /// computed for its shard, whole everywhere. Nothing to do without owners.
-  void broadcast_from_owners(const std::vector<at::Tensor>& params, const std::vector<at::Tensor>& values);
+  virtual void broadcast_from_owners(const std::vector<at::Tensor>& params,
+                                     const std::vector<at::Tensor>& values) = 0;
 
   // The base optimizer and the passes.
   /// The optimizer that steps this rank's tensors and keeps their state
   /// (under zero1-3 the shards' own, over this rank's shard): where a rule
   /// reads the momentum.
-  torch::optim::Optimizer& stepping_optimizer();
+  virtual torch::optim::Optimizer& stepping_optimizer() = 0;
   /// A forward alone at the weights as they are now, returning each
   /// sample's loss: a Pass::kDescent pass (BatchNorm statistics untouched),
   /// no gradient touched.
-  at::Tensor forward_at_current_weights(const std::function<at::Tensor()>& closure);
+  virtual at::Tensor forward_at_current_weights(const std::function<at::Tensor()>& closure) = 0;
   /// Code to run around each of the step's passes (a variant's noise or
   /// auxiliary adapters, armed for its pass alone); see PassHooks.
-  void add_pass_hooks(PassHooks hooks);
+  virtual void add_pass_hooks(PassHooks hooks) = 0;
   /// Steps to take after the base's (WSAM's decoupled sharpness step):
   /// param -= scale * direction. Called once from adjust_descent by every
   /// rank, with its own steps or none (a second call replaces the first):
@@ -105,13 +106,7 @@ class StepView {
     at::Tensor direction;
     double scale;
   };
-  void step_after_base(std::vector<StepAfterBase> steps);
-
- private:
-  SAMOptimizer& step_;
+  virtual void step_after_base(std::vector<StepAfterBase> steps) = 0;
 };
-
-/// The parameters of `groups`, in order.
-std::vector<at::Tensor> parameters_of(const std::vector<GroupView>& groups);
 
 }  // namespace basin
