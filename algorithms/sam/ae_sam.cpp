@@ -46,7 +46,7 @@ class AESAM : public SAM {
   }
 
  protected:
-  void prepare(StepView& /*step*/, const State& state) override { run_steps_ = run_length(state); }
+  void prepare(StepView& /*step*/, const RunFacts& run) override { run_steps_ = run.run_length; }
   std::string why_synced_ascent() const override {
     return "decides from the ascent gradient and steps with it, which must be the same on every rank";
   }

@@ -22,12 +22,12 @@ class ASAM : public SAM {
   std::string name() const override { return "asam"; }
 
  protected:
-  void prepare(StepView& step, const State& state) override {
+  void prepare(StepView& step, const RunFacts& run) override {
     if (!weights_only_) return;
-    if (!state.model) throw ConfigError(key("scale") + ": \"weights\" needs a model whose parameter names it can read");
-    const auto scaled = parameters_named(*state.model, "weight");
+    if (!run.model) throw ConfigError(key("scale") + ": \"weights\" needs a model whose parameter names it can read");
+    const auto scaled = parameters_named(*run.model, "weight");
     std::unordered_set<const c10::TensorImpl*> unscaled;
-    for (const auto& p : state.model->parameters(true)) {
+    for (const auto& p : run.model->parameters(true)) {
       if (scaled.count(p.unsafeGetTensorImpl()) == 0) unscaled.insert(step.listed_as(p));
     }
     set_unscaled(std::move(unscaled));

@@ -114,17 +114,17 @@ class BiLoRA : public SAM {
   }
 
  protected:
-  void prepare(StepView& step, const State& state) override {
+  void prepare(StepView& step, const RunFacts& run) override {
     std::vector<std::pair<std::string, AdaptableLinear*>> layers;
-    if (state.model != nullptr) layers = adapted_layers(*state.model);
+    if (run.model != nullptr) layers = adapted_layers(*run.model);
     if (layers.empty()) {
       throw ConfigError("config key 'adapters.lora': bi_lora pairs each low-rank adapter with an auxiliary one, "
                         "and the model has none; add \"adapters\": {\"lora\": {...}}");
     }
-    communicator_ = state.communicator;
-    scaler_ = state.scaler;
+    communicator_ = run.communicator;
+    scaler_ = run.scaler;
     at::Generator generator =
-        at::detail::createCPUGenerator(Rng(static_cast<uint64_t>(state.seed), kAuxiliaryStream).next());
+        at::detail::createCPUGenerator(Rng(static_cast<uint64_t>(run.seed), kAuxiliaryStream).next());
     for (std::size_t i = 0; i < layers.size(); ++i) {
       AdaptableLinear& layer = *layers[i].second;
       const LoraShape& shape = layer.lora_shape();
@@ -137,8 +137,8 @@ class BiLoRA : public SAM {
         a.normal_(0.0, 1.0 / static_cast<double>(rank), generator);
       }
       auto adapter = std::make_shared<AuxiliaryAdapter>();
-      adapter->A = a.to(state.device).requires_grad_(true);
-      adapter->B = at::zeros({layer.out_features(), rank}, at::TensorOptions(at::kFloat).device(state.device))
+      adapter->A = a.to(run.device).requires_grad_(true);
+      adapter->B = at::zeros({layer.out_features(), rank}, at::TensorOptions(at::kFloat).device(run.device))
                        .requires_grad_(true);
       adapter->scaling = shape.scaling;
       adapter->armed = armed_;

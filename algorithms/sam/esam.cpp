@@ -89,9 +89,9 @@ class ESAM : public SAM, public PassPlan {
   }
 
  protected:
-  void prepare(StepView& /*step*/, const State& state) override {
-    seed_ = static_cast<uint64_t>(state.seed);
-    if (gamma_ < 1 && !state.outputs_given) {
+  void prepare(StepView& /*step*/, const RunFacts& run) override {
+    seed_ = static_cast<uint64_t>(run.seed);
+    if (gamma_ < 1 && !run.outputs_given) {
       throw ConfigError(key("gamma") + ": below 1 the descent takes the samples whose loss rose most, and \"loss\": "
                         "\"model\" gives one loss per batch; use gamma 1 or the config's loss");
     }

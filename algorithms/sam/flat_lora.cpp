@@ -60,15 +60,15 @@ class FlatLoRA : public SAM {
   bool perturbs(const std::vector<Perturbation>& /*perturbation*/) const override { return noise_->sigma != 0; }
 
  protected:
-  void prepare(StepView& step, const State& state) override {
+  void prepare(StepView& step, const RunFacts& run) override {
     std::vector<std::pair<std::string, AdaptableLinear*>> layers;
-    if (state.model != nullptr) layers = adapted_layers(*state.model);
+    if (run.model != nullptr) layers = adapted_layers(*run.model);
     if (layers.empty()) {
       throw ConfigError("config key 'adapters.lora': flat_lora trains low-rank adapters under noise on their frozen "
                         "weights, and the model has none; add \"adapters\": {\"lora\": {...}}");
     }
-    noise_->run_seed = static_cast<uint64_t>(state.seed);
-    run_steps_ = run_length(state);
+    noise_->run_seed = static_cast<uint64_t>(run.seed);
+    run_steps_ = run.run_length;
     for (std::size_t i = 0; i < layers.size(); ++i) {
       layers[i].second->set_perturbation(std::make_shared<WeightNoise>(noise_, static_cast<int64_t>(i)));
     }

@@ -59,7 +59,7 @@ class MomentumSAM : public SAM {
   }
 
  protected:
-  void prepare(StepView& step, const State& /*state*/) override {
+  void prepare(StepView& step, const RunFacts& /*run*/) override {
     const std::string why_not = why_no_first_moment(step.stepping_optimizer());
     if (!why_not.empty()) {
       throw ConfigError("config key 'optimizer': momentum_sam perturbs along the optimizer's momentum, but " +

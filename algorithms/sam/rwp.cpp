@@ -109,12 +109,12 @@ std::vector<Perturbation> RWP::perturbation(StepView& step, std::vector<GroupVie
   return result;
 }
 
-void RWP::prepare(StepView& step, const State& state) {
-  seed_ = static_cast<uint64_t>(state.seed);
+void RWP::prepare(StepView& step, const RunFacts& run) {
+  seed_ = static_cast<uint64_t>(run.seed);
   if (mix_ < 0) return;
-  if (state.world_size < 2 || state.world_size % 2 != 0) {
+  if (run.world_size < 2 || run.world_size % 2 != 0) {
     throw ConfigError(key("mix") + ": the mixed form takes the clean and the perturbed gradient on two halves of "
-                      "the ranks, and this job has " + std::to_string(state.world_size) +
+                      "the ranks, and this job has " + std::to_string(run.world_size) +
                       " (an even number of 2 or more is needed); drop \"mix\" for the one-pass form");
   }
   if (perturbs_on_owners() || step.gradients_in_rows()) {
@@ -122,7 +122,7 @@ void RWP::prepare(StepView& step, const State& state) {
                       "parameters on every rank: parallel.mode ddp, zero1 or zero2 (under zero3 the gathered "
                       "units would mix the halves' weights)");
   }
-  clean_rank_ = state.rank % 2 == 0;
+  clean_rank_ = run.rank % 2 == 0;
 }
 
 BASIN_REGISTER_SAM("rwp", RWP);

@@ -31,7 +31,7 @@ class RWP : public SAM {
   /// tensor this rank holds), [rows, 1] on the CPU; undefined: nothing
   /// (RWP's). With perturbs_on_owners(), asked of the parameters this rank steps alone.
   virtual at::Tensor row_divisor(const at::Tensor& /*param*/, int64_t /*rows*/) { return at::Tensor(); }
-  void prepare(StepView& step, const State& state) override;
+  void prepare(StepView& step, const RunFacts& run) override;
 
  private:
   double gamma_ = 0.01;

@@ -73,13 +73,6 @@ std::unordered_set<const c10::TensorImpl*> SAM::parameters_named(const torch::nn
   return found;
 }
 
-int64_t SAM::run_length(const State& state) {
-  // As the trainer stops: at max_steps or at the end of max_epochs, whichever comes first.
-  const int64_t by_epochs = state.steps_per_epoch * state.max_epochs;
-  if (state.max_steps <= 0) return by_epochs;
-  return by_epochs > 0 ? std::min(state.max_steps, by_epochs) : state.max_steps;
-}
-
 std::vector<Perturbation> SAM::perturbation(StepView& step, std::vector<GroupView>& groups) {
   if (!adaptive_) return SAMRule::perturbation(step, groups);
   std::vector<Perturbation> result(groups.size());
@@ -132,8 +125,9 @@ std::shared_ptr<SAMOptimizer> SAM::make_optimizer(std::shared_ptr<torch::optim::
     options.sync_ascent = true;
   }
   if (start_fraction_ > 0) {
-    if (run_length(state) == 0) throw ConfigError(key("start") + ": a fraction of the run needs the run's length");
-    options.start = std::llround(start_fraction_ * static_cast<double>(run_length(state)));
+    const int64_t run_length = RunFacts::of(state).run_length;
+    if (run_length == 0) throw ConfigError(key("start") + ": a fraction of the run needs the run's length");
+    options.start = std::llround(start_fraction_ * static_cast<double>(run_length));
   }
   auto step = std::make_shared<SAMOptimizer>(std::move(base), options, shared_rule(), shards);
   if (!perturb_.empty()) {
@@ -158,7 +152,7 @@ std::shared_ptr<SAMOptimizer> SAM::make_optimizer(std::shared_ptr<torch::optim::
     }
     for (std::size_t i = 0; i < groups.size(); ++i) set_hyperparameter(groups[i].options(), "rho", group_rho_[i]);
   }
-  prepare(step->view(), state);
+  prepare(step->view(), RunFacts::of(state));
   if (freeze_running_stats_ && state.model) {
     PassHooks freeze;  // the descent's forward must not count the batch again, at w + e
     auto model = state.model;

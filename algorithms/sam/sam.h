@@ -7,6 +7,7 @@
 
 #include "basin/algorithms/sam/buffer_snapshot.h"
 #include "basin/algorithms/sam/rule_state.h"
+#include "basin/algorithms/sam/run_facts.h"
 #include "basin/algorithms/sam/sam_optimizer.h"
 #include "basin/algorithms/sam/sam_rule.h"
 #include "basin/core/engine/algorithm.h"
@@ -91,7 +92,7 @@ class SAM : public Algorithm, public SAMRule, public std::enable_shared_from_thi
   /// What a variant checks or takes of the run once its step is made
   /// (ASAM's scaled parameters, AE-SAM's run length, what it refuses);
   /// throws ConfigError naming the key.
-  virtual void prepare(StepView& /*step*/, const State& /*state*/) {}
+  virtual void prepare(StepView& /*step*/, const RunFacts& /*run*/) {}
   /// Why the variant needs the ascent gradients averaged over ranks when
   /// training is data-parallel, or "" when a rank-local ascent is sound.
   virtual std::string why_synced_ascent() const { return ""; }
@@ -105,10 +106,6 @@ class SAM : public Algorithm, public SAMRule, public std::enable_shared_from_thi
   /// The model's parameters whose names `pattern` finds (regex_search).
   static std::unordered_set<const c10::TensorImpl*> parameters_named(const torch::nn::Module& model,
                                                                     const std::string& pattern);
-  /// The run's length in optimizer steps, as the trainer stops it (0 when the
-  /// state does not know it). Resolved when the algorithm wraps: a run
-  /// resumed with another length resolves "start" and AE-SAM's T anew.
-  static int64_t run_length(const State& state);
   /// "config key 'algorithms.<name>.<key>'", for messages.
   std::string key(const std::string& name) const { return "config key '" + path_ + "." + name + "'"; }
 
