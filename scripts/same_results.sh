@@ -7,9 +7,10 @@
 # Each BIN_DIR holds basin-train and basin-run (e.g. build/programs of an
 # older checkout). The configs cover every mode, both ascents, bf16,
 # microbatches, a TorchScript model, the SAM family under ZeRO (every rule
-# that reads the step beyond SAM's norm: asam, rwp's mixed form, wsam,
-# ae_sam, arwp, esam, momentum_sam, fisher_sam, gsam, looksam), and a zero3
-# run resumed from its checkpoint.
+# that reads the step beyond SAM's norm and trains the MLP: asam, rwp's
+# mixed form, wsam, ae_sam, arwp, esam, momentum_sam, fisher_sam, gsam,
+# looksam; flat_lora and bi_lora need LoRA adapters, which their tests
+# pin against plain ops), and a zero3 run resumed from its checkpoint.
 set -uo pipefail
 old=${1:?usage: same_results.sh OLD_BIN_DIR NEW_BIN_DIR}
 new=${2:?usage: same_results.sh OLD_BIN_DIR NEW_BIN_DIR}

@@ -64,9 +64,11 @@ class StepView {
 
   // Reductions, each among `ranks`.
   /// `partial` completed to its sum among `ranks` (a copy; collective for
-  /// the job where parameters have owners).
+  /// the job where parameters have owners: see Ranks).
   virtual at::Tensor sum(const at::Tensor& partial, Ranks ranks) = 0;
-  /// The elementwise maximum among `ranks`.
+  /// The elementwise maximum among `ranks`, as `sum` completes a sum: for
+  /// the job, over the ranks that share the parameters where they have
+  /// owners (values every rank holds alike elsewhere).
   virtual at::Tensor max(const at::Tensor& values, Ranks ranks) = 0;
   /// ||g||^2 in fp32 of the gradients `groups` hold now, among `ranks` (for
   /// the job over the shards where the gradients are not whole).
@@ -80,7 +82,7 @@ class StepView {
                             const std::vector<at::Tensor>& normed, const std::vector<at::Tensor>& params,
                             Ranks ranks) = 0;
   /// Copies each of `values` (one per tensor of `params`) from the rank
-  /// that steps its parameter to every rank of the job: what an owner
+  /// that steps its parameter to every rank that shares it: what an owner
   /// computed for its shard, whole everywhere. Nothing to do without owners.
   virtual void broadcast_from_owners(const std::vector<at::Tensor>& params,
                                      const std::vector<at::Tensor>& values) = 0;

@@ -117,8 +117,8 @@ std::unique_ptr<DistributedStrategy> make_strategy(Params& parallel, std::shared
 /// number (when zero3 gathers and frees), as its line in modes.cpp says.
 std::vector<std::string> parallel_keys_resume_may_change();
 /// Those a resharded resume may change besides: "mode", and each mode's
-/// layout (the buckets, hsdp's group size), whose numbers differ from the
-/// saved run's as another world size's do.
+/// layout (the buckets and their overlap, hsdp's group size), whose numbers
+/// differ from the saved run's as another world size's do.
 std::vector<std::string> parallel_keys_reshard_may_change();
 
 }  // namespace basin
