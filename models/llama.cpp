@@ -12,7 +12,8 @@
 // SwiGLU MLP, each added to the residual stream; a final RMSNorm; the head,
 // tied to the token embedding or a weight of its own. attention_bias puts a
 // bias on q, k, v and o, mlp_bias on the MLP's three projections. RoPE is
-// unscaled: a "rope_scaling" is refused. "vocab_size" and
+// as the keys say (models/rope.h): "rope_theta", and a scaling in
+// "rope_scaling" (transformers 4) or "rope_parameters" (5). "vocab_size" and
 // "max_position_embeddings" default to the data's vocabulary and window
 // (larger ones are allowed); "intermediate_size" to 8/3 hidden_size rounded
 // up to a multiple of 32, "head_dim" to hidden_size / num_attention_heads
@@ -20,13 +21,16 @@
 // Parameters are named as in LlamaForCausalLM without its "model." prefix
 // (embed_tokens, layers.0.self_attn.q_proj, ..., norm, lm_head). Weights
 // start as Hugging Face's do: normal(0, initializer_range), biases zero,
-// norms one.
+// norms one (Gemma's, whose norm is x·(1 + w), zero).
 //
-// "qwen2" and "mistral" are the same layer with those checkpoints' biases
-// and keys: Qwen2 has a bias on q, k and v (not o; no attention_bias or
-// mlp_bias key) and "use_sliding_window" false; Mistral has no bias, and a
-// "sliding_window" null or at least max_position_embeddings (basin's
-// attention sees the whole window).
+// The other families are rows of decoder_families.h, each registered by
+// its name ("qwen2", "mistral", "qwen3", "gemma2", "gemma3"), with their
+// config classes' keys and defaults: Qwen2's bias on q, k and v; Qwen3's
+// norms on q and k; Gemma's norms, scaled embeddings, GeGLU,
+// query_pre_attn_scalar and soft-caps; and the windows that slide, over
+// every layer ("sliding_window", Mistral), from max_window_layers on where
+// use_sliding_window says so (Qwen), or on the sliding layers of
+// "layer_types" (Gemma: all but each second or sixth by default).
 //
 // Under zero3 the embedding (whole for its lookup, and again as a tied
 // head), every decoder layer and an untied head are units; the final norm
@@ -39,6 +43,7 @@
 // "2GiB"; default "5GB", as save_pretrained's).
 #include "basin/models/llama.h"
 
+#include <cmath>
 #include <stdexcept>
 
 #include <torch/nn/modules/container/modulelist.h>
@@ -51,10 +56,129 @@
 namespace basin::llama {
 namespace {
 
-Shape shape_from(Params& params, const DatasetInfo& info, Family family) {
-  layers::require_token_windows(name_of(family), info);
+/// A key given, not null: transformers reads a null as the key's absence (but Mistral's window).
+bool given(const Json& value) { return !value.is_null() && !value.is_discarded(); }
+
+}  // namespace
+
+void read_windows(Shape& shape, const KeyLookup& key, const RopeFailure& fail) {
+  const Family& family = *shape.family;
+  const auto layers = static_cast<std::size_t>(shape.num_hidden_layers);
+  shape.layer_types.assign(layers, "full_attention");
+  shape.sliding_window = 0;
+  shape.window_keys = Json::object();
+  if (family.windows == WindowRule::kNone) return;
+  auto window_key = [&](const Json& value) {
+    if (!given(value)) return int64_t{0};
+    if (!value.is_number_integer() || value.get<int64_t>() < 1) {
+      fail("sliding_window", "a window of at least 1 position, or null for none", value);
+    }
+    return value.get<int64_t>();
+  };
+  const Json window = key("sliding_window");
+  // Absent, the config class's default; null, none.
+  const int64_t size = window_key(window.is_discarded() ? Json(family.hf_window > 0 ? Json(family.hf_window) : Json()) : window);
+  bool use = true;
+  if (family.windows == WindowRule::kFromWindowLayer) {
+    const Json use_key = key("use_sliding_window");
+    if (given(use_key) && !use_key.is_boolean()) fail("use_sliding_window", "true or false", use_key);
+    use = given(use_key) && use_key.get<bool>();
+    const Json from = key("max_window_layers");
+    if (given(from) && !(from.is_number_integer() && from.get<int64_t>() >= 0)) {
+      fail("max_window_layers", "a layer index (0 or more)", from);
+    }
+    const int64_t first = given(from) ? from.get<int64_t>() : 28;
+    shape.window_keys["use_sliding_window"] = use;
+    shape.window_keys["max_window_layers"] = first;
+    for (std::size_t i = 0; i < layers; ++i) {
+      if (use && size > 0 && static_cast<int64_t>(i) >= first) shape.layer_types[i] = "sliding_attention";
+    }
+  } else if (family.windows == WindowRule::kPattern) {
+    int64_t pattern = family.window_pattern;
+    if (family.rope_per_layer_type) {  // Gemma 3's older key
+      const Json given_pattern = key("sliding_window_pattern");
+      if (given(given_pattern) && !(given_pattern.is_number_integer() && given_pattern.get<int64_t>() >= 1)) {
+        fail("sliding_window_pattern", "a count of layers (1 or more)", given_pattern);
+      }
+      if (given(given_pattern)) pattern = given_pattern.get<int64_t>();
+    }
+    for (std::size_t i = 0; i < layers; ++i) {
+      if ((static_cast<int64_t>(i) + 1) % pattern != 0) shape.layer_types[i] = "sliding_attention";
+    }
+  } else {
+    for (auto& type : shape.layer_types) type = size > 0 ? "sliding_attention" : "full_attention";
+  }
+  const Json types = family.windows == WindowRule::kEveryLayer ? Json() : key("layer_types");
+  if (given(types)) {
+    bool valid = types.is_array() && types.size() == layers;
+    for (std::size_t i = 0; valid && i < layers; ++i) {
+      valid = types[i] == "full_attention" || types[i] == "sliding_attention";
+      if (valid) shape.layer_types[i] = types[i].get<std::string>();
+    }
+    if (!valid) {
+      fail("layer_types", std::to_string(layers) + " of \"full_attention\" and \"sliding_attention\", one a layer", types);
+    }
+  }
+  // Qwen's window counts only where use_sliding_window says so.
+  shape.sliding_window = use ? size : 0;
+  shape.window_keys["sliding_window"] = size > 0 ? Json(size) : Json();
+  if (family.windows != WindowRule::kEveryLayer) shape.window_keys["layer_types"] = shape.layer_types;
+}
+
+void read_rope_of_layers(Shape& shape, const KeyLookup& key, const RopeFailure& fail) {
+  const Family& family = *shape.family;
+  auto number = [&](const char* name, double fallback) {
+    const Json value = key(name);
+    if (!given(value)) return fallback;
+    if (!value.is_number()) fail(name, "a number", value);
+    return value.get<double>();
+  };
+  const double theta = number("rope_theta", family.hf_theta);
+  const double local_theta = family.rope_per_layer_type ? number("rope_local_base_freq", family.hf_local_theta) : theta;
+  const double partial = number("partial_rotary_factor", 1.0);
+  if (partial != 1.0) {
+    fail("partial_rotary_factor", std::string("1: ") + family.architecture + " rotates whole heads", Json(partial));
+  }
+  const Json parameters = key("rope_parameters"), scaling = key("rope_scaling");
+  for (const auto& [name, value] : {std::pair<const char*, const Json&>{"rope_parameters", parameters},
+                                    std::pair<const char*, const Json&>{"rope_scaling", scaling}}) {
+    if (given(value) && !value.is_object()) fail(name, "an object of RoPE's keys, or null", value);
+  }
+  // Nested by layer type (transformers 5's form where the types differ), or one object for every layer.
+  const bool nested = given(parameters) && (parameters.contains("full_attention") || parameters.contains("sliding_attention"));
+  shape.rope.clear();
+  for (const std::string& type : shape.layer_types) {
+    if (shape.rope.count(type) != 0) continue;
+    Json object = Json::object();
+    if (nested) {
+      if (parameters.contains(type) && given(parameters.at(type))) object = parameters.at(type);
+    } else if (given(parameters)) {
+      object = parameters;
+    }
+    // rope_scaling (transformers 4) wins over a flat rope_parameters, as transformers 5 reads them; in
+    // Gemma 3 it scales the full layers alone.
+    if (given(scaling) && (!family.rope_per_layer_type || type == "full_attention")) {
+      if (nested) {
+        object.update(scaling);
+      } else {
+        object = scaling;
+      }
+    }
+    const std::string where = nested ? "rope_parameters." + type + "." : given(scaling) ? "rope_scaling." : "rope_parameters.";
+    const double type_theta = family.rope_per_layer_type && type == "sliding_attention" ? local_theta : theta;
+    shape.rope.emplace(type, read_rope(object, type_theta, partial, shape.head_dim, shape.max_position_embeddings,
+                                       [&](const std::string& inner, const std::string& expected, const Json& value) {
+                                         fail(inner.empty() ? where.substr(0, where.size() - 1) : where + inner, expected, value);
+                                       }));
+  }
+}
+
+namespace {
+
+Shape shape_from(Params& params, const DatasetInfo& info, const Family& family) {
+  layers::require_token_windows(family.name, info);
   Shape shape{};
-  shape.family = family;
+  shape.family = &family;
   shape.vocab_size = params.integer("vocab_size", info.num_classes, info.num_classes);
   shape.max_position_embeddings = params.integer("max_position_embeddings", info.input_shape[0], info.input_shape[0]);
   shape.hidden_size = params.integer("hidden_size", 128, 1);
@@ -80,56 +204,45 @@ Shape shape_from(Params& params, const DatasetInfo& info, Family family) {
                 Json(shape.num_attention_heads));
   }
   shape.rms_norm_eps = params.positive("rms_norm_eps", 1e-6);
-  shape.rope_theta = params.positive("rope_theta", 10000.0);
   shape.attention_dropout = params.number("attention_dropout", 0.0, 0.0, 1.0);
   if (shape.attention_dropout >= 1.0) params.fail("attention_dropout", "a probability below 1", Json(shape.attention_dropout));
   shape.initializer_range = params.number("initializer_range", 0.02, 0.0, 1.0);  // LlamaConfig's bounds
   if (!(shape.initializer_range > 0)) params.fail("initializer_range", "a number in (0, 1]", Json(shape.initializer_range));
-  switch (family) {
-    case Family::kLlama:
-      shape.qkv_bias = shape.o_bias = params.boolean("attention_bias", false);
-      shape.mlp_bias = params.boolean("mlp_bias", false);
-      break;
-    case Family::kQwen2:
-      shape.qkv_bias = true;
-      if (params.boolean("use_sliding_window", false)) {
-        params.fail("use_sliding_window", "false: basin's attention sees the whole window", Json(true));
-      }
-      break;
-    case Family::kMistral:
-      shape.sliding_window = params.raw("sliding_window");
-      if (window_slides(shape.sliding_window, shape.max_position_embeddings)) {
-        params.fail("sliding_window", "null or at least max_position_embeddings (" +
-                    std::to_string(shape.max_position_embeddings) + "): basin's attention sees the whole window",
-                    shape.sliding_window);
-      }
-      break;
+  switch (family.attention_bias) {
+    case AttentionBias::kByKey: shape.qkv_bias = shape.o_bias = params.boolean("attention_bias", false); break;
+    case AttentionBias::kQkv: shape.qkv_bias = true; break;
+    case AttentionBias::kNone: break;
   }
-  shape.tie_word_embeddings = params.boolean("tie_word_embeddings", false);
-  const Json scaling = params.raw("rope_scaling");
-  if (!scaling.is_null()) params.fail("rope_scaling", "null (basin applies RoPE unscaled)", scaling);
+  if (family.mlp_bias_key) shape.mlp_bias = params.boolean("mlp_bias", false);
+  shape.tie_word_embeddings = params.boolean("tie_word_embeddings", family.hf_tied);
+  // An integer, as Gemma's config class types it.
+  shape.query_pre_attn_scalar = family.attention_scalar ? params.integer("query_pre_attn_scalar", shape.head_dim, 1) : shape.head_dim;
+  if (family.softcap_keys) {
+    auto cap = [&](const char* key, double fallback) {
+      const Json value = params.has(key) ? params.raw(key) : Json(fallback);
+      if (value.is_null() || (value.is_number() && value.get<double>() == 0)) return 0.0;
+      if (!value.is_number() || !(value.get<double>() > 0)) params.fail(key, "a positive cap, or null for none", value);
+      return value.get<double>();
+    };
+    shape.attention_softcap = cap("attn_logit_softcapping", family.default_attention_softcap);
+    shape.final_softcap = cap("final_logit_softcapping", family.default_final_softcap);
+  }
+  if (family.rope_per_layer_type && params.boolean("use_bidirectional_attention", false)) {
+    params.fail("use_bidirectional_attention", "false: basin's attention is causal", Json(true));
+  }
+  const RopeFailure fail = [&](const std::string& key, const std::string& expected, const Json& value) {
+    params.fail(key, expected, value);
+  };
+  // Read through Params, so that each key counts as read; a key the family has not stays unknown.
+  const KeyLookup key = [&](const char* name) { return params.has(name) ? params.raw(name) : Json(Json::value_t::discarded); };
+  read_windows(shape, key, fail);
+  read_rope_of_layers(shape, key, fail);
   return shape;
-}
-
-at::Tensor rotate_half(const at::Tensor& x) {
-  const int64_t half = x.size(-1) / 2;
-  return at::cat({-x.narrow(-1, half, half), x.narrow(-1, 0, half)}, -1);
 }
 
 }  // namespace
 
-Rotary Rotary::of(int64_t positions, int64_t head_dim, double theta, const at::TensorOptions& options) {
-  // In fp32, as Llama computes them: theta^(2i/d) as a power of the scalar, then its inverse.
-  const auto fp32 = options.dtype(at::kFloat);
-  const at::Tensor inv_freq = 1.0 / at::pow(theta, at::arange(0, head_dim, 2, fp32) / static_cast<double>(head_dim));
-  const at::Tensor freqs = at::arange(positions, fp32).unsqueeze(1) * inv_freq.unsqueeze(0);
-  const at::Tensor angles = at::cat({freqs, freqs}, -1);
-  return {angles.cos().to(options.dtype()), angles.sin().to(options.dtype())};
-}
-
-at::Tensor Rotary::apply(const at::Tensor& x) const { return x * cos + rotate_half(x) * sin; }
-
-Attention::Attention(const Shape& shape)
+Attention::Attention(const Shape& shape, int64_t layer)
     : heads_(shape.num_attention_heads), kv_heads_(shape.num_key_value_heads), head_dim_(shape.head_dim),
       dropout_(shape.attention_dropout) {
   const double std = shape.initializer_range;
@@ -139,23 +252,35 @@ Attention::Attention(const Shape& shape)
   v_proj = register_module("v_proj", std::make_shared<layers::Projection>(shape.hidden_size, kv_heads_ * head_dim_, bias, std));
   o_proj = register_module("o_proj",
                            std::make_shared<layers::Projection>(heads_ * head_dim_, shape.hidden_size, shape.o_bias, std));
+  if (shape.family->qk_norms) {
+    const bool plus_one = shape.family->norm_plus_one;
+    q_norm = register_module("q_norm", std::make_shared<RmsNorm>(head_dim_, shape.rms_norm_eps, plus_one));
+    k_norm = register_module("k_norm", std::make_shared<RmsNorm>(head_dim_, shape.rms_norm_eps, plus_one));
+  }
+  mask_.window = shape.window_of(layer);
+  if (shape.family->attention_scalar) options_.scale = 1.0 / std::sqrt(static_cast<double>(shape.query_pre_attn_scalar));
+  options_.softcap = shape.attention_softcap;
 }
 
 at::Tensor Attention::forward(const at::Tensor& x, const Rotary& rotary) {
   const int64_t n = x.size(0), t = x.size(1);
-  auto heads = [&](const at::Tensor& projected, int64_t count) {
-    return projected.view({n, t, count, head_dim_}).transpose(1, 2);  // [n, count, T, head_dim]
+  auto heads = [&](const at::Tensor& projected, int64_t count, const std::shared_ptr<RmsNorm>& norm) {
+    at::Tensor split = projected.view({n, t, count, head_dim_});
+    if (norm) split = norm->forward(split);
+    return split.transpose(1, 2);  // [n, count, T, head_dim]
   };
-  const at::Tensor q = rotary.apply(heads(q_proj->forward(x), heads_));
+  const at::Tensor q = rotary.apply(heads(q_proj->forward(x), heads_, q_norm));
   // Each key and value head serves heads / kv_heads query heads in a row.
   const int64_t group = heads_ / kv_heads_;
-  const at::Tensor k = rotary.apply(heads(k_proj->forward(x), kv_heads_)).repeat_interleave(group, 1);
-  const at::Tensor v = heads(v_proj->forward(x), kv_heads_).repeat_interleave(group, 1);
-  const at::Tensor y = compat::causal_attention(q, k, v, is_training() ? dropout_ : 0.0);
+  const at::Tensor k = rotary.apply(heads(k_proj->forward(x), kv_heads_, k_norm)).repeat_interleave(group, 1);
+  const at::Tensor v = heads(v_proj->forward(x), kv_heads_, nullptr).repeat_interleave(group, 1);
+  layers::AttentionOptions options = options_;
+  options.dropout = is_training() ? dropout_ : 0.0;
+  const at::Tensor y = layers::attention(q, k, v, mask_, options);
   return o_proj->forward(y.transpose(1, 2).reshape({n, t, heads_ * head_dim_}));
 }
 
-SwiGlu::SwiGlu(const Shape& shape) {
+GatedMlp::GatedMlp(const Shape& shape) : gelu_(std::string(shape.family->activation) != "silu") {
   const double std = shape.initializer_range;
   const int64_t width = shape.hidden_size, inner = shape.intermediate_size;
   gate_proj = register_module("gate_proj", std::make_shared<layers::Projection>(width, inner, shape.mlp_bias, std));
@@ -163,38 +288,21 @@ SwiGlu::SwiGlu(const Shape& shape) {
   down_proj = register_module("down_proj", std::make_shared<layers::Projection>(inner, width, shape.mlp_bias, std));
 }
 
-DecoderLayer::DecoderLayer(const Shape& shape) {
-  self_attn = register_module("self_attn", std::make_shared<Attention>(shape));
-  mlp = register_module("mlp", std::make_shared<SwiGlu>(shape));
-  input_layernorm = register_module("input_layernorm", std::make_shared<RmsNorm>(shape.hidden_size, shape.rms_norm_eps));
-  post_attention_layernorm =
-      register_module("post_attention_layernorm", std::make_shared<RmsNorm>(shape.hidden_size, shape.rms_norm_eps));
-}
-
-const char* name_of(Family family) {
-  switch (family) {
-    case Family::kLlama: break;
-    case Family::kQwen2: return "qwen2";
-    case Family::kMistral: return "mistral";
+DecoderLayer::DecoderLayer(const Shape& shape, int64_t layer) {
+  self_attn = register_module("self_attn", std::make_shared<Attention>(shape, layer));
+  mlp = register_module("mlp", std::make_shared<GatedMlp>(shape));
+  auto norm = [&](const char* name) {
+    return register_module(name, std::make_shared<RmsNorm>(shape.hidden_size, shape.rms_norm_eps, shape.family->norm_plus_one));
+  };
+  input_layernorm = norm("input_layernorm");
+  post_attention_layernorm = norm("post_attention_layernorm");
+  if (shape.family->sandwich_norms) {
+    pre_feedforward_layernorm = norm("pre_feedforward_layernorm");
+    post_feedforward_layernorm = norm("post_feedforward_layernorm");
   }
-  return "llama";
 }
 
-const char* architecture_of(Family family) {
-  switch (family) {
-    case Family::kLlama: break;
-    case Family::kQwen2: return "Qwen2ForCausalLM";
-    case Family::kMistral: return "MistralForCausalLM";
-  }
-  return "LlamaForCausalLM";
-}
-
-bool window_slides(const Json& window, int64_t positions) {
-  // A query at position q sees keys past q - window: all of them while window >= positions.
-  return !window.is_null() && !(window.is_number_integer() && window.get<int64_t>() >= positions);
-}
-
-Llama::Llama(Params& params, const DatasetInfo& info, Family family) : shape_(shape_from(params, info, family)) {
+Llama::Llama(Params& params, const DatasetInfo& info, const Family& family) : shape_(shape_from(params, info, family)) {
   const std::string dtype = params.choice("export_dtype", "float32", {"float32", "bfloat16", "float16", "init_from"});
   export_dtype_ = dtype == "bfloat16" ? at::kBFloat16 : dtype == "float16" ? at::kHalf : dtype == "init_from" ? at::ScalarType::Undefined : at::kFloat;
   const Json shard_size = params.raw("export_max_shard_size");
@@ -209,10 +317,10 @@ Llama::Llama(Params& params, const DatasetInfo& info, Family family) : shape_(sh
       "embed_tokens", std::make_shared<layers::Embedding>(shape_.vocab_size, shape_.hidden_size, shape_.initializer_range));
   auto layers = register_module("layers", torch::nn::ModuleList());
   for (int64_t i = 0; i < shape_.num_hidden_layers; ++i) {
-    layers_.push_back(std::make_shared<DecoderLayer>(shape_));
+    layers_.push_back(std::make_shared<DecoderLayer>(shape_, i));
     layers->push_back(layers_.back());
   }
-  norm_ = register_module("norm", std::make_shared<RmsNorm>(shape_.hidden_size, shape_.rms_norm_eps));
+  norm_ = register_module("norm", std::make_shared<RmsNorm>(shape_.hidden_size, shape_.rms_norm_eps, family.norm_plus_one));
   if (!shape_.tie_word_embeddings) {
     lm_head_ = register_module("lm_head", std::make_shared<layers::Projection>(shape_.hidden_size, shape_.vocab_size,
                                                                                false, shape_.initializer_range));
@@ -226,18 +334,30 @@ Llama::Llama(Params& params, const DatasetInfo& info, Family family) : shape_(sh
 at::Tensor Llama::forward(const at::Tensor& ids) {
   const int64_t t = ids.size(1);
   if (t > shape_.max_position_embeddings) {
-    throw std::invalid_argument(std::string(name_of(shape_.family)) + ": a sequence of " + std::to_string(t) + " tokens, past max_position_embeddings " +
+    throw std::invalid_argument(std::string(shape_.family->name) + ": a sequence of " + std::to_string(t) + " tokens, past max_position_embeddings " +
                                 std::to_string(shape_.max_position_embeddings));
   }
   at::Tensor x = lookup(*embed_tokens_, [&] { return embed_tokens_->forward(ids); });
-  const Rotary rotary = Rotary::of(t, shape_.head_dim, shape_.rope_theta, x.options());
+  if (shape_.family->scaled_embeddings) {
+    // sqrt(hidden_size) rounded to fp32, then to the weights' dtype, as Gemma's scaled embedding rounds it.
+    x = x * at::scalar_tensor(std::sqrt(static_cast<double>(shape_.hidden_size)), at::kFloat).to(x.scalar_type());
+  }
+  std::map<std::string, Rotary> rotaries;  // one table a layer type
+  for (const auto& [type, rope] : shape_.rope) {
+    rotaries.emplace(type, Rotary::of(t, rope, shape_.head_dim, shape_.max_position_embeddings, x.options()));
+  }
   // The rotary tables are captured by value: a checkpointed layer runs again after this returns.
-  for (auto& layer : layers_) {
-    x = unit(*layer, x, [layer, rotary](const at::Tensor& in) { return layer->forward(in, rotary); });
+  for (std::size_t i = 0; i < layers_.size(); ++i) {
+    x = unit(*layers_[i], x, [layer = layers_[i], rotary = rotaries.at(shape_.layer_types[i])](const at::Tensor& in) {
+      return layer->forward(in, rotary);
+    });
   }
   const at::Tensor normed = norm_->forward(x);
-  if (lm_head_) return unit(*lm_head_, normed, [head = lm_head_](const at::Tensor& in) { return head->forward(in); });
-  return unit(*embed_tokens_, normed, [table = embed_tokens_](const at::Tensor& in) { return at::linear(in, table->weight); });
+  at::Tensor logits =
+      lm_head_ ? unit(*lm_head_, normed, [head = lm_head_](const at::Tensor& in) { return head->forward(in); })
+               : unit(*embed_tokens_, normed, [table = embed_tokens_](const at::Tensor& in) { return at::linear(in, table->weight); });
+  const double cap = shape_.final_softcap;
+  return cap == 0 ? logits : at::tanh(logits / cap) * cap;
 }
 
 void Llama::export_trained(const std::string& dir) {
@@ -248,12 +368,15 @@ void Llama::export_trained(const std::string& dir) {
 NamedTensors Llama::import_pretrained(const std::string& dir) { return read_hugging_face(*this, dir, loaded_dtype_); }
 
 namespace {
-BASIN_REGISTER(model_registry(), "llama", Llama);
-// The same layer with Qwen2's and Mistral's biases, names and checks.
-[[maybe_unused]] const bool qwen2_registered = model_registry().add(
-    "qwen2", [](Params& params, const DatasetInfo& info) { return std::make_shared<Llama>(params, info, Family::kQwen2); });
-[[maybe_unused]] const bool mistral_registered = model_registry().add(
-    "mistral", [](Params& params, const DatasetInfo& info) { return std::make_shared<Llama>(params, info, Family::kMistral); });
+// One model a row of the table, by the row's name.
+[[maybe_unused]] const bool families_registered = [] {
+  for (const Family& family : families()) {
+    model_registry().add(family.name, [&family](Params& params, const DatasetInfo& info) {
+      return std::make_shared<Llama>(params, info, family);
+    });
+  }
+  return true;
+}();
 }  // namespace
 
 }  // namespace basin::llama

@@ -1,9 +1,13 @@
 #pragma once
 
-// The "llama" model's parts (models/llama.cpp builds and registers it; the
-// Hugging Face Llama layout is models/llama_hugging_face.cpp). Not
-// installed: the model is used by its registered name.
+// The "llama" model's parts, and those of every family of Llama's decoder
+// layer (decoder_families.h: qwen2, mistral, qwen3, gemma2, gemma3).
+// models/llama.cpp builds and registers them; their Hugging Face layout is
+// models/llama_hugging_face.cpp. Not installed: the models are used by
+// their registered names.
 #include <cstdint>
+#include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -13,42 +17,55 @@
 
 #include "basin/core/config/json.h"
 #include "basin/core/model/model.h"
+#include "basin/models/attention.h"
+#include "basin/models/decoder_families.h"
+#include "basin/models/rope.h"
 #include "basin/models/transformer_layers.h"
 
 namespace basin::llama {
 
-/// The checkpoints made of Llama's layer, told apart by their biases: Llama
-/// (attention_bias on q, k, v and o; mlp_bias), Qwen2 (a bias on q, k and v
-/// alone) and Mistral (none).
-enum class Family { kLlama, kQwen2, kMistral };
-
-/// The model's registered name ("llama", "qwen2", "mistral"), which is also
-/// config.json's model_type, and Hugging Face's class for it.
-const char* name_of(Family family);
-const char* architecture_of(Family family);
-
-/// Whether attention limited to the last `window` positions (null: none)
-/// differs from causal attention over `positions`: basin's sees them all.
-bool window_slides(const Json& window, int64_t positions);
-
-/// What the config sizes, by the names of Hugging Face's configs.
+/// What the config sizes, by the names of Hugging Face's configs, with the
+/// family's row for what the keys do not say.
 struct Shape {
-  Family family;
+  const Family* family;
   int64_t vocab_size, max_position_embeddings, hidden_size, intermediate_size, num_hidden_layers,
       num_attention_heads, num_key_value_heads, head_dim;
-  double rms_norm_eps, rope_theta, attention_dropout, initializer_range;
+  double rms_norm_eps, attention_dropout, initializer_range;
   bool qkv_bias, o_bias, mlp_bias, tie_word_embeddings;
-  Json sliding_window;  // Mistral's, null or one that never slides (written back as given)
+  int64_t query_pre_attn_scalar;              // the attention's scale is its inverse square root
+  double attention_softcap, final_softcap;    // 0: none
+  int64_t sliding_window;                     // over the "sliding_attention" layers; 0: none
+  std::vector<std::string> layer_types;       // "full_attention" or "sliding_attention", a layer each
+  std::map<std::string, RopeParameters> rope;  // by layer type, for each type a layer has
+  Json window_keys;  // the family's window keys, resolved: what export writes back
+
+  /// The window of layer `layer` (0: none).
+  int64_t window_of(int64_t layer) const {
+    return layer_types[static_cast<std::size_t>(layer)] == "sliding_attention" ? sliding_window : 0;
+  }
 };
 
-/// x / sqrt(mean(x^2) + eps) * weight over the last dimension, computed in
-/// fp32 and cast back before the weight, as Llama's RMSNorm does.
+/// What a family's keys say of its layers' windows and of their RoPE, read
+/// from basin's model keys and from config.json alike: `key` gives a key's
+/// value (null when absent), `fail` says what is wrong with one (it
+/// throws). Absent keys take the defaults of the family's Hugging Face
+/// config class. `shape`'s sizes are read first.
+using KeyLookup = std::function<Json(const char*)>;
+void read_windows(Shape& shape, const KeyLookup& key, const RopeFailure& fail);
+void read_rope_of_layers(Shape& shape, const KeyLookup& key, const RopeFailure& fail);
+
+/// x / sqrt(mean(x^2) + eps) over the last dimension in fp32, then times
+/// the weight: cast back first (Llama), or times 1 + weight in fp32 and
+/// cast after (Gemma, whose weight starts at 0).
 class RmsNorm : public torch::nn::Module {
  public:
-  RmsNorm(int64_t width, double eps) : eps_(eps) { weight = register_parameter("weight", at::ones({width})); }
+  RmsNorm(int64_t width, double eps, bool plus_one = false) : eps_(eps), plus_one_(plus_one) {
+    weight = register_parameter("weight", plus_one ? at::zeros({width}) : at::ones({width}));
+  }
   at::Tensor forward(const at::Tensor& x) const {
     const at::Tensor wide = x.to(at::kFloat);
     const at::Tensor normed = wide * at::rsqrt(wide.pow(2).mean(-1, /*keepdim=*/true) + eps_);
+    if (plus_one_) return (normed * (1.0 + weight.to(at::kFloat))).to(x.scalar_type());
     return weight * normed.to(x.scalar_type());
   }
 
@@ -56,66 +73,70 @@ class RmsNorm : public torch::nn::Module {
 
  private:
   double eps_;
-};
-
-/// Rotary position embeddings (Su et al., 2021) as Llama applies them: the
-/// cosines and sines of positions 0..T-1 at frequencies theta^(-2i/d), each
-/// repeated for both halves of a head, [T, head_dim].
-struct Rotary {
-  at::Tensor cos, sin;
-  /// The tables computed in fp32, then cast to `options`' dtype: the residual
-  /// stream's, as Llama casts them (fp32 under autocast, where the rotation
-  /// of bf16 queries and keys is then done in fp32 too).
-  static Rotary of(int64_t positions, int64_t head_dim, double theta, const at::TensorOptions& options);
-  /// x [n, heads, T, head_dim] rotated: x cos + rotate_half(x) sin, in the wider of the two dtypes.
-  at::Tensor apply(const at::Tensor& x) const;
+  bool plus_one_;
 };
 
 /// Causal self-attention with grouped-query heads: num_key_value_heads key
 /// and value heads, each shared by num_attention_heads / num_key_value_heads
-/// query heads; queries and keys rotated by position.
+/// query heads; queries and keys normed per head where the family does,
+/// then rotated by position; the layer's window, scale and soft-cap.
 class Attention : public torch::nn::Module {
  public:
-  explicit Attention(const Shape& shape);
+  Attention(const Shape& shape, int64_t layer);
   at::Tensor forward(const at::Tensor& x, const Rotary& rotary);
 
   std::shared_ptr<layers::Projection> q_proj, k_proj, v_proj, o_proj;
+  std::shared_ptr<RmsNorm> q_norm, k_norm;  // null but in Qwen3 and Gemma 3
 
  private:
   int64_t heads_, kv_heads_, head_dim_;
   double dropout_;
+  layers::AttentionMask mask_;
+  layers::AttentionOptions options_;
 };
 
-/// down(silu(gate(x)) * up(x)).
-class SwiGlu : public torch::nn::Module {
+/// down(act(gate(x)) * up(x)): SwiGLU (silu) or GeGLU (gelu's tanh form).
+class GatedMlp : public torch::nn::Module {
  public:
-  explicit SwiGlu(const Shape& shape);
+  explicit GatedMlp(const Shape& shape);
   at::Tensor forward(const at::Tensor& x) const {
-    return down_proj->forward(at::silu(gate_proj->forward(x)) * up_proj->forward(x));
+    const at::Tensor gate = gate_proj->forward(x);
+    return down_proj->forward((gelu_ ? at::gelu(gate, "tanh") : at::silu(gate)) * up_proj->forward(x));
   }
 
   std::shared_ptr<layers::Projection> gate_proj, up_proj, down_proj;
+
+ private:
+  bool gelu_;
 };
 
-/// x + attention(norm(x)), then + mlp(norm(.)).
+/// x + attention(norm(x)), then + mlp(norm(.)); with sandwich norms (Gemma)
+/// the attention's and the MLP's outputs are normed too before they are added.
 class DecoderLayer : public torch::nn::Module {
  public:
-  explicit DecoderLayer(const Shape& shape);
+  DecoderLayer(const Shape& shape, int64_t layer);
   at::Tensor forward(const at::Tensor& x, const Rotary& rotary) {
-    const at::Tensor h = x + self_attn->forward(input_layernorm->forward(x), rotary);
-    return h + mlp->forward(post_attention_layernorm->forward(h));
+    if (!pre_feedforward_layernorm) {
+      const at::Tensor h = x + self_attn->forward(input_layernorm->forward(x), rotary);
+      return h + mlp->forward(post_attention_layernorm->forward(h));
+    }
+    const at::Tensor h = x + post_attention_layernorm->forward(self_attn->forward(input_layernorm->forward(x), rotary));
+    return h + post_feedforward_layernorm->forward(mlp->forward(pre_feedforward_layernorm->forward(h)));
   }
 
   std::shared_ptr<Attention> self_attn;
-  std::shared_ptr<SwiGlu> mlp;
+  std::shared_ptr<GatedMlp> mlp;
   std::shared_ptr<RmsNorm> input_layernorm, post_attention_layernorm;
+  std::shared_ptr<RmsNorm> pre_feedforward_layernorm, post_feedforward_layernorm;  // sandwich norms alone
 };
 
-/// Llama: token embedding, decoder layers, a final RMSNorm, the head (tied
-/// to the token embedding, or a weight of its own); Qwen2 and Mistral too.
+/// Llama: token embedding (times sqrt(hidden_size) in Gemma), decoder
+/// layers, a final RMSNorm, the head (tied to the token embedding, or a
+/// weight of its own; its logits soft-capped in Gemma 2); and every family
+/// of decoder_families.h.
 class Llama : public Model {
  public:
-  Llama(Params& params, const DatasetInfo& info, Family family = Family::kLlama);
+  Llama(Params& params, const DatasetInfo& info, const Family& family);
 
   at::Tensor forward(const at::Tensor& ids) override;
   /// state_dict.pt, and `dir`/hf in Hugging Face's Llama layout.

@@ -1,20 +1,24 @@
-// The llama's weights (and the qwen2's and the mistral's) in Hugging Face's
-// layout, both ways: a directory of config.json and model.safetensors (or
-// the files model.safetensors.index.json splits them over), as
-// LlamaForCausalLM (Qwen2ForCausalLM, MistralForCausalLM).save_pretrained
-// writes it and from_pretrained reads it.
+// The weights of the llama and of every family of decoder_families.h in
+// Hugging Face's layout, both ways: a directory of config.json and
+// model.safetensors (or the files model.safetensors.index.json splits them
+// over), as <the row's class>.save_pretrained writes it and from_pretrained
+// reads it.
 //
 // Names are basin's with "model." before them, but the head's (lm_head); a
 // tied head is not stored (a file's lm_head.weight must then equal the
 // embedding). Tensors of any floating dtype are read as fp32 master weights
-// and written as the model's export_dtype says (fp32 by default). config.json's sizes must be the model's: a difference
-// names the key to set. RoPE's theta is read from "rope_theta" (transformers
-// 4) or "rope_parameters" (transformers 5) and written as both; any RoPE but
-// the default one is refused, naming its key. max_position_embeddings is
-// the model's on the way out (set model.max_position_embeddings to the
-// checkpoint's to carry it through); on the way in it must be at least the
-// model's. A checkpoint split over several files is read through its
-// index (read_safetensors_checkpoint); one is written whole up to
+// and written as the model's export_dtype says (fp32 by default).
+// config.json's keys must give the model's: its sizes, biases, norms, caps,
+// and its windows and RoPE read by the rules the model's own keys are read
+// by (llama.h's read_windows and read_rope_of_layers), absent keys taking
+// the config class's defaults; a difference names the keys to set. The
+// export writes every key that shapes the model, windows and RoPE scaling
+// included (RoPE as transformers 4's rope_theta and rope_scaling and 5's
+// rope_parameters). max_position_embeddings is the model's on the way out
+// (set model.max_position_embeddings to the checkpoint's to carry it
+// through); on the way in it must be at least the model's. A checkpoint
+// split over several files is read through its index
+// (read_safetensors_checkpoint); one is written whole up to
 // export_max_shard_size, and split as save_pretrained splits it above.
 #include <algorithm>
 #include <filesystem>
@@ -42,36 +46,42 @@ Json value_or(const Json& config, const char* key, const Json& absent) {
   return found == config.end() || found->is_null() ? absent : *found;
 }
 
-/// RoPE's type in `scaling` (either spelling); `fallback` when it names none.
-std::string rope_type(const Json& scaling, const std::string& fallback) {
-  if (!scaling.is_object()) return fallback;
-  return scaling.value("rope_type", scaling.value("type", fallback));
+/// Equal as JSON, whatever the order of the objects' keys (basin's Json keeps it).
+bool same_json(const Json& a, const Json& b) { return nlohmann::json::parse(a.dump()) == nlohmann::json::parse(b.dump()); }
+
+/// "[0, 2, 4]": the layers whose window is `window`.
+std::string layers_with(const Shape& shape, int64_t window) {
+  std::string list;
+  for (int64_t i = 0; i < shape.num_hidden_layers; ++i) {
+    if (shape.window_of(i) == window) list += (list.empty() ? "" : ", ") + std::to_string(i);
+  }
+  return "[" + list + "]";
 }
 
-/// RoPE's theta and type, from either generation's keys (transformers 4:
-/// rope_theta and rope_scaling; 5: rope_parameters).
-std::pair<double, std::string> rope_of(const Json& config) {
-  const Json parameters = value_or(config, "rope_parameters", Json());
-  double theta = value_or(config, "rope_theta", Json(10000.0)).get<double>();
-  std::string type = "default";
-  if (parameters.is_object()) {
-    theta = value_or(parameters, "rope_theta", Json(theta)).get<double>();
-    type = rope_type(parameters, type);
+/// The keys that place a family's windows, for a refusal to name.
+std::string window_keys_of(const Family& family) {
+  switch (family.windows) {
+    case WindowRule::kEveryLayer: return "model.sliding_window";
+    case WindowRule::kFromWindowLayer: return "model.use_sliding_window, sliding_window and max_window_layers (or layer_types)";
+    case WindowRule::kPattern: return "model.sliding_window and layer_types";
+    case WindowRule::kNone: break;
   }
-  type = rope_type(value_or(config, "rope_scaling", Json()), type);
-  return {theta, type};
+  return "";
 }
 
 void check_config_values(const Json& config, const Shape& shape, const std::string& path) {
+  const Family& family = *shape.family;
   const std::string where = "config key 'init_from': '" + path + "'";
-  const std::string name = name_of(shape.family), architecture = architecture_of(shape.family);
+  const std::string name = family.name, architecture = family.architecture;
   const Json architectures = value_or(config, "architectures", Json::array({architecture}));
-  const std::string model_type = value_or(config, "model_type", Json(name)).get<std::string>();
-  if (model_type != name || architectures != Json::array({architecture})) {
+  const std::string model_type = value_or(config, "model_type", Json(family.model_type)).get<std::string>();
+  if (model_type != family.model_type || architectures != Json::array({architecture})) {
+    std::string known;
+    for (const Family& row : families()) known += std::string(known.empty() ? "" : ", ") + "\"" + row.name + "\"";
     throw ConfigError(where + " has architectures " + architectures.dump() + " (model_type \"" + model_type + "\"); \"" +
-                      name + "\" reads " + architecture + " (\"llama\", \"qwen2\" and \"mistral\" read theirs)");
+                      name + "\" reads " + architecture + " (" + known + " read theirs)");
   }
-  auto expect = [&](const char* key, const Json& found, const Json& mine) {
+  auto expect = [&](const std::string& key, const Json& found, const Json& mine) {
     if (found != mine) {
       throw ConfigError(where + " has " + key + " " + found.dump() + ", and the model's is " + mine.dump() +
                         "; set model." + key + " to " + found.dump());
@@ -89,12 +99,12 @@ void check_config_values(const Json& config, const Shape& shape, const std::stri
   size("num_hidden_layers", shape.num_hidden_layers);
   size("num_attention_heads", shape.num_attention_heads);
   // Where config.json leaves a key out, the family's config class has its own default.
-  const Json kv_default = shape.family == Family::kMistral ? Json(8)
-                          : shape.family == Family::kQwen2 ? Json(32)
-                                                           : config.at("num_attention_heads");
-  expect("num_key_value_heads", value_or(config, "num_key_value_heads", kv_default), Json(shape.num_key_value_heads));
-  expect("head_dim", value_or(config, "head_dim", Json(shape.hidden_size / shape.num_attention_heads)),
-         Json(shape.head_dim));
+  const Json heads = config.at("num_attention_heads");
+  expect("num_key_value_heads",
+         value_or(config, "num_key_value_heads", family.hf_key_value_heads > 0 ? Json(family.hf_key_value_heads) : heads),
+         Json(shape.num_key_value_heads));
+  const int64_t head_dim = family.hf_head_dim > 0 ? family.hf_head_dim : shape.hidden_size / shape.num_attention_heads;
+  expect("head_dim", value_or(config, "head_dim", Json(head_dim)), Json(shape.head_dim));
   // No weight depends on it, but a model meant for fewer positions than its windows is refused.
   const Json positions = value_or(config, "max_position_embeddings", Json(shape.max_position_embeddings));
   if (!positions.is_number_integer() || positions.get<int64_t>() < shape.max_position_embeddings) {
@@ -102,46 +112,93 @@ void check_config_values(const Json& config, const Shape& shape, const std::stri
                       "max_position_embeddings " + std::to_string(shape.max_position_embeddings) +
                       " (the data's window unless set)");
   }
-  if (shape.family == Family::kLlama) {
+  if (family.attention_bias == AttentionBias::kByKey) {
     expect("attention_bias", value_or(config, "attention_bias", Json(false)), Json(shape.qkv_bias));
-    expect("mlp_bias", value_or(config, "mlp_bias", Json(false)), Json(shape.mlp_bias));
   }
-  // A window that slides over the model's positions: Mistral's everywhere (4096 where the key is left
-  // out), Qwen2's in its sliding layers (those of layer_types, else the layers from max_window_layers on
-  // where use_sliding_window says so).
-  const Json window = value_or(config, "sliding_window", shape.family == Family::kMistral ? Json(4096) : Json());
-  bool sliding_layers = shape.family == Family::kMistral;
-  if (shape.family == Family::kQwen2) {
-    const Json types = value_or(config, "layer_types", Json());
-    sliding_layers = types.is_array() ? types.dump().find("sliding_attention") != std::string::npos
-                                      : value_or(config, "use_sliding_window", Json(false)) == Json(true) &&
-                                            value_or(config, "max_window_layers", Json(28)) < Json(shape.num_hidden_layers);
-  }
-  if (sliding_layers && window_slides(window, shape.max_position_embeddings)) {
-    throw ConfigError(where + " has sliding_window " + window.dump() + (shape.family == Family::kQwen2 ? " in sliding layers" : "") +
-                      ", and basin's attention sees the whole window: set model.max_position_embeddings (and the "
-                      "data's block_size with it) to at most " + window.dump());
-  }
-  expect("tie_word_embeddings", config.value("tie_word_embeddings", Json(false)), Json(shape.tie_word_embeddings));
-  const double eps = config.value("rms_norm_eps", 1e-6);
+  if (family.mlp_bias_key) expect("mlp_bias", value_or(config, "mlp_bias", Json(false)), Json(shape.mlp_bias));
+  expect("tie_word_embeddings", value_or(config, "tie_word_embeddings", Json(family.hf_tied)), Json(shape.tie_word_embeddings));
+  const double eps = value_or(config, "rms_norm_eps", Json(1e-6)).get<double>();
   if (eps != shape.rms_norm_eps) expect("rms_norm_eps", Json(eps), Json(shape.rms_norm_eps));
-  const auto [theta, type] = rope_of(config);
-  if (type != "default") {
-    throw ConfigError(where + " has RoPE of type \"" + type + "\" (rope_scaling, rope_parameters); \"" + name +
-                      "\" applies the default, unscaled one");
+  const std::string activation = value_or(config, family.activation_key, Json(family.activation)).get<std::string>();
+  if (activation != family.activation && !(activation == "swish" && std::string(family.activation) == "silu")) {
+    throw ConfigError(where + " has " + family.activation_key + " \"" + activation + "\"; \"" + name +
+                      "\"'s MLP takes \"" + family.activation + "\"");
   }
-  if (theta != shape.rope_theta) expect("rope_theta", Json(theta), Json(shape.rope_theta));
-  const std::string activation = value_or(config, "hidden_act", Json("silu")).get<std::string>();
-  if (activation != "silu" && activation != "swish") {
-    throw ConfigError(where + " has hidden_act \"" + activation + "\"; \"" + name + "\"'s MLP is SwiGLU (\"silu\")");
+  if (family.attention_scalar) {
+    expect("query_pre_attn_scalar", value_or(config, "query_pre_attn_scalar", Json(family.hf_attention_scalar)),
+           Json(shape.query_pre_attn_scalar));
   }
+  if (family.softcap_keys) {
+    // A key present as null means no cap; absent, the class's default.
+    auto cap = [&](const char* key, double fallback, double mine) {
+      const auto found = config.find(key);
+      const double theirs = found == config.end() ? fallback : found->is_null() ? 0.0 : found->get<double>();
+      if (theirs != mine) expect(key, theirs == 0 ? Json() : Json(theirs), mine == 0 ? Json() : Json(mine));
+    };
+    cap("attn_logit_softcapping", family.default_attention_softcap, shape.attention_softcap);
+    cap("final_logit_softcapping", family.default_final_softcap, shape.final_softcap);
+  }
+  if (value_or(config, "use_bidirectional_attention", Json(false)) == Json(true)) {
+    throw ConfigError(where + " has use_bidirectional_attention true; basin's attention is causal");
+  }
+
+  // The windows and RoPE config.json's keys give, read as the model's are, by the same rules.
+  Shape theirs = shape;
+  theirs.max_position_embeddings = positions.get<int64_t>();
+  const KeyLookup key = [&](const char* name) {
+    const auto found = config.find(name);
+    return found == config.end() ? Json(Json::value_t::discarded) : *found;
+  };
+  const RopeFailure fail = [&](const std::string& inner, const std::string& expected, const Json& value) {
+    throw ConfigError(where + ": \"" + inner + "\" is " + value.dump() + "; expected " + expected);
+  };
+  read_windows(theirs, key, fail);
+  for (int64_t i = 0; i < shape.num_hidden_layers; ++i) {
+    if (theirs.window_of(i) == shape.window_of(i)) continue;
+    const int64_t window = theirs.window_of(i);
+    throw ConfigError(where + " slides " + (window > 0 ? "a window of " + std::to_string(window) : std::string("no window")) +
+                      " over layers " + layers_with(theirs, window) + " (sliding_window " +
+                      (theirs.sliding_window > 0 ? std::to_string(theirs.sliding_window) : "null") + "), and the model " +
+                      (shape.window_of(i) > 0 ? "one of " + std::to_string(shape.window_of(i)) : std::string("none")) +
+                      " over layer " + std::to_string(i) + "; set " + window_keys_of(family) + " as config.json has them");
+  }
+  read_rope_of_layers(theirs, key, fail);
+  for (const auto& [type, rope] : shape.rope) {
+    const RopeParameters& found = theirs.rope.at(type);
+    if (same_json(found.keys, rope.keys)) continue;
+    Json without_theta = found.keys, mine_without_theta = rope.keys;
+    without_theta.erase("rope_theta"), mine_without_theta.erase("rope_theta");
+    if (same_json(without_theta, mine_without_theta)) expect("rope_theta", Json(found.theta), Json(rope.theta));
+    throw ConfigError(where + " has RoPE " + found.keys.dump() + " on its " + type + " layers (rope_scaling, " +
+                      "rope_parameters), and the model's is " + rope.keys.dump() +
+                      "; set model.rope_parameters (or rope_scaling) to config.json's");
+  }
+}
+
+/// config.json's RoPE keys for `shape`: transformers 4 reads rope_theta and
+/// rope_scaling, 5 rope_parameters (nested by layer type where the family's
+/// layers differ), and both read them the same.
+void write_rope(Json& config, const Shape& shape) {
+  const Family& family = *shape.family;
+  const auto full = shape.rope.find("full_attention");
+  const RopeParameters& global = full != shape.rope.end() ? full->second : shape.rope.begin()->second;
+  config["rope_theta"] = global.theta;
+  config["rope_scaling"] = global.type == "default" ? Json() : global.keys;
+  if (!family.rope_per_layer_type) {
+    config["rope_parameters"] = global.keys;
+    return;
+  }
+  config["rope_parameters"] = Json::object();
+  for (const auto& [type, rope] : shape.rope) config["rope_parameters"][type] = rope.keys;
+  const auto local = shape.rope.find("sliding_attention");
+  if (local != shape.rope.end()) config["rope_local_base_freq"] = local->second.theta;
 }
 
 }  // namespace
 
 NamedTensors read_hugging_face(const Llama& model, const std::string& dir, at::ScalarType& stored_dtype) {
   const Shape& shape = model.shape();
-  const Json config = read_hugging_face_config(dir, architecture_of(shape.family));
+  const Json config = read_hugging_face_config(dir, shape.family->architecture);
   check_hugging_face_config(dir + "/config.json", [&] { check_config_values(config, shape, dir + "/config.json"); });
   const std::string where = "config key 'init_from': '" + dir + "'";
   NamedTensors tensors;
@@ -187,8 +244,9 @@ void write_hugging_face(Llama& model, const std::string& dir) {
     tensors.emplace_back(stored, value.contiguous());
   }
   write_safetensors_checkpoint(dir, tensors, model.export_max_shard_bytes(), {{"format", "pt"}});
-  Json config{{"architectures", {architecture_of(shape.family)}},
-              {"model_type", name_of(shape.family)},
+  const Family& family = *shape.family;
+  Json config{{"architectures", {family.architecture}},
+              {"model_type", family.model_type},
               {"vocab_size", shape.vocab_size},
               {"max_position_embeddings", shape.max_position_embeddings},
               {"hidden_size", shape.hidden_size},
@@ -197,32 +255,26 @@ void write_hugging_face(Llama& model, const std::string& dir) {
               {"num_attention_heads", shape.num_attention_heads},
               {"num_key_value_heads", shape.num_key_value_heads},
               {"head_dim", shape.head_dim},
-              {"hidden_act", "silu"},
+              {family.activation_key, family.activation},
               {"rms_norm_eps", shape.rms_norm_eps},
-              // transformers 4 reads the first, 5 the second.
-              {"rope_theta", shape.rope_theta},
-              {"rope_parameters", {{"rope_theta", shape.rope_theta}, {"rope_type", "default"}}},
-              {"rope_scaling", nullptr},
               {"attention_dropout", shape.attention_dropout},
               {"tie_word_embeddings", shape.tie_word_embeddings},
               {"initializer_range", shape.initializer_range},
               // A basin run has no special tokens: without these keys transformers takes its configs'
-              // defaults, which name tokens of the run's vocabulary.
+              // defaults, which name tokens of the run's vocabulary (Gemma's pad token 0 would be a padding row).
               {"bos_token_id", nullptr},
               {"eos_token_id", nullptr},
+              {"pad_token_id", nullptr},
               {"torch_dtype", torch_dtype_name(model.export_dtype())}};
-  switch (shape.family) {
-    case Family::kLlama:
-      config["attention_bias"] = shape.qkv_bias;
-      config["mlp_bias"] = shape.mlp_bias;
-      break;
-    case Family::kQwen2:
-      config["use_sliding_window"] = false;
-      config["sliding_window"] = nullptr;
-      break;
-    case Family::kMistral:
-      config["sliding_window"] = shape.sliding_window;  // the model's (null: the key's absence would mean 4096)
-      break;
+  write_rope(config, shape);
+  if (family.attention_bias == AttentionBias::kByKey) config["attention_bias"] = shape.qkv_bias;
+  if (family.mlp_bias_key) config["mlp_bias"] = shape.mlp_bias;
+  // Every key that places a window, the model's (null where it has none: an absent key means 4096 to some classes).
+  config.update(shape.window_keys);
+  if (family.attention_scalar) config["query_pre_attn_scalar"] = shape.query_pre_attn_scalar;
+  if (family.softcap_keys) {
+    config["attn_logit_softcapping"] = shape.attention_softcap > 0 ? Json(shape.attention_softcap) : Json();
+    config["final_logit_softcapping"] = shape.final_softcap > 0 ? Json(shape.final_softcap) : Json();
   }
   write_hugging_face_config(dir, config);
 }

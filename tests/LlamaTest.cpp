@@ -56,7 +56,7 @@ at::Tensor rotate(const at::Tensor& x, double theta) {
 
 /// Llama (Touvron et al. 2023) from its parameters, op by op.
 at::Tensor reference_logits(std::map<std::string, at::Tensor> p, const at::Tensor& ids, int64_t layers, int64_t heads,
-                            int64_t kv_heads, double theta, double eps) {
+                            int64_t kv_heads, double theta, double eps, int64_t window = 0) {
   const int64_t n = ids.size(0), t = ids.size(1), c = p["embed_tokens.weight"].size(1);
   const int64_t d = p["layers.0.self_attn.q_proj.weight"].size(0) / heads;  // head_dim, given or c / heads
   auto linear = [&](const at::Tensor& x, const std::string& name) {
@@ -64,7 +64,8 @@ at::Tensor reference_logits(std::map<std::string, at::Tensor> p, const at::Tenso
     return p.count(name + ".bias") ? y + p[name + ".bias"] : y;
   };
   at::Tensor x = p["embed_tokens.weight"].index_select(0, ids.flatten()).view({n, t, c});
-  const at::Tensor future = at::ones({t, t}).triu(1).to(at::kBool);
+  at::Tensor future = at::ones({t, t}).triu(1).to(at::kBool);
+  if (window > 0) future = future.logical_or(at::ones({t, t}).tril(-window).to(at::kBool));  // keys window or more back
   for (int64_t l = 0; l < layers; ++l) {
     const std::string h = "layers." + std::to_string(l) + ".";
     const at::Tensor a = rms_norm(x, p[h + "input_layernorm.weight"], eps);
@@ -92,24 +93,27 @@ struct ForwardCase {
   double theta;
   bool attention_bias, mlp_bias, tied;
   std::string name = "llama";  // "qwen2": a bias on q, k and v alone, whatever attention_bias says here
+  int64_t window = 0;          // "mistral": a window over every layer
 };
 
 TEST(LlamaTest, ForwardIsLlamaOpByOpWithGroupedHeadsRotaryPositionsAndEitherHead) {
   at::manual_seed(0);
   const int64_t v = 50, t = 12, c = 16, f = 40, heads = 4;
   // Grouped heads with attention biases and another theta; plain heads and a tied head; a head_dim
-  // of its own with the MLP's biases; Qwen2's biases.
+  // of its own with the MLP's biases; Qwen2's biases; Mistral's window of 5 over 12 positions.
   for (const ForwardCase& shape : {ForwardCase{2, 4, 500.0, true, false, false}, ForwardCase{4, 4, 10000.0, false, false, true},
                                    ForwardCase{2, 6, 10000.0, false, true, false},
-                                   ForwardCase{2, 4, 10000.0, false, false, false, "qwen2"}}) {
+                                   ForwardCase{2, 4, 10000.0, false, false, false, "qwen2"},
+                                   ForwardCase{2, 4, 10000.0, false, false, false, "mistral", 5}}) {
     const bool qwen2 = shape.name == "qwen2";
     Json keys{{"hidden_size", c},   {"intermediate_size", f},         {"num_hidden_layers", 2},
               {"num_attention_heads", heads}, {"num_key_value_heads", shape.kv_heads}, {"rope_theta", shape.theta},
               {"rms_norm_eps", 1e-5}, {"tie_word_embeddings", shape.tied}};
-    if (!qwen2) {
+    if (shape.name == "llama") {
       keys["attention_bias"] = shape.attention_bias;
       keys["mlp_bias"] = shape.mlp_bias;
     }
+    if (shape.name == "mistral") keys["sliding_window"] = shape.window;
     if (shape.head_dim != c / heads) keys["head_dim"] = shape.head_dim;
     const std::string which = shape.name + " " + keys.dump();
     auto model = make_llama(keys, v, t, shape.name);
@@ -132,7 +136,7 @@ TEST(LlamaTest, ForwardIsLlamaOpByOpWithGroupedHeadsRotaryPositionsAndEitherHead
     at::NoGradGuard no_grad;
     const at::Tensor logits = model->forward(ids);
     ASSERT_EQ(logits.sizes(), (std::vector<int64_t>{3, t, v}));
-    EXPECT_LT((logits - reference_logits(params, ids, 2, heads, shape.kv_heads, shape.theta, 1e-5)).abs().max().item<double>(),
+    EXPECT_LT((logits - reference_logits(params, ids, 2, heads, shape.kv_heads, shape.theta, 1e-5, shape.window)).abs().max().item<double>(),
               1e-5) << which;
     // A later token changes no earlier position's logits, and changes its own.
     at::Tensor changed = ids.clone();
@@ -156,14 +160,14 @@ TEST(LlamaTest, BadSizesAreRefusedNamingTheKey) {
   refused({{"vocab_size", 10}}, "model.vocab_size");
   refused({{"rope_scaling", {{"rope_type", "llama3"}, {"factor", 8.0}}}}, "model.rope_scaling");
   refused({{"n_layer", 2}}, "n_layer");
-  // Qwen2's biases and Mistral's are fixed; a window that would slide is refused.
+  // Qwen2's biases and Mistral's are fixed; a window is a positive count.
   auto refused_as = [](const std::string& name, const Json& keys, const std::string& word) {
     test::expect_config_error([&] { make_llama(keys, 50, 12, name); }, {word}, name + " " + keys.dump());
   };
   refused_as("qwen2", {{"attention_bias", true}}, "attention_bias");
-  refused_as("qwen2", {{"use_sliding_window", true}}, "model.use_sliding_window");
+  refused_as("qwen2", {{"use_sliding_window", "yes"}}, "model.use_sliding_window");
   refused_as("mistral", {{"mlp_bias", true}}, "mlp_bias");
-  refused_as("mistral", {{"sliding_window", 4}}, "model.sliding_window");
+  refused_as("mistral", {{"sliding_window", -4}}, "model.sliding_window");
   EXPECT_NO_THROW(make_llama({{"sliding_window", 12}}, 50, 12, "mistral")) << "a window as long as the model's slides nowhere";
 }
 
@@ -341,9 +345,10 @@ TEST(LlamaTest, ExportIsSplitAboveTheShardSizeInTheDtypeAsked) {
   EXPECT_EQ(loaded.exit_code, 0) << loaded.output;
 }
 
-// Qwen2's and Mistral's windows as their config classes read them: a window
-// that would slide over the model's positions is refused naming the key and
-// what to set; one that never slides, or layers that never use it, are read.
+// Qwen2's and Mistral's windows as their config classes read them: where
+// config.json places windows other than the model's, it is refused naming
+// the window, the layers and the keys to set; keys that place the same
+// windows are read.
 TEST(LlamaTest, QwenAndMistralWindowsAreReadAsTransformersReadsThem) {
   test::TempDir dir;
   const std::string ids = random_ids(dir);
@@ -371,19 +376,21 @@ TEST(LlamaTest, QwenAndMistralWindowsAreReadAsTransformersReadsThem) {
     };
     if (name == "mistral") {
       EXPECT_EQ(written.at("sliding_window"), 4096) << "the model's window, written back";
-      EXPECT_NO_THROW(read_with([](Json& c) { c["sliding_window"] = nullptr; }));
       EXPECT_NO_THROW(read_with([](Json& c) { c.erase("sliding_window"); })) << "absent is MistralConfig's 4096";
-      refused_with([](Json& c) { c["sliding_window"] = 8; }, {"config.json", "sliding_window 8", "model.max_position_embeddings"});
+      refused_with([](Json& c) { c["sliding_window"] = 8; }, {"config.json", "a window of 8", "model.sliding_window"});
+      refused_with([](Json& c) { c["sliding_window"] = nullptr; }, {"config.json", "no window", "model.sliding_window"});
       refused_with([](Json& c) { c.erase("num_key_value_heads"); }, {"num_key_value_heads 8"});  // MistralConfig's default
     } else {
+      EXPECT_EQ(written.at("use_sliding_window"), false);
+      EXPECT_EQ(written.at("layer_types"), Json({"full_attention", "full_attention"}));
       EXPECT_NO_THROW(read_with([](Json& c) { c["use_sliding_window"] = true; c["sliding_window"] = 8; c["max_window_layers"] = 2; }))
           << "no layer at or past max_window_layers slides";
-      EXPECT_NO_THROW(read_with([](Json& c) { c["use_sliding_window"] = true; c["sliding_window"] = 64; c["max_window_layers"] = 0; }))
-          << "a window longer than the model's positions";
-      refused_with([](Json& c) { c["use_sliding_window"] = true; c["sliding_window"] = 8; c["max_window_layers"] = 1; },
-                   {"config.json", "sliding_window 8", "sliding layers"});
-      refused_with([](Json& c) { c["layer_types"] = {"full_attention", "sliding_attention"}; c["sliding_window"] = 8; },
-                   {"sliding_window 8", "sliding layers"});
+      EXPECT_NO_THROW(read_with([](Json& c) { c["layer_types"] = {"full_attention", "sliding_attention"}; c["sliding_window"] = 8; }))
+          << "without use_sliding_window, Qwen2Config drops the window";
+      refused_with([](Json& c) { c["use_sliding_window"] = true; c["sliding_window"] = 8; c["max_window_layers"] = 1; c.erase("layer_types"); },
+                   {"config.json", "a window of 8", "over layers [1]", "max_window_layers"});
+      refused_with([](Json& c) { c["use_sliding_window"] = true; c["layer_types"] = {"sliding_attention", "full_attention"}; c["sliding_window"] = 8; },
+                   {"a window of 8", "over layers [0]", "layer_types"});
       refused_with([](Json& c) { c.erase("num_key_value_heads"); }, {"num_key_value_heads 32"});  // Qwen2Config's default
     }
   }

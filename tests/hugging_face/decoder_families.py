@@ -1,0 +1,56 @@
+"""Random models of transformers' decoder families, for DecoderFamiliesTest.
+
+    python decoder_families.py make cases.json dir
+        For each case {"name", "family", "keys", "dtype"}: a model of
+        transformers' <family>ForCausalLM (Gemma3: the text model) with
+        weights drawn normal(0, 0.3), norms and biases too; dir/<name>/hf
+        (save_pretrained, its weights stored in "dtype"), and
+        dir/<name>/reference.pt: ids [3, 16] and their logits (fp32, on the
+        weights as stored), a prompt [8] and its greedy continuation by 8.
+    python decoder_families.py check cases.json dir
+        Loads each dir/<name>/run/hf (what basin exported) and checks its
+        logits on dir/<name>/trained.pt's ids against basin's, to 1e-5.
+"""
+import json
+import os
+import shutil
+import sys
+
+import torch
+import transformers
+
+
+def classes(family):
+    config = getattr(transformers, family + ("TextConfig" if family == "Gemma3" else "Config"))
+    return config, getattr(transformers, family + "ForCausalLM")
+
+
+mode, cases, root = sys.argv[1], json.load(open(sys.argv[2])), sys.argv[3]
+for case in cases:
+    out = os.path.join(root, case["name"])
+    config_class, model_class = classes(case["family"])
+    if mode == "make":
+        torch.manual_seed(0)
+        config = config_class(bos_token_id=None, eos_token_id=None, pad_token_id=None, **case["keys"])
+        config._attn_implementation = "eager"
+        model = model_class(config).eval()
+        dtype = getattr(torch, case.get("dtype", "float32"))
+        with torch.no_grad():
+            for p in model.parameters():
+                p.copy_(p.normal_(0, 0.3).to(dtype).float())  # the stored values, computed in fp32
+        ids = torch.randint(0, config.vocab_size, (3, 16))
+        with torch.no_grad():
+            logits = model(ids).logits
+            prompt = ids[0, :8]
+            greedy = model.generate(prompt.unsqueeze(0), max_new_tokens=8, min_new_tokens=8, do_sample=False)[0]
+        shutil.rmtree(os.path.join(out, "hf"), ignore_errors=True)
+        model.to(dtype).save_pretrained(os.path.join(out, "hf"))
+        torch.save({"ids": ids, "logits": logits, "prompt": prompt, "greedy": greedy}, os.path.join(out, "reference.pt"))
+        print("python:", case["name"], "greedy", greedy.tolist())
+    else:
+        model = model_class.from_pretrained(os.path.join(out, "run", "hf")).eval()
+        trained = torch.load(os.path.join(out, "trained.pt"))
+        with torch.no_grad():
+            difference = (model(trained["ids"]).logits - trained["logits"]).abs().max().item()
+        print("python:", case["name"], "largest difference from basin", difference)
+        assert difference < 1e-5, (case["name"], difference)
