@@ -4,6 +4,7 @@
 // in PEFT's layout, continued from it); where PyPI's transformers and peft are, both read back in Python.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <map>
@@ -276,6 +277,43 @@ TEST(LoraTest, BadAdapterKeysAreRefusedNamingTheKey) {
   mlp["data"] = Json::parse(R"({"name": "synthetic", "train_size": 32, "test_size": 8, "input_shape": [4],
                                 "num_classes": 2, "batch_size": 8})");
   test::expect_config_error([&] { Trainer trainer(mlp); }, {"adapters.lora.targets", "none"}, "an mlp");
+}
+
+// PEFT's other forms of target_modules: a list of module names, each the
+// last parts of a projection's name (basin's or Hugging Face's), and
+// "all-linear", every projection but the output head.
+TEST(LoraTest, TargetsTakeAListOfNamesOrAllLinearAsPeftDoes) {
+  test::TempDir dir;
+  const std::string corpus = corpus_file(dir);
+  auto adapted_by = [&](const Json& targets) {
+    Json config = lora_job(corpus, kLlama, "x");
+    config["adapters"]["lora"]["targets"] = targets;
+    Trainer trainer(config);
+    std::vector<std::string> names;
+    for (const auto& [name, layer] : adapted_layers(trainer.model())) names.push_back(name);
+    return names;
+  };
+  std::vector<std::string> q_and_v, every;
+  for (const std::string layer : {"layers.0.", "layers.1."}) {
+    for (const std::string p : {"self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj",
+                                "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj"}) {
+      every.push_back(layer + p);
+      if (p == "self_attn.q_proj" || p == "self_attn.v_proj") q_and_v.push_back(layer + p);
+    }
+  }
+  auto sorted = [](std::vector<std::string> names) {
+    std::sort(names.begin(), names.end());
+    return names;
+  };
+  EXPECT_EQ(sorted(adapted_by({"q_proj", "v_proj"})), sorted(q_and_v));
+  EXPECT_EQ(sorted(adapted_by({"self_attn.q_proj", "model.layers.1.self_attn.v_proj"})),
+            sorted({"layers.0.self_attn.q_proj", "layers.1.self_attn.q_proj", "layers.1.self_attn.v_proj"}))
+      << "a longer tail, and Hugging Face's whole name";
+  EXPECT_EQ(sorted(adapted_by("all-linear")), sorted(every)) << "every projection but lm_head";
+  test::expect_config_error([&] { adapted_by({"proj"}); }, {"adapters.lora.targets", "[\"proj\"]", "last parts"},
+                            "a name that is no whole part");
+  test::expect_config_error([&] { adapted_by(Json::array()); }, {"adapters.lora.targets", "empty"}, "an empty list");
+  test::expect_config_error([&] { adapted_by(5); }, {"adapters.lora.targets", "all-linear"}, "a number");
 }
 
 /// Trains a few steps of the plain model and exports it: the base an adapter run starts from.

@@ -27,11 +27,23 @@ std::optional<LoraOptions> LoraOptions::from_config(Params& root) {
   options.r = lora.integer("r", options.r, 1);
   options.alpha = lora.positive("alpha", options.alpha);
   options.dropout = lora.number("dropout", options.dropout, 0.0, 0.999);
-  options.targets = lora.string("targets");
-  try {
-    std::regex(options.targets, std::regex::ECMAScript);
-  } catch (const std::regex_error& error) {
-    lora.fail("targets", std::string("a regular expression (ECMAScript): ") + error.what(), Json(options.targets));
+  const Json targets = lora.raw("targets");
+  const std::string forms = "a regular expression (ECMAScript) over the whole name, a list of module names, or \"all-linear\"";
+  if (targets.is_array()) {
+    for (const Json& name : targets) {
+      if (!name.is_string() || name.get<std::string>().empty()) lora.fail("targets", forms, targets);
+      options.target_names.push_back(name.get<std::string>());
+    }
+    if (options.target_names.empty()) lora.fail("targets", forms + " (this list is empty)", targets);
+  } else if (targets.is_string()) {
+    options.targets = targets.get<std::string>();
+    try {
+      std::regex(options.targets, std::regex::ECMAScript);
+    } catch (const std::regex_error& error) {
+      lora.fail("targets", std::string("a regular expression (ECMAScript): ") + error.what(), targets);
+    }
+  } else {
+    lora.fail("targets", forms, targets);
   }
   options.init = lora.choice("init", "kaiming", {"kaiming", "gaussian"}) == "kaiming" ? LoraInit::kKaiming
                                                                                       : LoraInit::kGaussian;
@@ -39,6 +51,25 @@ std::optional<LoraOptions> LoraOptions::from_config(Params& root) {
   options.init_from = lora.string("init_from", "");
   lora.finish();
   return options;
+}
+
+bool LoraOptions::targets_module(const std::string& name, const std::string& hugging_face_name) const {
+  auto ends_with = [](const std::string& text, const std::string& tail) {
+    return text == tail || (text.size() > tail.size() && text.compare(text.size() - tail.size() - 1, std::string::npos, "." + tail) == 0);
+  };
+  if (!target_names.empty()) {
+    for (const std::string& target : target_names) {
+      if (ends_with(name, target) || ends_with(hugging_face_name, target)) return true;
+    }
+    return false;
+  }
+  // As PEFT means it: every linear layer but the one that makes the logits.
+  if (targets == "all-linear") return !ends_with(name, "lm_head");
+  return std::regex_match(name, std::regex(targets, std::regex::ECMAScript));
+}
+
+std::string LoraOptions::targets_text() const {
+  return target_names.empty() ? "\"" + targets + "\"" : Json(target_names).dump();
 }
 
 std::vector<std::pair<std::string, AdaptableLinear*>> adapted_layers(torch::nn::Module& model) {
@@ -51,22 +82,21 @@ std::vector<std::pair<std::string, AdaptableLinear*>> adapted_layers(torch::nn::
 }
 
 std::vector<std::string> attach_lora(Model& model, const LoraOptions& options, uint64_t seed) {
-  const std::regex targets(options.targets, std::regex::ECMAScript);
   std::vector<std::string> candidates, adapted;
   at::Generator generator = at::detail::createCPUGenerator(seed);
   for (const auto& item : model.named_modules("", /*include_self=*/false)) {
     auto* layer = dynamic_cast<AdaptableLinear*>(item.value().get());
     if (layer == nullptr) continue;
     candidates.push_back(item.key());
-    if (!std::regex_match(item.key(), targets)) continue;
+    if (!options.targets_module(item.key(), model.hugging_face_module(item.key()))) continue;
     layer->attach_lora(options.shape(), generator);
     adapted.push_back(item.key());
   }
   if (adapted.empty()) {
     std::string names;
     for (std::size_t i = 0; i < candidates.size() && i < 8; ++i) names += (i ? ", " : "") + candidates[i];
-    throw ConfigError("config key 'adapters.lora.targets': \"" + options.targets + "\" matches no projection of the "
-                      "model (the whole name must match); " +
+    throw ConfigError("config key 'adapters.lora.targets': " + options.targets_text() + " matches no projection of the "
+                      "model (a pattern must match the whole name, a listed name its last parts); " +
                       (candidates.empty() ? std::string("this model has none that takes an adapter (\"gpt\" and "
                                                         "\"llama\" have)")
                                           : "its projections are " + names + (candidates.size() > 8 ? ", ..." : "")));

@@ -17,22 +17,31 @@ class Params;
 ///     "adapters": {"lora": {"r": 8, "alpha": 16, "dropout": 0.0,
 ///                           "targets": "h\\.\\d+\\.attn\\.c_attn", "init": "kaiming",
 ///                           "rslora": false, "init_from": "run/adapter"}}
-/// `targets` is a regular expression (ECMAScript) that must match the whole
-/// name of each projection to adapt, as PEFT's string target_modules does,
-/// over basin's names ("h.0.attn.c_attn" in the gpt, where Hugging Face says
-/// "transformer.h.0.attn.c_attn"; "layers.0.self_attn.q_proj" in the llama).
+/// `targets` takes PEFT's three forms of target_modules: a regular
+/// expression (ECMAScript) that must match the whole name of each projection
+/// to adapt, over basin's names ("h.0.attn.c_attn" in the gpt, where Hugging
+/// Face says "transformer.h.0.attn.c_attn"; "layers.0.self_attn.q_proj" in
+/// the llama); a list of module names, each matching a projection named so
+/// or ending in "." and it, in basin's or Hugging Face's names
+/// (["q_proj", "v_proj"]); or "all-linear", every projection but the output
+/// head (lm_head).
 /// `init_from` continues an adapter: a PEFT directory (adapter_config.json,
 /// adapter_model.safetensors), such as the `adapter/` a run exports.
 struct LoraOptions {
   int64_t r = 8;
   double alpha = 16;
   double dropout = 0.0;
-  std::string targets;
+  std::string targets;                    // the regular expression, or "all-linear"; empty for a list
+  std::vector<std::string> target_names;  // the list form
   LoraInit init = LoraInit::kKaiming;
   bool rslora = false;    // scaling alpha / sqrt(r) (Kalajdzievski 2023) instead of alpha / r
   std::string init_from;  // empty: a fresh adapter
 
   LoraShape shape() const;
+  /// Whether the projection `name` (Hugging Face's: `hugging_face_name`) is one to adapt.
+  bool targets_module(const std::string& name, const std::string& hugging_face_name) const;
+  /// The targets as the config gave them, for messages.
+  std::string targets_text() const;
   /// The config's "adapters.lora", if any; ConfigError naming the key when malformed.
   static std::optional<LoraOptions> from_config(Params& root);
 };
