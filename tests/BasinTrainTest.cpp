@@ -79,7 +79,7 @@ TEST(BasinTrainTest, BadInputExitsTwoWithOneLineAndTouchesNoRunFiles) {
       {"--config " + dir.file("absent.json"), "absent.json"},
       {"--config " + kConfigs + "/synthetic_smoke.json --set optimizer.lr=-1", "'optimizer.lr'"},
       {"--config " + kConfigs + "/synthetic_smoke.json --set model.name=vit",
-       "known: cnn, gpt, llama, mistral, mlp, qwen2, resnet, torchscript"},
+       "known: cnn, gemma2, gemma3, gpt, llama, mistral, mlp, qwen2, qwen3, resnet, torchscript"},
       {"--config " + kConfigs + "/synthetic_smoke.json --set optimizer.lrr=1", "'optimizer.lrr' is not known"},
       {"--config " + kConfigs + "/synthetic_smoke.json --set data.batch_size=0", "'data.batch_size'"},
       {"--config " + kConfigs + "/synthetic_smoke.json --set data.root=/x", "'data.root' is not known"},

@@ -113,7 +113,7 @@ TEST(TrainerTest, BadConfigsNameTheKeyBeforeTraining) {
       {with("optimizer.lr", -0.1), "'optimizer.lr'"},
       {with("data.batch_size", 0), "'data.batch_size'"},
       {with("data.microbatches", 3), "'data.microbatches'"},
-      {with("model.name", "transformer"), "known: cnn, gpt, llama, mistral, mlp, qwen2, resnet, torchscript"},
+      {with("model.name", "transformer"), "known: cnn, gemma2, gemma3, gpt, llama, mistral, mlp, qwen2, qwen3, resnet, torchscript"},
       {with("data.name", "imagenet"), "fashion_mnist"},
       {with("optimizer.name", "lion"), "adagrad, adam"},
       {with("max_epochs", "two"), "'max_epochs'"},
