@@ -39,6 +39,7 @@ struct Family {
   bool scaled_embeddings;  // embeddings times sqrt(hidden_size), rounded to the weights' dtype (Gemma)
   bool attention_scalar;   // "query_pre_attn_scalar" sets the attention's scale (Gemma); else 1/sqrt(head_dim)
   bool softcap_keys;       // "attn_logit_softcapping" and "final_logit_softcapping" (Gemma 2 and 3)
+  bool caps_attention;     // the attention's cap applies (Gemma 2; Gemma 3's class has the key and never applies it)
   double default_attention_softcap, default_final_softcap;  // 0: none
   const char* activation_key;  // "hidden_act" or "hidden_activation"
   const char* activation;      // "silu" (SwiGLU) or "gelu_pytorch_tanh" (GeGLU)

@@ -43,6 +43,7 @@
 // "2GiB"; default "5GB", as save_pretrained's).
 #include "basin/models/llama.h"
 
+#include <algorithm>
 #include <cmath>
 #include <stdexcept>
 
@@ -119,57 +120,84 @@ void read_windows(Shape& shape, const KeyLookup& key, const RopeFailure& fail) {
       fail("layer_types", std::to_string(layers) + " of \"full_attention\" and \"sliding_attention\", one a layer", types);
     }
   }
-  // Qwen's window counts only where use_sliding_window says so.
+  // Qwen's window counts only where use_sliding_window says so; a sliding layer without a window is
+  // one transformers' mask cannot make.
   shape.sliding_window = use ? size : 0;
+  const bool sliding_layers =
+      std::find(shape.layer_types.begin(), shape.layer_types.end(), "sliding_attention") != shape.layer_types.end();
+  if (sliding_layers && shape.sliding_window == 0 && family.windows != WindowRule::kEveryLayer) {
+    if (family.windows == WindowRule::kFromWindowLayer) {
+      fail("layer_types", "sliding layers only with use_sliding_window true and a sliding_window", types);
+    }
+    fail("sliding_window", std::string("a window of at least 1 position: ") + family.architecture + "'s sliding layers need one",
+         window.is_discarded() ? Json() : window);
+  }
   shape.window_keys["sliding_window"] = size > 0 ? Json(size) : Json();
   if (family.windows != WindowRule::kEveryLayer) shape.window_keys["layer_types"] = shape.layer_types;
 }
 
 void read_rope_of_layers(Shape& shape, const KeyLookup& key, const RopeFailure& fail) {
   const Family& family = *shape.family;
-  auto number = [&](const char* name, double fallback) {
+  auto number = [&](const char* name, double fallback, double above) {
     const Json value = key(name);
     if (!given(value)) return fallback;
-    if (!value.is_number()) fail(name, "a number", value);
+    if (!value.is_number() || !(value.get<double>() > above)) fail(name, "a number above " + Json(above).dump(), value);
     return value.get<double>();
   };
-  const double theta = number("rope_theta", family.hf_theta);
-  const double local_theta = family.rope_per_layer_type ? number("rope_local_base_freq", family.hf_local_theta) : theta;
-  const double partial = number("partial_rotary_factor", 1.0);
-  if (partial != 1.0) {
-    fail("partial_rotary_factor", std::string("1: ") + family.architecture + " rotates whole heads", Json(partial));
+  const double theta = number("rope_theta", family.hf_theta, 1);
+  const double local_theta = family.rope_per_layer_type ? number("rope_local_base_freq", family.hf_local_theta, 1) : theta;
+  const double partial = number("partial_rotary_factor", 1.0, 0);
+  const std::string whole_heads = std::string("1: ") + family.architecture + " rotates whole heads";
+  if (partial != 1.0) fail("partial_rotary_factor", whole_heads, Json(partial));
+  // transformers gives a top-level original length priority over the RoPE object's (Phi-3 stores it so).
+  const Json original = key("original_max_position_embeddings");
+  if (given(original) && !(original.is_number_integer() && original.get<int64_t>() > 0)) {
+    fail("original_max_position_embeddings", "a positive integer", original);
   }
   const Json parameters = key("rope_parameters"), scaling = key("rope_scaling");
   for (const auto& [name, value] : {std::pair<const char*, const Json&>{"rope_parameters", parameters},
                                     std::pair<const char*, const Json&>{"rope_scaling", scaling}}) {
     if (given(value) && !value.is_object()) fail(name, "an object of RoPE's keys, or null", value);
   }
-  // Nested by layer type (transformers 5's form where the types differ), or one object for every layer.
+  // Nested by layer type where the family's layers differ (Gemma 3, as transformers 5 writes it); one
+  // object for every layer elsewhere.
   const bool nested = given(parameters) && (parameters.contains("full_attention") || parameters.contains("sliding_attention"));
+  if (nested != family.rope_per_layer_type && given(parameters)) {
+    fail("rope_parameters", nested ? std::string("one object: ") + family.architecture + " has one RoPE for every layer"
+                                   : "an object by layer type, {\"full_attention\": {...}, \"sliding_attention\": {...}}",
+         parameters);
+  }
   shape.rope.clear();
   for (const std::string& type : shape.layer_types) {
     if (shape.rope.count(type) != 0) continue;
     Json object = Json::object();
-    if (nested) {
-      if (parameters.contains(type) && given(parameters.at(type))) object = parameters.at(type);
+    std::string where = "rope_parameters.";
+    if (family.rope_per_layer_type) {
+      // Gemma 3's config class starts each type at the default and lays rope_scaling over the full one.
+      object = {{"rope_type", "default"}};
+      if (nested && parameters.contains(type) && given(parameters.at(type))) object = parameters.at(type);
+      where += type + ".";
+      if (given(scaling) && type == "full_attention") object.update(scaling), where = "rope_scaling.";
+    } else if (given(scaling)) {
+      object = scaling, where = "rope_scaling.";  // transformers 5 reads it before rope_parameters
     } else if (given(parameters)) {
       object = parameters;
     }
-    // rope_scaling (transformers 4) wins over a flat rope_parameters, as transformers 5 reads them; in
-    // Gemma 3 it scales the full layers alone.
-    if (given(scaling) && (!family.rope_per_layer_type || type == "full_attention")) {
-      if (nested) {
-        object.update(scaling);
-      } else {
-        object = scaling;
-      }
+    auto text = [&](const char* name) {
+      const auto found = object.find(name);
+      return found != object.end() && found->is_string() ? found->get<std::string>() : std::string();
+    };
+    const std::string type_name = !text("rope_type").empty() ? text("rope_type") : text("type");
+    if (given(original) && (type_name == "yarn" || type_name == "llama3" || type_name == "longrope")) {
+      object["original_max_position_embeddings"] = original;
     }
-    const std::string where = nested ? "rope_parameters." + type + "." : given(scaling) ? "rope_scaling." : "rope_parameters.";
     const double type_theta = family.rope_per_layer_type && type == "sliding_attention" ? local_theta : theta;
-    shape.rope.emplace(type, read_rope(object, type_theta, partial, shape.head_dim, shape.max_position_embeddings,
-                                       [&](const std::string& inner, const std::string& expected, const Json& value) {
-                                         fail(inner.empty() ? where.substr(0, where.size() - 1) : where + inner, expected, value);
-                                       }));
+    RopeParameters rope = read_rope(object, type_theta, 1.0, shape.head_dim, shape.max_position_embeddings,
+                                    [&](const std::string& inner, const std::string& expected, const Json& value) {
+                                      fail(inner.empty() ? where.substr(0, where.size() - 1) : where + inner, expected, value);
+                                    });
+    if (rope.partial_rotary_factor != 1.0) fail(where + "partial_rotary_factor", whole_heads, Json(rope.partial_rotary_factor));
+    shape.rope.emplace(type, std::move(rope));
   }
 }
 
@@ -225,6 +253,10 @@ Shape shape_from(Params& params, const DatasetInfo& info, const Family& family) 
       return value.get<double>();
     };
     shape.attention_softcap = cap("attn_logit_softcapping", family.default_attention_softcap);
+    if (shape.attention_softcap != 0 && !family.caps_attention) {
+      params.fail("attn_logit_softcapping", std::string("null: ") + family.architecture + "'s attention applies no cap",
+                  Json(shape.attention_softcap));
+    }
     shape.final_softcap = cap("final_logit_softcapping", family.default_final_softcap);
   }
   if (family.rope_per_layer_type && params.boolean("use_bidirectional_attention", false)) {

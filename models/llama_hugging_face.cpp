@@ -135,7 +135,8 @@ void check_config_values(const Json& config, const Shape& shape, const std::stri
       const double theirs = found == config.end() ? fallback : found->is_null() ? 0.0 : found->get<double>();
       if (theirs != mine) expect(key, theirs == 0 ? Json() : Json(theirs), mine == 0 ? Json() : Json(mine));
     };
-    cap("attn_logit_softcapping", family.default_attention_softcap, shape.attention_softcap);
+    // Gemma 3's class keeps an attention cap it never applies: whatever config.json says of it, none.
+    if (family.caps_attention) cap("attn_logit_softcapping", family.default_attention_softcap, shape.attention_softcap);
     cap("final_logit_softcapping", family.default_final_softcap, shape.final_softcap);
   }
   if (value_or(config, "use_bidirectional_attention", Json(false)) == Json(true)) {
@@ -163,14 +164,32 @@ void check_config_values(const Json& config, const Shape& shape, const std::stri
                       " over layer " + std::to_string(i) + "; set " + window_keys_of(family) + " as config.json has them");
   }
   read_rope_of_layers(theirs, key, fail);
-  for (const auto& [type, rope] : shape.rope) {
-    const RopeParameters& found = theirs.rope.at(type);
-    if (same_json(found.keys, rope.keys)) continue;
-    Json without_theta = found.keys, mine_without_theta = rope.keys;
-    without_theta.erase("rope_theta"), mine_without_theta.erase("rope_theta");
-    if (same_json(without_theta, mine_without_theta)) expect("rope_theta", Json(found.theta), Json(rope.theta));
-    throw ConfigError(where + " has RoPE " + found.keys.dump() + " on its " + type + " layers (rope_scaling, " +
-                      "rope_parameters), and the model's is " + rope.keys.dump() +
+  // What a type derives from max_position_embeddings where its keys leave it out, beside the keys.
+  auto resolved = [](const RopeParameters& rope) {
+    Json keys = rope.keys;
+    if (rope.original_max_position_embeddings > 0) keys["original_max_position_embeddings"] = rope.original_max_position_embeddings;
+    if (rope.type != "default") keys["factor"] = rope.factor;
+    return keys;
+  };
+  // Layer by layer: where the windows agree, the layers' types may still be named apart.
+  for (int64_t i = 0; i < shape.num_hidden_layers; ++i) {
+    const std::string& type = shape.layer_types[static_cast<std::size_t>(i)];
+    const RopeParameters& mine = shape.rope.at(type);
+    const RopeParameters& found = theirs.rope.at(theirs.layer_types[static_cast<std::size_t>(i)]);
+    if (same_json(resolved(found), resolved(mine))) continue;
+    if (same_json(found.keys, mine.keys)) {
+      throw ConfigError(where + "'s RoPE takes its factor or original length from max_position_embeddings " +
+                        positions.dump() + ", and the model's is " + std::to_string(shape.max_position_embeddings) +
+                        "; set model.max_position_embeddings to " + positions.dump());
+    }
+    Json found_rest = found.keys, mine_rest = mine.keys;
+    found_rest.erase("rope_theta"), mine_rest.erase("rope_theta");
+    if (same_json(found_rest, mine_rest)) {
+      expect(family.rope_per_layer_type && type == "sliding_attention" ? "rope_local_base_freq" : "rope_theta",
+             Json(found.theta), Json(mine.theta));
+    }
+    throw ConfigError(where + " has RoPE " + found.keys.dump() + " on layer " + std::to_string(i) + " (rope_scaling, " +
+                      "rope_parameters), and the model's is " + mine.keys.dump() +
                       "; set model.rope_parameters (or rope_scaling) to config.json's");
   }
 }

@@ -83,8 +83,9 @@ RopeParameters read_rope(const Json& object, double default_theta, double defaul
     if (given != nullptr && !(given->is_number_integer() && given->get<int64_t>() > 0)) {
       fail("original_max_position_embeddings", "a positive integer", *given);
     }
-    if (given == nullptr) rope.keys["original_max_position_embeddings"] = max_position_embeddings;  // as transformers standardizes
-    original = static_cast<double>(rope.keys["original_max_position_embeddings"].get<int64_t>());
+    // Absent, the model's positions, as transformers standardizes it (kept out of `keys`: derived, not given).
+    if (given != nullptr) original = static_cast<double>(given->get<int64_t>());
+    rope.original_max_position_embeddings = original;
   }
   const bool factor_required = rope.type != "longrope";
   rope.factor = number("factor", factor_required, static_cast<double>(max_position_embeddings) / original);
@@ -133,7 +134,7 @@ RopeFrequencies rope_frequencies(const RopeParameters& rope, int64_t head_dim, i
     result.inverse = 1.0 / powers(base, dim);
   } else if (rope.type == "llama3") {
     // Long wavelengths divided by factor, short ones kept, and a smooth ramp between.
-    const double original = keys.at("original_max_position_embeddings").get<double>();
+    const double original = rope.original_max_position_embeddings;
     const double low = value("low_freq_factor", 0), high = value("high_freq_factor", 0);
     const double low_wavelength = original / low, high_wavelength = original / high;
     const at::Tensor inverse = result.inverse;
@@ -144,7 +145,7 @@ RopeFrequencies rope_frequencies(const RopeParameters& rope, int64_t head_dim, i
     const at::Tensor medium = (wavelength >= high_wavelength).logical_and(wavelength <= low_wavelength);
     result.inverse = at::where(medium, smoothed, scaled);
   } else if (rope.type == "yarn") {
-    const double original = keys.at("original_max_position_embeddings").get<double>();
+    const double original = rope.original_max_position_embeddings;
     const double mscale = value("mscale", 0), mscale_all_dim = value("mscale_all_dim", 0);
     result.attention_factor = present(keys, "attention_factor") != nullptr ? value("attention_factor", 1)
                               : mscale != 0 && mscale_all_dim != 0
@@ -158,7 +159,9 @@ RopeFrequencies rope_frequencies(const RopeParameters& rope, int64_t head_dim, i
       return static_cast<double>(dim) * std::log(original / (rotations * 2 * kPi)) / (2 * std::log(rope.theta));
     };
     double low = correction_dim(beta_fast), high = correction_dim(beta_slow);
-    if (keys.value("truncate", true)) low = std::floor(low), high = std::ceil(high);
+    // Absent, true; null, false (transformers tests it for truth).
+    const auto truncate = keys.find("truncate");
+    if (truncate == keys.end() || (!truncate->is_null() && truncate->get<bool>())) low = std::floor(low), high = std::ceil(high);
     low = std::max(low, 0.0), high = std::min(high, static_cast<double>(dim - 1));
     if (low == high) high += 0.001;  // as transformers avoids the singularity
     const at::Tensor position_powers = powers(rope.theta, dim);
@@ -167,7 +170,7 @@ RopeFrequencies rope_frequencies(const RopeParameters& rope, int64_t head_dim, i
     const at::Tensor kept = 1 - ramp;
     result.inverse = interpolated * (1 - kept) + extrapolated * kept;
   } else if (rope.type == "longrope") {
-    const double original = keys.at("original_max_position_embeddings").get<double>();
+    const double original = rope.original_max_position_embeddings;
     result.attention_factor = present(keys, "attention_factor") != nullptr ? value("attention_factor", 1)
                               : rope.factor <= 1 ? 1.0
                                                  : std::sqrt(1 + std::log(rope.factor) / std::log(original));

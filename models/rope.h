@@ -26,7 +26,9 @@ struct RopeParameters {
   double partial_rotary_factor = 1.0;
   /// "factor", or for yarn and longrope without one, max_position_embeddings / original_max_position_embeddings.
   double factor = 1.0;
-  Json keys = Json::object();  // the whole object, standardized: what export writes back
+  /// yarn's, llama3's and longrope's pretraining length: the key, or max_position_embeddings where absent.
+  double original_max_position_embeddings = 0;
+  Json keys = Json::object();  // the object as given, with rope_type and rope_theta: what export writes back
 
   /// The features of a head that rotate: int(head_dim * partial_rotary_factor), as transformers truncates it.
   int64_t rotary_dim(int64_t head_dim) const;
@@ -41,8 +43,8 @@ using RopeFailure = std::function<void(const std::string&, const std::string&, c
 /// ones, checked as transformers validates it: every key the type needs,
 /// with numbers where numbers go, and longrope's factors one per rotated
 /// pair; "original_max_position_embeddings" defaults to
-/// `max_position_embeddings` for the types that read it. An unknown type is
-/// refused naming it.
+/// `max_position_embeddings` for the types that read it, as does "factor"
+/// (divided by it) for yarn and longrope. An unknown type is refused naming it.
 RopeParameters read_rope(const Json& object, double default_theta, double default_partial_rotary_factor,
                          int64_t head_dim, int64_t max_position_embeddings, const RopeFailure& fail);
 

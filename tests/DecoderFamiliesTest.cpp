@@ -103,7 +103,12 @@ TEST(DecoderFamiliesTest, AWindowAsLongAsTheSequenceIsNoneAndBadKeysAreRefusedNa
   at::NoGradGuard no_grad;
   for (const std::string name : {"mistral", "gemma2"}) {
     Json none = shape, long_one = shape, short_one = shape;
-    none["sliding_window"] = nullptr;
+    // No window: Mistral's null; Gemma's layers all full (its sliding layers need a window).
+    if (name == "mistral") {
+      none["sliding_window"] = nullptr;
+    } else {
+      none["layer_types"] = {"full_attention", "full_attention"};
+    }
     long_one["sliding_window"] = 12;
     short_one["sliding_window"] = 5;
     at::manual_seed(3);
@@ -134,6 +139,47 @@ TEST(DecoderFamiliesTest, AWindowAsLongAsTheSequenceIsNoneAndBadKeysAreRefusedNa
   refused("gemma2", {{"attn_logit_softcapping", -1.0}}, {"model.attn_logit_softcapping"});
   refused("gemma3", {{"use_bidirectional_attention", true}}, {"model.use_bidirectional_attention"});
   refused("llama", {{"sliding_window", 4}}, {"sliding_window"});  // Llama has no window key
+  // What transformers' classes cannot run, or would not apply.
+  refused("gemma2", {{"sliding_window", nullptr}}, {"model.sliding_window", "sliding layers need one"});
+  refused("qwen3", {{"layer_types", {"sliding_attention", "full_attention"}}}, {"model.layer_types", "use_sliding_window"});
+  refused("gemma3", {{"attn_logit_softcapping", 50.0}}, {"model.attn_logit_softcapping", "Gemma3ForCausalLM"});
+  refused("llama", {{"rope_parameters", {{"rope_type", "linear"}, {"factor", 2.0}, {"partial_rotary_factor", 0.5}}}},
+          {"model.rope_parameters.partial_rotary_factor", "whole heads"});
+  refused("llama", {{"rope_parameters", {{"full_attention", {{"rope_type", "default"}}}}}}, {"model.rope_parameters", "one object"});
+  refused("gemma3", {{"rope_parameters", {{"rope_type", "linear"}, {"factor", 2.0}}}}, {"model.rope_parameters", "by layer type"});
+  refused("llama", {{"rope_theta", 0.5}}, {"model.rope_theta"});
+  refused("gemma3", {{"rope_local_base_freq", -1.0}}, {"model.rope_local_base_freq"});
+}
+
+// A RoPE whose factor or original length config.json leaves to
+// max_position_embeddings (longrope without "factor", llama3 without
+// "original_max_position_embeddings") is the checkpoint's only at the
+// checkpoint's positions: a model of other positions is refused, naming the key.
+TEST(DecoderFamiliesTest, RopeThatDerivesFromThePositionsIsReadAtTheCheckpointsPositions) {
+  test::TempDir dir;
+  at::manual_seed(11);
+  write_torch_save_file(dir.file("ids.pt"), at::randint(0, 50, {400}, at::kLong));
+  std::vector<double> factors(4, 1.5);
+  const Json ropes = Json::array({Json{{"rope_type", "longrope"}, {"short_factor", factors}, {"long_factor", factors},
+                                       {"original_max_position_embeddings", 16}},
+                                  Json{{"rope_type", "llama3"}, {"factor", 8.0}, {"low_freq_factor", 1.0}, {"high_freq_factor", 4.0}}});
+  for (const Json& rope : ropes) {
+    Json job = Json::parse(R"({"seed": 1, "threads": 1, "max_steps": 1, "optimizer": {"name": "sgd", "lr": 0.1}})");
+    job["data"] = {{"name", "tokens"}, {"train", dir.file("ids.pt")}, {"block_size", 16}, {"batch_size", 8}};
+    job["model"] = {{"name", "llama"}, {"hidden_size", 16}, {"num_hidden_layers", 1}, {"num_attention_heads", 2},
+                    {"max_position_embeddings", 64}, {"rope_scaling", rope}};
+    const std::string out = dir.file(rope.at("rope_type").get<std::string>());
+    std::filesystem::create_directories(out);
+    {
+      Trainer trainer(job);
+      trainer.export_model(out);
+    }
+    job["init_from"] = out + "/hf";
+    EXPECT_NO_THROW(Trainer trainer(job)) << rope.dump() << ": at the checkpoint's positions";
+    job["model"]["max_position_embeddings"] = 32;
+    test::expect_config_error([&] { Trainer trainer(job); }, {"config.json", "max_position_embeddings 64", "model.max_position_embeddings"},
+                              rope.dump());
+  }
 }
 
 /// One random checkpoint of a family, shaped like the published ones and
@@ -237,9 +283,10 @@ TEST(DecoderFamiliesTest, EachFamilyGivesTransformersLogitsAndContinuationTrains
     write_torch_save_file(folder + "/trained.pt", saved);
     const Json written = Json::parse(test::read_text(folder + "/run/hf/config.json"));
     const Json read = Json::parse(test::read_text(folder + "/hf/config.json"));
-    for (const char* key : {"sliding_window", "layer_types", "rope_scaling", "attn_logit_softcapping", "query_pre_attn_scalar"}) {
-      if (read.contains(key)) {
-        EXPECT_EQ(written.value(key, Json()), read.at(key)) << c.name << ": " << key << " written back";
+    for (const char* key : {"sliding_window", "layer_types", "rope_parameters", "attn_logit_softcapping", "query_pre_attn_scalar"}) {
+      if (read.contains(key)) {  // as JSON, whatever the order of an object's keys
+        EXPECT_EQ(nlohmann::json::parse(written.value(key, Json()).dump()), nlohmann::json::parse(read.at(key).dump()))
+            << c.name << ": " << key << " written back";
       }
     }
   }

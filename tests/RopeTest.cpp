@@ -109,6 +109,12 @@ TEST(RopeTest, EachTypeIsItsFormula) {
   const Json yarn{{"rope_type", "yarn"}, {"factor", 4.0}, {"original_max_position_embeddings", 16}};
   EXPECT_NEAR(llama::rope_frequencies(rope_of(yarn), kHeadDim, kPositions, 10).attention_factor, 0.1 * std::log(4.0) + 1, 1e-12);
   Json scaled = yarn;
+  // A null truncate is false, as transformers tests it for truth; absent, true.
+  const Json long_yarn{{"rope_type", "yarn"}, {"factor", 4.0}, {"original_max_position_embeddings", 64}};
+  Json untruncated = long_yarn, null_truncate = long_yarn;
+  untruncated["truncate"] = false, null_truncate["truncate"] = nullptr;
+  EXPECT_TRUE(inverse_of(null_truncate, 10).equal(inverse_of(untruncated, 10)));
+  EXPECT_FALSE(inverse_of(long_yarn, 10).equal(inverse_of(untruncated, 10))) << "truncation moved no bound here";
   scaled["mscale"] = 2.0, scaled["mscale_all_dim"] = 1.0;
   EXPECT_NEAR(llama::rope_frequencies(rope_of(scaled), kHeadDim, kPositions, 10).attention_factor,
               (0.2 * std::log(4.0) + 1) / (0.1 * std::log(4.0) + 1), 1e-12);
@@ -193,7 +199,8 @@ TEST(RopeTest, EveryTypeEqualsTransformersBelowAndAboveTheOriginalLength) {
       const auto frequencies = llama::rope_frequencies(rope, kHeadDim, kPositions, length);
       const at::Tensor expected = reference.at(key + "inverse").toTensor();
       ASSERT_EQ(frequencies.inverse.sizes(), expected.sizes()) << cases[c].dump();
-      EXPECT_LT((frequencies.inverse - expected).abs().max().item<double>(), kFp32Bound) << cases[c].dump() << " at " << length;
+      EXPECT_LT(((frequencies.inverse - expected).abs() / expected.abs()).max().item<double>(), kFp32Bound)
+          << cases[c].dump() << " at " << length;
       EXPECT_NEAR(frequencies.attention_factor, reference.at(key + "attention_factor").toTensor().item<double>(), 1e-6)
           << cases[c].dump() << " at " << length;
     }

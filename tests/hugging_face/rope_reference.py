@@ -13,6 +13,7 @@ import sys
 import torch
 import transformers
 from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding
 
 spec = json.load(open(sys.argv[1]))
 out = {}
@@ -27,10 +28,8 @@ for index, parameters in enumerate(spec["cases"]):
     rope_type = config.rope_parameters["rope_type"]
     for length in spec["lengths"]:
         if rope_type == "default":
-            # Llama's own default rotates whole heads; the scaled types read partial_rotary_factor.
-            dim = int(spec["head_dim"] * parameters.get("partial_rotary_factor", 1.0))
-            base = config.rope_parameters["rope_theta"]
-            inverse, factor = 1.0 / (base ** (torch.arange(0, dim, 2, dtype=torch.int64).float() / dim)), 1.0
+            # The default is each model's own method (whole heads), not a function of the table.
+            inverse, factor = LlamaRotaryEmbedding.compute_default_rope_parameters(config)
         else:
             inverse, factor = ROPE_INIT_FUNCTIONS[rope_type](config, "cpu", seq_len=length)
         out[f"{index}/{length}/inverse"] = inverse.float()
