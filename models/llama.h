@@ -6,8 +6,6 @@
 // models/llama_hugging_face.cpp. Not installed: the models are used by
 // their registered names.
 #include <cstdint>
-#include <functional>
-#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -18,41 +16,11 @@
 #include "basin/core/config/json.h"
 #include "basin/core/model/model.h"
 #include "basin/models/attention.h"
-#include "basin/models/decoder_families.h"
+#include "basin/models/decoder_shape.h"
 #include "basin/models/rope.h"
 #include "basin/models/transformer_layers.h"
 
 namespace basin::llama {
-
-/// What the config sizes, by the names of Hugging Face's configs, with the
-/// family's row for what the keys do not say.
-struct Shape {
-  const Family* family;
-  int64_t vocab_size, max_position_embeddings, hidden_size, intermediate_size, num_hidden_layers,
-      num_attention_heads, num_key_value_heads, head_dim;
-  double rms_norm_eps, attention_dropout, initializer_range;
-  bool qkv_bias, o_bias, mlp_bias, tie_word_embeddings;
-  int64_t query_pre_attn_scalar;              // the attention's scale is its inverse square root
-  double attention_softcap, final_softcap;    // 0: none
-  int64_t sliding_window;                     // over the "sliding_attention" layers; 0: none
-  std::vector<std::string> layer_types;       // "full_attention" or "sliding_attention", a layer each
-  std::map<std::string, RopeParameters> rope;  // by layer type, for each type a layer has
-  Json window_keys;  // the family's window keys, resolved: what export writes back
-
-  /// The window of layer `layer` (0: none).
-  int64_t window_of(int64_t layer) const {
-    return layer_types[static_cast<std::size_t>(layer)] == "sliding_attention" ? sliding_window : 0;
-  }
-};
-
-/// What a family's keys say of its layers' windows and of their RoPE, read
-/// from basin's model keys and from config.json alike: `key` gives a key's
-/// value (null when absent), `fail` says what is wrong with one (it
-/// throws). Absent keys take the defaults of the family's Hugging Face
-/// config class. `shape`'s sizes are read first.
-using KeyLookup = std::function<Json(const char*)>;
-void read_windows(Shape& shape, const KeyLookup& key, const RopeFailure& fail);
-void read_rope_of_layers(Shape& shape, const KeyLookup& key, const RopeFailure& fail);
 
 /// x / sqrt(mean(x^2) + eps) over the last dimension in fp32, then times
 /// the weight: cast back first (Llama), or times 1 + weight in fp32 and
