@@ -10,13 +10,15 @@
 // model's block_size are dropped on the way in (a shorter context, as
 // nanoGPT's crop_block_size), and config.json's n_positions is the model's
 // block_size on the way out. A model without biases ("bias": false) is
-// written with zero biases, which compute the same.
+// written with zero biases, which compute the same. The sizes a config
+// leaves out are config.json's (n_layer, n_head, n_embd, vocab_size).
 #include <algorithm>
 #include <filesystem>
 #include <map>
 
 #include "basin/core/config/config_error.h"
 #include "basin/core/config/json.h"
+#include "basin/core/model/pretrained_keys.h"
 #include "basin/core/serialization/safetensors_checkpoint.h"
 #include "basin/models/gpt.h"
 #include "basin/models/hugging_face_files.h"
@@ -55,8 +57,9 @@ int64_t check_config_values(const Json& config, const Shape& shape, const std::s
                                   {"n_head", shape.n_head}, {"n_embd", shape.n_embd},
                                   {"vocab_size", shape.vocab_size}}) {
     if (size(key) != mine) {
-      throw ConfigError(where + " has " + key + " " + std::to_string(size(key)) + ", and the model's is " +
-                        std::to_string(mine) + "; set model." + key + " to " + std::to_string(size(key)));
+      throw ConfigError(where + " has " + key + " " + std::to_string(size(key)) + ", and model." + key + " is " +
+                        std::to_string(mine) + "; leave model." + key + " out to take config.json's, or set it to " +
+                        std::to_string(size(key)));
     }
   }
   if (size("n_positions") < shape.block_size) {
@@ -84,6 +87,20 @@ int64_t check_config_values(const Json& config, const Shape& shape, const std::s
   }
   return size("n_positions");
 }
+
+// The sizes config.json gives, for the keys a config leaves out
+// (core/model/pretrained_keys.h); block_size stays the data's window.
+[[maybe_unused]] const bool pretrained_keys_registered = [] {
+  pretrained_keys_readers()["gpt"] = [](const std::string& dir) {
+    const Json config = read_hugging_face_config(dir, "GPT-2");
+    Json keys = Json::object();
+    for (const char* key : {"n_layer", "n_head", "n_embd", "vocab_size"}) {
+      if (config.contains(key) && !config.at(key).is_null()) keys[key] = config.at(key);
+    }
+    return keys;
+  };
+  return true;
+}();
 
 }  // namespace
 

@@ -8,15 +8,17 @@
 // tied head is not stored (a file's lm_head.weight must then equal the
 // embedding). Tensors of any floating dtype are read as fp32 master weights
 // and written as the model's export_dtype says (fp32 by default).
-// config.json's keys must give the model's: its sizes, biases, norms, caps,
-// and its windows and RoPE read by the rules the model's own keys are read
-// by (llama.h's read_windows and read_rope_of_layers), absent keys taking
-// the config class's defaults; a difference names the keys to set. The
+// The model keys a config leaves out are config.json's (pretrained_keys,
+// which the trainer reads first: core/model/pretrained_keys.h); those it
+// gives must agree with config.json's: its sizes, biases, norms, caps, and
+// its windows and RoPE read by the rules the model's own keys are read by
+// (decoder_shape.h's read_windows and read_rope_of_layers), absent keys
+// taking the config class's defaults; a difference names the keys. The
 // export writes every key that shapes the model, windows and RoPE scaling
 // included (RoPE as transformers 4's rope_theta and rope_scaling and 5's
 // rope_parameters). max_position_embeddings is the model's on the way out
-// (set model.max_position_embeddings to the checkpoint's to carry it
-// through); on the way in it must be at least the model's. A checkpoint
+// (the checkpoint's, unless the config sets it); on the way in it must be
+// at least the model's. A checkpoint
 // split over several files is read through its index
 // (read_safetensors_checkpoint); one is written whole up to
 // export_max_shard_size, and split as save_pretrained splits it above.
@@ -25,6 +27,7 @@
 
 #include "basin/core/config/config_error.h"
 #include "basin/core/config/json.h"
+#include "basin/core/model/pretrained_keys.h"
 #include "basin/core/serialization/safetensors_checkpoint.h"
 #include "basin/core/serialization/safetensors_file.h"
 #include "basin/models/hugging_face_files.h"
@@ -69,22 +72,29 @@ std::string window_keys_of(const Family& family) {
   return "";
 }
 
-void check_config_values(const Json& config, const Shape& shape, const std::string& path) {
-  const Family& family = *shape.family;
-  const std::string where = "config key 'init_from': '" + path + "'";
-  const std::string name = family.name, architecture = family.architecture;
+/// config.json is a checkpoint of `family`'s class, or a ConfigError naming the families.
+void check_kind(const Json& config, const Family& family, const std::string& where) {
+  const std::string architecture = family.architecture;
   const Json architectures = value_or(config, "architectures", Json::array({architecture}));
   const std::string model_type = value_or(config, "model_type", Json(family.model_type)).get<std::string>();
   if (model_type != family.model_type || architectures != Json::array({architecture})) {
     std::string known;
     for (const Family& row : families()) known += std::string(known.empty() ? "" : ", ") + "\"" + row.name + "\"";
     throw ConfigError(where + " has architectures " + architectures.dump() + " (model_type \"" + model_type + "\"); \"" +
-                      name + "\" reads " + architecture + " (" + known + " read theirs)");
+                      family.name + "\" reads " + architecture + " (" + known + " read theirs)");
   }
+}
+
+void check_config_values(const Json& config, const Shape& shape, const std::string& path) {
+  const Family& family = *shape.family;
+  const std::string where = "config key 'init_from': '" + path + "'";
+  const std::string name = family.name, architecture = family.architecture;
+  check_kind(config, family, where);
+  // The model's keys are config.json's where the config leaves them out: a difference is a key the config gives.
   auto expect = [&](const std::string& key, const Json& found, const Json& mine) {
     if (found != mine) {
-      throw ConfigError(where + " has " + key + " " + found.dump() + ", and the model's is " + mine.dump() +
-                        "; set model." + key + " to " + found.dump());
+      throw ConfigError(where + " has " + key + " " + found.dump() + ", and model." + key + " is " + mine.dump() +
+                        "; leave model." + key + " out to take config.json's, or set it to " + found.dump());
     }
   };
   auto size = [&](const char* key, int64_t mine) {
@@ -212,6 +222,55 @@ void write_rope(Json& config, const Shape& shape) {
   const auto local = shape.rope.find("sliding_attention");
   if (local != shape.rope.end()) config["rope_local_base_freq"] = local->second.theta;
 }
+
+/// The model keys `dir`'s config.json gives (core/model/pretrained_keys.h):
+/// each key the model reads, as present (a null only where it means
+/// something other than absence: Mistral's window, Gemma's caps), and the
+/// config class's defaults where the model's own differ.
+Json pretrained_keys(const Family& family, const std::string& dir) {
+  const Json config = read_hugging_face_config(dir, family.architecture);
+  const std::string path = dir + "/config.json";
+  Json keys = Json::object();
+  check_hugging_face_config(path, [&] {
+    check_kind(config, family, "config key 'init_from': '" + path + "'");
+    auto take = [&](const char* key, bool null_counts = false) {
+      const auto found = config.find(key);
+      if (found != config.end() && (null_counts || !found->is_null())) keys[key] = *found;
+    };
+    auto take_or = [&](const char* key, int64_t fallback) {
+      take(key);
+      if (!keys.contains(key) && fallback > 0) keys[key] = fallback;
+    };
+    for (const char* key : {"vocab_size", "max_position_embeddings", "hidden_size", "intermediate_size", "num_hidden_layers",
+                            "num_attention_heads", "rms_norm_eps", "attention_dropout", "initializer_range",
+                            "tie_word_embeddings", "rope_theta", "partial_rotary_factor",
+                            "original_max_position_embeddings", "rope_scaling", "rope_parameters"}) {
+      take(key);
+    }
+    take_or("num_key_value_heads", family.hf_key_value_heads);
+    take_or("head_dim", family.hf_head_dim);
+    if (family.attention_bias == AttentionBias::kByKey) take("attention_bias");
+    if (family.mlp_bias_key) take("mlp_bias");
+    if (family.attention_scalar) take_or("query_pre_attn_scalar", family.hf_attention_scalar);
+    if (family.softcap_keys && family.caps_attention) take("attn_logit_softcapping", true);
+    if (family.softcap_keys) take("final_logit_softcapping", true);
+    if (family.rope_per_layer_type) {
+      for (const char* key : {"rope_local_base_freq", "sliding_window_pattern", "use_bidirectional_attention"}) take(key);
+    }
+    if (family.windows != WindowRule::kNone) take("sliding_window", true);
+    if (family.windows == WindowRule::kFromWindowLayer) take("use_sliding_window"), take("max_window_layers");
+    if (family.windows == WindowRule::kFromWindowLayer || family.windows == WindowRule::kPattern) take("layer_types");
+  });
+  return keys;
+}
+
+// Each family's keys from a checkpoint, by the family's name.
+[[maybe_unused]] const bool pretrained_keys_registered = [] {
+  for (const Family& family : families()) {
+    pretrained_keys_readers()[family.name] = [&family](const std::string& dir) { return pretrained_keys(family, dir); };
+  }
+  return true;
+}();
 
 }  // namespace
 

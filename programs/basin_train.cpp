@@ -117,7 +117,7 @@ int main(int argc, char** argv) {
       basin::check_ranks_resume_the_same(*trainer.state().communicator, trainer.state().device, start.point.path);
     }
     if (writer) {
-      run.write_start(config, trainer.data().info);
+      run.write_start(trainer.config(), trainer.data().info);
       basin::console::info("run directory: " + run.path());
     }
     if (start.resumes) trainer.resume_from(start.point, basin::ResumeOptions{allow_config_change, reshard});

@@ -4,7 +4,9 @@
 // as long as the sequence the same bits as none; and with PyPI's
 // transformers, random Llama 3.1 (RoPE "llama3"), Qwen3, Gemma 2, Gemma 3
 // and windowed Mistral and Qwen2 checkpoints give basin transformers'
-// logits and greedy continuation, train, and load back with basin's logits.
+// logits and greedy continuation, from the model's name and init_from
+// alone; they train (SAM, and SAM on LoRA) and load back with basin's
+// logits (the adapter through PEFT); and each follows ddp under zero3 and hsdp.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -24,6 +26,7 @@
 #include "hugging_face_python.h"
 #include "test_paths.h"
 #include "test_util.h"
+#include "zero_three_follows_ddp.h"
 
 namespace basin {
 namespace {
@@ -229,6 +232,31 @@ std::vector<FamilyCase> family_cases() {
   };
 }
 
+// Each family as a zero3 unit a layer, and under hsdp (2 groups of 2),
+// follows ddp under SAM: its windows, norms and caps run on gathered weights
+// as on whole ones.
+TEST(DecoderFamiliesTest, EachFamilyUnderZero3AndHsdpFollowsDdp) {
+  test::TempDir dir;
+  at::manual_seed(11);
+  write_torch_save_file(dir.file("ids.pt"), at::randint(0, 300, {2000}, at::kLong));
+  for (const FamilyCase& c : family_cases()) {
+    Json job = Json::parse(R"({"seed": 4, "threads": 1, "max_steps": 2, "optimizer": {"name": "sgd", "lr": 0.1},
+      "algorithms": {"sam": {"rho": 0.05, "sync_ascent": true}}, "parallel": {"timeout_seconds": 60}})");
+    job["data"] = {{"name", "tokens"}, {"train", dir.file("ids.pt")}, {"block_size", 16}, {"batch_size", 4}};
+    job["model"] = c.keys;
+    job["model"]["name"] = c.model;
+    {
+      Json plain = job;
+      plain.erase("parallel");
+      Trainer trainer(plain);
+      const int64_t layers = c.keys.at("num_hidden_layers"), heads = trainer.model().named_parameters().contains("lm_head.weight");
+      EXPECT_EQ(static_cast<int64_t>(trainer.model().units().size()), 1 + layers + heads) << c.name << ": the embedding, a unit a layer, the head";
+    }
+    test::expect_zero_three_follows_ddp(job, c.name + ", zero3");
+    test::expect_zero_three_follows_ddp(job, c.name + ", hsdp 2 x 2", 4, 2);
+  }
+}
+
 TEST(DecoderFamiliesTest, EachFamilyGivesTransformersLogitsAndContinuationTrainsAndGoesBack) {
   const std::string python = test::hugging_face_python();
   if (python.empty()) {
@@ -252,10 +280,13 @@ TEST(DecoderFamiliesTest, EachFamilyGivesTransformersLogitsAndContinuationTrains
       "optimizer": {"name": "adamw", "lr": 0.01, "weight_decay": 0.1},
       "algorithms": {"sam": {"rho": 0.05}}})");
     job["data"] = {{"name", "tokens"}, {"train", dir.file("ids.pt")}, {"block_size", 16}, {"batch_size", 8}};
-    job["model"] = c.keys;
-    job["model"]["name"] = c.model;
+    job["model"] = {{"name", c.model}};  // the rest from config.json, as from_pretrained takes it
     job["init_from"] = folder + "/hf";
     Trainer trainer(job);
+    for (const char* key : {"vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
+                            "num_key_value_heads", "max_position_embeddings"}) {
+      EXPECT_EQ(trainer.config()["model"].value(key, Json()), c.keys.at(key)) << c.name << ": " << key << " taken from config.json";
+    }
     Model& model = trainer.model();
     {
       model.eval();
@@ -281,6 +312,16 @@ TEST(DecoderFamiliesTest, EachFamilyGivesTransformersLogitsAndContinuationTrains
     saved.insert("ids", ids);
     saved.insert("logits", trained);
     write_torch_save_file(folder + "/trained.pt", saved);
+    // SAM on LoRA over every projection, exported in PEFT's layout (the script loads it onto hf/).
+    Json adapted_job = job;
+    adapted_job["adapters"]["lora"] = {{"r", 4}, {"alpha", 8}, {"targets", "all-linear"}};
+    Trainer adapted(adapted_job);
+    adapted.fit();
+    std::filesystem::create_directories(folder + "/lora");
+    adapted.export_model(folder + "/lora");
+    adapted.model().eval();
+    saved.insert_or_assign("logits", adapted.model().forward(ids));
+    write_torch_save_file(folder + "/adapted.pt", saved);
     const Json written = Json::parse(test::read_text(folder + "/run/hf/config.json"));
     const Json read = Json::parse(test::read_text(folder + "/hf/config.json"));
     for (const char* key : {"sliding_window", "layer_types", "rope_parameters", "attn_logit_softcapping", "query_pre_attn_scalar"}) {

@@ -247,15 +247,24 @@ TEST(LlamaTest, HuggingFaceDirectoriesRoundTripAndWhatDisagreesIsRefused) {
     test::write_text(path, config.dump());
     test::expect_config_error([&] { Trainer trainer(hf_job(ids, out + "/hf")); }, words, config.dump());
   };
+  // Keys the job gives (its sizes) must agree with config.json's; those it leaves out are taken from there.
   refused_with([](Json& c) { c["hidden_size"] = 32; }, {"config.json", "hidden_size 32", "model.hidden_size"});
   refused_with([](Json& c) { c["num_key_value_heads"] = 4; }, {"config.json", "num_key_value_heads"});
   refused_with([](Json& c) { c["architectures"] = {"Qwen2ForCausalLM"}; }, {"config.json", "architectures"});
   refused_with([](Json& c) { c["rope_scaling"] = {{"rope_type", "llama3"}, {"factor", 8.0}}; },
-               {"config.json", "llama3", "rope_scaling"});
-  refused_with([](Json& c) { c["rope_parameters"]["rope_theta"] = 500000.0; }, {"config.json", "rope_theta"});
-  refused_with([](Json& c) { c["tie_word_embeddings"] = true; }, {"config.json", "tie_word_embeddings"});
-  refused_with([](Json& c) { c["max_position_embeddings"] = 8; }, {"config.json", "max_position_embeddings"});
-  refused_with([](Json& c) { c["rope_parameters"] = {{"type", "linear"}, {"factor", 2.0}}; }, {"config.json", "linear"});
+               {"config.json", "model.rope_scaling.low_freq_factor"});
+  refused_with([](Json& c) { c["max_position_embeddings"] = 8; }, {"config.json", "model.max_position_embeddings"});
+  auto refused_given = [&](const Json& given, const std::function<void(Json&)>& change, const std::vector<std::string>& words) {
+    Json config = written;
+    change(config);
+    test::write_text(path, config.dump());
+    test::expect_config_error([&] { Trainer trainer(hf_job(ids, out + "/hf", given)); }, words, config.dump());
+  };
+  const Json default_rope{{"rope_parameters", {{"rope_type", "default"}, {"rope_theta", 10000.0}}}};
+  refused_given(default_rope, [](Json& c) { c["rope_parameters"]["rope_theta"] = 500000.0; }, {"config.json", "rope_theta"});
+  refused_given({{"tie_word_embeddings", false}}, [](Json& c) { c["tie_word_embeddings"] = true; },
+                {"config.json", "tie_word_embeddings"});
+  refused_given(default_rope, [](Json& c) { c["rope_parameters"] = {{"type", "linear"}, {"factor", 2.0}}; }, {"config.json", "linear"});
   test::write_text(path, written.dump());
   // Without the whole file, the index is read (SafetensorsTest has its lies): one that maps nothing is refused.
   std::filesystem::remove(out + "/hf/model.safetensors");
@@ -374,6 +383,9 @@ TEST(LlamaTest, QwenAndMistralWindowsAreReadAsTransformersReadsThem) {
     auto refused_with = [&](const std::function<void(Json&)>& change, const std::vector<std::string>& words) {
       test::expect_config_error([&] { read_with(change); }, words, name);
     };
+    // The job gives its windows: config.json's others are refused. (Left out, they would be taken from there.)
+    job["model"].update(name == "mistral" ? Json{{"sliding_window", 4096}}
+                                          : Json{{"use_sliding_window", false}, {"layer_types", {"full_attention", "full_attention"}}});
     if (name == "mistral") {
       EXPECT_EQ(written.at("sliding_window"), 4096) << "the model's window, written back";
       EXPECT_NO_THROW(read_with([](Json& c) { c.erase("sliding_window"); })) << "absent is MistralConfig's 4096";

@@ -50,7 +50,11 @@ const Json* Params::find(const std::string& key) {
 }
 
 void Params::fail(const std::string& key, const std::string& expected, const Json& got) const {
-  throw ConfigError("config key '" + path_of(key) + "': expected " + expected + ", got " + short_dump(got));
+  // A dotted key ("rope_scaling.factor", read from a raw object) is its first part's.
+  const auto found = sources_.find(key.substr(0, key.find('.')));
+  const std::string& source = found != sources_.end() ? found->second : source_;
+  throw ConfigError("config key '" + path_of(key) + "': expected " + expected + ", got " + short_dump(got) +
+                    (source.empty() ? "" : " (taken from '" + source + "')"));
 }
 
 double Params::number(const std::string& key, double fallback, double min, double max) {
@@ -151,7 +155,10 @@ Params Params::object(const std::string& key) {
   const Json* value = find(key);
   if (value == nullptr) return Params(Json::object(), path_of(key));
   if (!value->is_object()) fail(key, "an object", *value);
-  return Params(*value, path_of(key));
+  Params inner(*value, path_of(key));
+  const auto found = sources_.find(key);
+  inner.source_ = found != sources_.end() ? found->second : source_;
+  return inner;
 }
 
 Json Params::array(const std::string& key) {

@@ -3,6 +3,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <limits>
+#include <map>
 #include <set>
 #include <string>
 #include <vector>
@@ -64,6 +65,10 @@ class Params {
   /// Throws ConfigError for the first key that no read touched.
   void finish() const;
 
+  /// Says that `key`'s value came from `source` (a file), not from the
+  /// config as written: a failure on it, or on a key inside it, names both.
+  void set_source(const std::string& key, const std::string& source) { sources_[key] = source; }
+
   [[noreturn]] void fail(const std::string& key, const std::string& expected,
                          const Json& got) const;
 
@@ -73,6 +78,8 @@ class Params {
   Json object_;
   std::string path_;
   std::set<std::string> read_;
+  std::map<std::string, std::string> sources_;  // set_source's
+  std::string source_;                          // of the whole object, where it came from one
 };
 
 }  // namespace basin

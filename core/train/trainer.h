@@ -112,6 +112,10 @@ class Trainer {
   /// What the parallel mode does ("parallel.mode").
   DistributedStrategy& strategy() { return *strategy_; }
 
+  /// The config as given, with the model keys init_from's config.json
+  /// gives where it leaves them out (core/model/pretrained_keys.h): what the
+  /// run directory keeps, so that what reads it builds the same model.
+  const Json& config() const { return config_; }
   State& state() { return state_; }
   Engine& engine() { return *engine_; }
   Model& model() { return *model_; }
@@ -178,7 +182,7 @@ class Trainer {
   /// Next-token accuracy of this step's first pass (at w, where the loss is); NaN without token targets.
   double step_accuracy_ = 0;
   bool accuracy_wanted_ = false;  // this step is logged and its first pass has not run
-  Json config_;                  // as given: checkpoints keep it, resume compares it
+  Json config_;                  // as given, with the model keys init_from's config.json gives: checkpoints keep it, resume compares it
   int64_t epochs_completed_ = 0;
   bool epoch_open_ = false;      // EPOCH_START ran, the epoch's end has not
   int64_t epoch_samples_ = 0;    // of this epoch's order, taken by all ranks (the data position)

@@ -26,6 +26,7 @@
 #include "basin/core/model/initial_weights.h"
 #include "basin/core/model/model.h"
 #include "basin/core/model/peft_adapter.h"
+#include "basin/core/model/pretrained_keys.h"
 #include "basin/core/model/unit_selection.h"
 #include "basin/core/optim/optimizers.h"
 #include "basin/core/optim/scheduler.h"
@@ -156,6 +157,15 @@ void Trainer::build(const Json& config, std::vector<std::shared_ptr<Callback>> c
   at::manual_seed(static_cast<uint64_t>(state_.seed));  // the weights depend on the seed, not on the data's draws
   // A TorchScript file names its own kind: {"torchscript": "model.pt"}.
   const std::string model_name = model.has("torchscript") && !model.has("name") ? "torchscript" : model.string("name");
+  // A Hugging Face directory gives the keys the config leaves out; the config keeps them, as resolved.
+  const ResolvedModelKeys resolved =
+      resolve_pretrained_keys(model_name, model.raw_object(), initial_weights ? initial_weights->path : std::string());
+  if (!resolved.taken.empty()) {
+    config_["model"] = resolved.keys;
+    model = Params(resolved.keys, "model");
+    model.claim("name");
+    for (const std::string& key : resolved.taken) model.set_source(key, resolved.source);
+  }
   model_ = model_registry().create(model_name, model, data_.info);
   seeded.unlock();
   std::vector<bool> recomputable(model_->units().size());

@@ -9,7 +9,9 @@
         weights as stored), a prompt [8] and its greedy continuation by 8.
     python decoder_families.py check cases.json dir
         Loads each dir/<name>/run/hf (what basin exported) and checks its
-        logits on dir/<name>/trained.pt's ids against basin's, to 1e-5.
+        logits on dir/<name>/trained.pt's ids against basin's, to 1e-5;
+        and PEFT's model of dir/<name>/hf (in fp32) with basin's adapter
+        dir/<name>/lora/adapter, against dir/<name>/adapted.pt's logits.
 """
 import json
 import os
@@ -48,9 +50,14 @@ for case in cases:
         torch.save({"ids": ids, "logits": logits, "prompt": prompt, "greedy": greedy}, os.path.join(out, "reference.pt"))
         print("python:", case["name"], "greedy", greedy.tolist())
     else:
-        model = model_class.from_pretrained(os.path.join(out, "run", "hf")).eval()
-        trained = torch.load(os.path.join(out, "trained.pt"))
-        with torch.no_grad():
-            difference = (model(trained["ids"]).logits - trained["logits"]).abs().max().item()
-        print("python:", case["name"], "largest difference from basin", difference)
-        assert difference < 1e-5, (case["name"], difference)
+        import peft
+
+        model = model_class.from_pretrained(os.path.join(out, "run", "hf"), dtype=torch.float32).eval()
+        base = model_class.from_pretrained(os.path.join(out, "hf"), dtype=torch.float32)
+        adapted = peft.PeftModel.from_pretrained(base, os.path.join(out, "lora", "adapter")).eval()
+        for name, checked, saved in (("exported", model, "trained.pt"), ("peft", adapted, "adapted.pt")):
+            basin = torch.load(os.path.join(out, saved))
+            with torch.no_grad():
+                difference = (checked(basin["ids"]).logits - basin["logits"]).abs().max().item()
+            print("python:", case["name"], name, "largest difference from basin", difference)
+            assert difference < 1e-5, (case["name"], name, difference)
