@@ -89,6 +89,23 @@ TEST(DecoderFamiliesTest, AttentionSeesTheKeysItsMaskLeaves) {
   EXPECT_LT((capped - written_out_attention(q, k, v, 4, {}, 0.7, 2.0)).abs().max().item<double>(), bound);
   EXPECT_GT((capped - layers::attention(q, k, v, {4, {}}, {0.7, 0.0, 0.0})).abs().max().item<double>(), 1e-3)
       << "the cap changed nothing";
+  // A long sequence and a window well inside it run a block of queries at a time (models/attention.cpp): against
+  // the product over the whole mask in double, plain LibTorch ops. fp32 sums of at most d + window terms,
+  // each rounded at 2^-24 relative, on scores and values below 10 in size, and as much again for the exp.
+  {
+    const int64_t long_t = 300, window = 64;
+    const at::Tensor lq = at::randn({1, 2, long_t, d}), lk = at::randn({1, 2, long_t, d}), lv = at::randn({1, 2, long_t, d});
+    const at::Tensor documents = (at::arange(long_t, at::kLong) / 100).view({1, long_t});  // 3 documents
+    for (const bool packed : {false, true}) {
+      const layers::AttentionMask mask{window, packed ? documents : at::Tensor()};
+      const at::Tensor scores = at::matmul(lq.to(at::kDouble), lk.to(at::kDouble).transpose(-2, -1)) * scale;
+      const at::Tensor weights = at::softmax(scores.masked_fill(layers::visible_keys(long_t, mask, at::kCPU).logical_not(),
+                                                                -std::numeric_limits<double>::infinity()), -1);
+      const double long_bound = 2 * static_cast<double>(d + window) * 10 * std::ldexp(1.0, -24);
+      EXPECT_LT((layers::attention(lq, lk, lv, mask, {}) - at::matmul(weights, lv.to(at::kDouble))).abs().max().item<double>(),
+                long_bound) << "blocks of queries, documents " << packed;
+    }
+  }
   const at::Tensor visible = layers::visible_keys(4, {2, {}}, at::kCPU);
   EXPECT_TRUE(visible.view({4, 4}).equal(at::tensor({1, 0, 0, 0, 1, 1, 0, 0, 0, 1, 1, 0, 0, 0, 1, 1}, at::kInt).to(at::kBool).view({4, 4})));
 }
