@@ -45,10 +45,10 @@ void read_windows(Shape& shape, const KeyLookup& key, const RopeFailure& fail) {
     }
   } else if (family.windows == WindowRule::kPattern) {
     int64_t pattern = family.window_pattern;
-    if (family.rope_per_layer_type) {  // Gemma 3's older key
-      const Json given_pattern = key("sliding_window_pattern");
+    if (family.window_pattern_key) {
+      const Json given_pattern = key(family.window_pattern_key);
       if (given(given_pattern) && !(given_pattern.is_number_integer() && given_pattern.get<int64_t>() >= 1)) {
-        fail("sliding_window_pattern", "a count of layers (1 or more)", given_pattern);
+        fail(family.window_pattern_key, "a count of layers (1 or more)", given_pattern);
       }
       if (given(given_pattern)) pattern = given_pattern.get<int64_t>();
     }

@@ -254,9 +254,8 @@ Json pretrained_keys(const Family& family, const std::string& dir) {
     if (family.attention_scalar) take_or("query_pre_attn_scalar", family.hf_attention_scalar);
     if (family.softcap_keys && family.caps_attention) take("attn_logit_softcapping", true);
     if (family.softcap_keys) take("final_logit_softcapping", true);
-    if (family.rope_per_layer_type) {
-      for (const char* key : {"rope_local_base_freq", "sliding_window_pattern", "use_bidirectional_attention"}) take(key);
-    }
+    if (family.rope_per_layer_type) take("rope_local_base_freq"), take("use_bidirectional_attention");
+    if (family.window_pattern_key) take(family.window_pattern_key);
     if (family.windows != WindowRule::kNone) take("sliding_window", true);
     if (family.windows == WindowRule::kFromWindowLayer) take("use_sliding_window"), take("max_window_layers");
     if (family.windows == WindowRule::kFromWindowLayer || family.windows == WindowRule::kPattern) take("layer_types");
