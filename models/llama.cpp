@@ -251,7 +251,7 @@ void Llama::export_trained(const std::string& dir) {
   write_hugging_face(*this, dir + "/hf");
 }
 
-NamedTensors Llama::import_pretrained(const std::string& dir) { return read_hugging_face(*this, dir, loaded_dtype_); }
+NamedTensors Llama::import_pretrained(const std::string& dir) { return read_hugging_face(*this, dir, loaded_); }
 
 namespace {
 // One model a row of the table, by the row's name.

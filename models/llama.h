@@ -98,6 +98,12 @@ class DecoderLayer : public torch::nn::Module {
   std::shared_ptr<RmsNorm> pre_feedforward_layernorm, post_feedforward_layernorm;  // sandwich norms alone
 };
 
+/// What a model keeps of the checkpoint init_from read, to write back.
+struct LoadedCheckpoint {
+  at::ScalarType dtype = at::kFloat;  // its weights' dtype
+  Json token_ids = Json::object();    // config.json's bos_token_id, eos_token_id and pad_token_id, where given
+};
+
 /// Llama: token embedding (times sqrt(hidden_size) in Gemma), decoder
 /// layers, a final RMSNorm, the head (tied to the token embedding, or a
 /// weight of its own; its logits soft-capped in Gemma 2); and every family
@@ -118,13 +124,14 @@ class Llama : public Model {
   const Shape& shape() const { return shape_; }
   /// The dtype hf/ is written in ("export_dtype": float32 by default, or the
   /// checkpoint init_from read's) and the size above which it is split.
-  at::ScalarType export_dtype() const { return export_dtype_ == at::ScalarType::Undefined ? loaded_dtype_ : export_dtype_; }
+  at::ScalarType export_dtype() const { return export_dtype_ == at::ScalarType::Undefined ? loaded_.dtype : export_dtype_; }
+  const LoadedCheckpoint& loaded() const { return loaded_; }
   std::uintmax_t export_max_shard_bytes() const { return export_max_shard_bytes_; }
 
  private:
   Shape shape_;
   at::ScalarType export_dtype_ = at::kFloat;  // kUndefined: as loaded
-  at::ScalarType loaded_dtype_ = at::kFloat;  // the init_from checkpoint's weights' dtype
+  LoadedCheckpoint loaded_;
   std::uintmax_t export_max_shard_bytes_ = 0;
   std::shared_ptr<layers::Embedding> embed_tokens_;
   std::vector<std::shared_ptr<DecoderLayer>> layers_;
@@ -135,7 +142,7 @@ class Llama : public Model {
 /// This model's parameters as Hugging Face's LlamaForCausalLM names them,
 /// and back: models/llama_hugging_face.cpp.
 void write_hugging_face(Llama& model, const std::string& dir);
-/// `stored_dtype` becomes the dtype the checkpoint's embedding was stored in.
-NamedTensors read_hugging_face(const Llama& model, const std::string& dir, at::ScalarType& stored_dtype);
+/// `loaded` becomes what the model keeps of the checkpoint: the dtype its embedding was stored in, its token ids.
+NamedTensors read_hugging_face(const Llama& model, const std::string& dir, LoadedCheckpoint& loaded);
 
 }  // namespace basin::llama

@@ -273,11 +273,25 @@ Json pretrained_keys(const Family& family, const std::string& dir) {
 
 }  // namespace
 
-NamedTensors read_hugging_face(const Llama& model, const std::string& dir, at::ScalarType& stored_dtype) {
+NamedTensors read_hugging_face(const Llama& model, const std::string& dir, LoadedCheckpoint& loaded) {
   const Shape& shape = model.shape();
   const Json config = read_hugging_face_config(dir, shape.family->architecture);
   check_hugging_face_config(dir + "/config.json", [&] { check_config_values(config, shape, dir + "/config.json"); });
   const std::string where = "config key 'init_from': '" + dir + "'";
+  // The special tokens go back out with the weights (generation stops at eos_token_id): ids of the vocabulary.
+  loaded.token_ids = Json::object();
+  for (const char* key : {"bos_token_id", "eos_token_id", "pad_token_id"}) {
+    const Json ids = value_or(config, key, Json());
+    bool valid = true;
+    for (const Json& id : ids.is_array() ? ids : Json::array({ids})) {
+      valid = valid && (id.is_null() ? !ids.is_array() : id.is_number_integer() && id.get<int64_t>() >= 0 && id.get<int64_t>() < shape.vocab_size);
+    }
+    if (!valid) {
+      throw ConfigError(where + "/config.json has " + key + " " + ids.dump() + "; expected a token id below vocab_size " +
+                        std::to_string(shape.vocab_size) + ", a list of them, or null");
+    }
+    if (!ids.is_null()) loaded.token_ids[key] = ids;
+  }
   NamedTensors tensors;
   at::Tensor head;
   const std::string frequencies = "rotary_emb.inv_freq";
@@ -293,7 +307,7 @@ NamedTensors read_hugging_face(const Llama& model, const std::string& dir, at::S
       throw ConfigError(where + ": tensor '" + stored + "' holds " + std::string(c10::toString(tensor.scalar_type())) +
                         ", not floating-point weights");
     }
-    if (name == "embed_tokens.weight") stored_dtype = tensor.scalar_type();
+    if (name == "embed_tokens.weight") loaded.dtype = tensor.scalar_type();
     at::Tensor value = tensor.to(at::kFloat);
     tensor = at::Tensor();  // the file's copy goes as its fp32 one comes: a bf16 checkpoint peaks near 2x, not 3x
     if (name == "lm_head.weight" && shape.tie_word_embeddings) {
@@ -337,11 +351,12 @@ void write_hugging_face(Llama& model, const std::string& dir) {
               {"attention_dropout", shape.attention_dropout},
               {"tie_word_embeddings", shape.tie_word_embeddings},
               {"initializer_range", shape.initializer_range},
-              // A basin run has no special tokens: without these keys transformers takes its configs'
-              // defaults, which name tokens of the run's vocabulary (Gemma's pad token 0 would be a padding row).
-              {"bos_token_id", nullptr},
-              {"eos_token_id", nullptr},
-              {"pad_token_id", nullptr},
+              // The checkpoint's special tokens, as init_from's config.json gave them; a run from scratch has
+              // none: without these keys transformers takes its configs' defaults, which name tokens of the
+              // run's vocabulary (Gemma's pad token 0 would be a padding row).
+              {"bos_token_id", model.loaded().token_ids.value("bos_token_id", Json())},
+              {"eos_token_id", model.loaded().token_ids.value("eos_token_id", Json())},
+              {"pad_token_id", model.loaded().token_ids.value("pad_token_id", Json())},
               {"torch_dtype", torch_dtype_name(model.export_dtype())}};
   write_rope(config, shape);
   if (family.attention_bias == AttentionBias::kByKey) config["attention_bias"] = shape.qkv_bias;

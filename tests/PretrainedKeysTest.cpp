@@ -73,10 +73,31 @@ TEST(PretrainedKeysTest, ANameAndInitFromGiveTheCheckpointsModel) {
       Trainer given(job);
       expected = logits_of(given);
     }
+    if (name == "llama") {  // special tokens as Llama 3's: a list of ends
+      Json special = Json::parse(test::read_text(hf + "/config.json"));
+      special["bos_token_id"] = 1, special["eos_token_id"] = {2, 3};
+      test::write_text(hf + "/config.json", special.dump());
+    }
     Json job = job_on(dir, {{"name", name}});
     job["init_from"] = hf;
     Trainer trainer(job);
     EXPECT_TRUE(logits_of(trainer).equal(expected)) << name << ": the checkpoint's model, to the bit";
+    if (name == "llama") {
+      std::filesystem::create_directories(dir.file("again"));
+      trainer.export_model(dir.file("again"));
+      const Json again = Json::parse(test::read_text(dir.file("again/hf/config.json")));
+      EXPECT_EQ(again.value("bos_token_id", Json()), 1) << "the checkpoint's special tokens, carried through";
+      EXPECT_EQ(again.value("eos_token_id", Json()), Json({2, 3}));
+      EXPECT_TRUE(again.at("pad_token_id").is_null());
+      Json outside = Json::parse(test::read_text(hf + "/config.json"));
+      outside["eos_token_id"] = {2, 320};
+      const std::string other = dir.file("outside");
+      std::filesystem::copy(hf, other);
+      test::write_text(other + "/config.json", outside.dump());
+      Json outside_job = job;
+      outside_job["init_from"] = other;
+      test::expect_config_error([&] { Trainer refused(outside_job); }, {"eos_token_id [2,320]", "below vocab_size 320"}, "eos");
+    }
     const Json resolved = nlohmann::json::parse(trainer.config().at("model").dump());
     for (auto it = keys.begin(); it != keys.end(); ++it) {
       const nlohmann::json given = nlohmann::json::parse(it.value().dump()), taken = resolved.value(it.key(), nlohmann::json());
