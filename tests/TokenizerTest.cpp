@@ -6,9 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
-#include <cstring>
 #include <filesystem>
-#include <fstream>
 
 #include <nlohmann/json.hpp>
 
@@ -17,10 +15,14 @@
 #include "hugging_face_python.h"
 #include "test_paths.h"
 #include "test_util.h"
+#include "tokenizer/fixtures.h"
 
 namespace basin {
 namespace {
 
+using test::first_difference;
+using test::read_bytes;
+using test::read_ids;
 using tokenizer::Tokenizer;
 using nlohmann::json;
 
@@ -230,29 +232,6 @@ std::vector<std::string> texts_in(const std::string& folder) {
   }
   std::sort(files.begin(), files.end());
   return files;
-}
-
-std::string read_bytes(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
-}
-
-std::vector<int32_t> read_ids(const std::string& path) {
-  const std::string bytes = read_bytes(path);
-  std::vector<int32_t> ids(bytes.size() / 4);
-  std::memcpy(ids.data(), bytes.data(), ids.size() * 4);  // little-endian uint32, as this machine's
-  return ids;
-}
-
-// Where two id lists first differ, with the ids around it.
-std::string first_difference(const std::vector<int32_t>& basin, const std::vector<int32_t>& expected) {
-  std::size_t at = 0;
-  while (at < basin.size() && at < expected.size() && basin[at] == expected[at]) ++at;
-  std::string out = "first difference at id " + std::to_string(at) + " of " + std::to_string(expected.size()) + ": basin";
-  for (std::size_t i = at; i < std::min(basin.size(), at + 6); ++i) out += " " + std::to_string(basin[i]);
-  out += ", tokenizers";
-  for (std::size_t i = at; i < std::min(expected.size(), at + 6); ++i) out += " " + std::to_string(expected[i]);
-  return out;
 }
 
 TEST(TokenizerTest, IdsAndTextEqualTokenizersOnFortunesLicencesAndHostileStrings) {
