@@ -208,8 +208,8 @@ TEST(TokenizerTest, WhatBasinDoesNotReadIsRefusedNamingTheFileAndKey) {
   file = good, file["post_processor"] = {{"type", "Sequence"}, {"processors", json::array({
       {{"type", "BertProcessing"}, {"cls", {"a", 0}}, {"sep", {"b", 1}}}, {{"type", "BertProcessing"}, {"cls", {"a", 0}}, {"sep", {"b", 1}}}})}};
   refused(file, {"post_processor.processors[1].type", "second post-processor"});
-  file = good, file["pre_tokenizer"] = {{"type", "Whitespace"}};
-  refused(file, {"pre_tokenizer.type", "Whitespace"});
+  file = good, file["pre_tokenizer"] = {{"type", "BertPreTokenizer"}};
+  refused(file, {"pre_tokenizer.type", "BertPreTokenizer"});
   file = good, file["decoder"] = {{"type", "WordPiece"}};
   refused(file, {"decoder.type", "WordPiece"});
   file = good, file["post_processor"] = {{"type", "TemplateProcessing"}, {"single", json::array({{{"SpecialToken", {{"id", "<x>"}}}}})},

@@ -6,6 +6,7 @@
 
 #include "basin/tokenizer/byte_level.h"
 #include "basin/tokenizer/regex.h"
+#include "basin/tokenizer/tokenizers_unicode.h"
 #include "basin/tokenizer/unicode_text.h"
 
 namespace basin::tokenizer {
@@ -155,10 +156,11 @@ class ByteLevel final : public PreTokenizer {
   std::unique_ptr<Split> regex_;
 };
 
-// Each numeric code point (Rust's char::is_numeric: Nd, Nl, No) alone, or runs of them.
-class Digits final : public PreTokenizer {
+// Cuts at each code point `is_delimiter` accepts, each a match of its own, as
+// tokenizers' split with a char predicate (Digits, Punctuation, WhitespaceSplit).
+class CodePointSplit final : public PreTokenizer {
  public:
-  explicit Digits(bool individual) : individual_(individual) {}
+  CodePointSplit(bool (*is_delimiter)(char32_t), Behavior behavior) : is_delimiter_(is_delimiter), behavior_(behavior) {}
   void split(std::vector<std::string>& pieces, bool& at_text_start) const override {
     std::vector<std::string> out;
     StartTracker start;
@@ -167,19 +169,54 @@ class Digits final : public PreTokenizer {
       PartsBuilder parts(false);
       for (std::size_t pos = 0; pos < piece.size();) {
         const std::size_t begin = pos;
-        const utf8proc_category_t category = utf8proc_category(static_cast<utf8proc_int32_t>(next_code_point(piece, pos)));
-        if (category == UTF8PROC_CATEGORY_ND || category == UTF8PROC_CATEGORY_NL || category == UTF8PROC_CATEGORY_NO) {
-          parts.match(begin, pos);
-        }
+        if (is_delimiter_(next_code_point(piece, pos))) parts.match(begin, pos);
       }
-      start.emitted(i, emit(piece, parts.finish(piece.size()), individual_ ? Behavior::kIsolated : Behavior::kContiguous, out));
+      start.emitted(i, emit(piece, parts.finish(piece.size()), behavior_, out));
     }
     start.update(at_text_start);
     pieces = std::move(out);
   }
 
  private:
-  bool individual_;
+  bool (*is_delimiter_)(char32_t);
+  Behavior behavior_;
+};
+
+// Rust's char::is_numeric: Nd, Nl, No.
+bool is_numeric(char32_t c) {
+  const utf8proc_category_t category = utf8proc_category(static_cast<utf8proc_int32_t>(c));
+  return category == UTF8PROC_CATEGORY_ND || category == UTF8PROC_CATEGORY_NL || category == UTF8PROC_CATEGORY_NO;
+}
+
+// tokenizers' Whitespace, the regex \w+|[^\w\s]+ with what lies between
+// dropped: runs of word characters and runs of other characters that are not
+// whitespace, each a piece.
+class Whitespace final : public PreTokenizer {
+ public:
+  void split(std::vector<std::string>& pieces, bool& at_text_start) const override {
+    enum class Kind { kSpace, kWord, kOther };
+    std::vector<std::string> out;
+    StartTracker start;
+    for (std::size_t i = 0; i < pieces.size(); ++i) {
+      const std::string& piece = pieces[i];
+      PartsBuilder parts(true);  // the runs are kept, the gaps removed
+      Kind run = Kind::kSpace;
+      std::size_t run_begin = 0;
+      for (std::size_t pos = 0; pos < piece.size();) {
+        const std::size_t begin = pos;
+        const char32_t c = next_code_point(piece, pos);
+        const Kind kind = is_whitespace(c) ? Kind::kSpace : is_regex_word_character(c) ? Kind::kWord : Kind::kOther;
+        if (kind == run) continue;
+        if (run != Kind::kSpace) parts.match(run_begin, begin);
+        run = kind;
+        run_begin = begin;
+      }
+      if (run != Kind::kSpace) parts.match(run_begin, piece.size());
+      start.emitted(i, emit(piece, parts.finish(piece.size()), Behavior::kRemoved, out));
+    }
+    start.update(at_text_start);
+    pieces = std::move(out);
+  }
 };
 
 enum class Prepend { kAlways, kFirst, kNever };
@@ -279,10 +316,19 @@ std::unique_ptr<PreTokenizer> pre_tokenizer_from_json(const nlohmann::json& json
   if (type == "ByteLevel") {
     return std::make_unique<ByteLevel>(place.boolean(json, "add_prefix_space", true), place.boolean(json, "use_regex", true));
   }
-  if (type == "Digits") return std::make_unique<Digits>(place.boolean(json, "individual_digits", false));
+  if (type == "Digits") {
+    const bool individual = place.boolean(json, "individual_digits", false);
+    return std::make_unique<CodePointSplit>(is_numeric, individual ? Behavior::kIsolated : Behavior::kContiguous);
+  }
+  if (type == "Punctuation") {
+    const Behavior behavior = json.contains("behavior") ? behavior_from_json(json, place) : Behavior::kIsolated;
+    return std::make_unique<CodePointSplit>(is_tokenizers_punctuation, behavior);
+  }
+  if (type == "Whitespace") return std::make_unique<Whitespace>();
+  if (type == "WhitespaceSplit") return std::make_unique<CodePointSplit>(is_whitespace, Behavior::kRemoved);
   if (type == "Metaspace") return metaspace_from_json(json, place);
   if (type == "Sequence") return std::make_unique<Sequence>(place.sequence(json, "pretokenizers", pre_tokenizer_from_json));
-  throw (place / "type").error("pre-tokenizer '" + type + "' is not supported (basin reads Split, ByteLevel, Digits, Metaspace and Sequence)");
+  throw (place / "type").error("pre-tokenizer '" + type + "' is not supported (basin reads Split, ByteLevel, Digits, Punctuation, Whitespace, WhitespaceSplit, Metaspace and Sequence)");
 }
 
 }  // namespace basin::tokenizer

@@ -2,8 +2,9 @@
 // tokenizer.json's "pre_tokenizer": how normalized text is cut into the words
 // BPE merges within. Split (a regex, through PCRE2, or a string, with each of
 // tokenizers' five behaviors), ByteLevel (GPT-2's regex and byte alphabet),
-// Digits, Metaspace (sentencepiece's "▁") and a Sequence of them; any other
-// component is refused, naming it.
+// Digits, Punctuation (Falcon's, with the five behaviors), Whitespace and
+// WhitespaceSplit, Metaspace (sentencepiece's "▁") and a Sequence of them;
+// any other component is refused, naming it.
 #include <memory>
 #include <string>
 #include <vector>

@@ -1,0 +1,19 @@
+#pragma once
+// Unicode as tokenizers' own tables have it, where they and utf8proc 2.8
+// (Unicode 15) disagree: its Punctuation pre-tokenizer reads Unicode 8.0's
+// categories, its Whitespace regex Unicode 16. Each answer is measured on
+// tokenizers over every code point (tests/tokenizer/unicode_tables.py), so
+// basin's ids stay its ids.
+
+namespace basin::tokenizer {
+
+/// What tokenizers' Punctuation pre-tokenizer cuts at (Rust's
+/// is_ascii_punctuation, which takes ASCII's symbols too, or a P* category).
+bool is_tokenizers_punctuation(char32_t code_point);
+
+/// A character of \w in the Rust regex crate (Unicode's Alphabetic, marks,
+/// decimal digits, connector punctuation, Join_Control): what the Whitespace
+/// pre-tokenizer keeps together.
+bool is_regex_word_character(char32_t code_point);
+
+}  // namespace basin::tokenizer
