@@ -189,8 +189,8 @@ TEST(TokenizerTest, WhatBasinDoesNotReadIsRefusedNamingTheFileAndKey) {
   refused(file, {"truncation", "null"});
   file = good, file["model"]["dropout"] = 0.1;
   refused(file, {"model.dropout"});
-  file = good, file["normalizer"] = {{"type", "Sequence"}, {"normalizers", json::array({{{"type", "NFC"}}, {{"type", "Lowercase"}}})}};
-  refused(file, {"normalizer.normalizers[1].type", "Lowercase"});
+  file = good, file["normalizer"] = {{"type", "Sequence"}, {"normalizers", json::array({{{"type", "NFC"}}, {{"type", "StripAccents"}}})}};
+  refused(file, {"normalizer.normalizers[1].type", "StripAccents"});
   file = good, file["pre_tokenizer"] = {{"type", "Split"}, {"pattern", {{"Regex", "(unclosed"}}}, {"behavior", "Isolated"}};
   refused(file, {"pre_tokenizer.pattern.Regex", "does not compile"});
   for (const char* regex : {"^\\p{L}+", "\\w+", "\\bx", "(?m).+", "[a-z&&[^aeiou]]", "a{,2}", "\\h"}) {

@@ -5,6 +5,7 @@
 
 #include <utf8proc.h>
 
+#include "basin/tokenizer/tokenizers_unicode.h"
 #include "basin/tokenizer/unicode_text.h"
 
 namespace basin::tokenizer {
@@ -29,6 +30,50 @@ class UnicodeNormalForm final : public Normalizer {
 
  private:
   utf8proc_option_t options_;
+};
+
+// Each code point lowercased alone, as tokenizers' Lowercase: Σ is σ even where it ends a word.
+class Lowercase final : public Normalizer {
+ public:
+  std::string normalize(std::string_view text) const override {
+    std::string out;
+    out.reserve(text.size());
+    for (std::size_t pos = 0; pos < text.size();) {
+      const char c = text[pos];
+      if (static_cast<unsigned char>(c) < 0x80) {
+        out += c >= 'A' && c <= 'Z' ? static_cast<char>(c - 'A' + 'a') : c;
+        ++pos;
+      } else {
+        append_lowercase(out, next_code_point(text, pos));
+      }
+    }
+    return out;
+  }
+};
+
+// Whitespace (Unicode's White_Space, as Rust's char::is_whitespace) taken off either end.
+class Strip final : public Normalizer {
+ public:
+  Strip(bool left, bool right) : left_(left), right_(right) {}
+  std::string normalize(std::string_view text) const override {
+    std::size_t begin = 0, end = text.size();
+    if (left_) {
+      for (std::size_t pos = 0; pos < end && is_whitespace(next_code_point(text, pos));) begin = pos;
+    }
+    if (right_) {
+      while (end > begin) {
+        std::size_t last = end - 1;
+        while (last > begin && (static_cast<unsigned char>(text[last]) & 0xC0) == 0x80) --last;  // a continuation byte
+        std::size_t pos = last;
+        if (!is_whitespace(next_code_point(text, pos))) break;
+        end = last;
+      }
+    }
+    return std::string(text.substr(begin, end - begin));
+  }
+
+ private:
+  bool left_, right_;
 };
 
 class Prepend final : public Normalizer {
@@ -78,6 +123,14 @@ std::unique_ptr<Normalizer> normalizer_from_json(const nlohmann::json& json, con
   if (type == "NFKD") {
     return std::make_unique<UnicodeNormalForm>(static_cast<utf8proc_option_t>(stable | UTF8PROC_DECOMPOSE | UTF8PROC_COMPAT));
   }
+  if (type == "Lowercase") return std::make_unique<Lowercase>();
+  if (type == "Strip") {
+    // tokenizers requires both keys.
+    const auto flag = [&](const char* key) {
+      return place.child(json, key, [](const nlohmann::json& v) { return v.is_boolean(); }, "true or false").get<bool>();
+    };
+    return std::make_unique<Strip>(flag("strip_left"), flag("strip_right"));
+  }
   if (type == "Prepend") return std::make_unique<Prepend>(place.string(json, "prepend"));
   if (type == "Replace") {
     const nlohmann::json& pattern = place.child(json, "pattern", [](const nlohmann::json& v) { return v.is_object(); }, "an object");
@@ -87,7 +140,7 @@ std::unique_ptr<Normalizer> normalizer_from_json(const nlohmann::json& json, con
     return std::make_unique<Replace>(from, place.string(json, "content"));
   }
   if (type == "Sequence") return std::make_unique<Sequence>(place.sequence(json, "normalizers", normalizer_from_json));
-  throw (place / "type").error("normalizer '" + type + "' is not supported (basin reads NFC, NFD, NFKC, NFKD, Prepend, Replace and Sequence)");
+  throw (place / "type").error("normalizer '" + type + "' is not supported (basin reads NFC, NFD, NFKC, NFKD, Lowercase, Strip, Prepend, Replace and Sequence)");
 }
 
 }  // namespace basin::tokenizer

@@ -5,6 +5,8 @@
 
 #include <utf8proc.h>
 
+#include "basin/tokenizer/unicode_text.h"
+
 namespace basin::tokenizer {
 namespace {
 
@@ -66,6 +68,17 @@ constexpr Range kWordBeyondCategories[] = {
     {0x1CCF0, 0x1CCF9}, {0x1E5D0, 0x1E5FA}, {0x1F130, 0x1F149}, {0x1F150, 0x1F169}, {0x1F170, 0x1F189}, {0x2EBF0, 0x2EE5D},
 };
 
+// Simple lowercase mappings of Unicode 16 and 17 (Rust's char::to_lowercase
+// has them; utf8proc 2.8 does not): each range's code points move by delta.
+struct Shift {
+  char32_t first, last;
+  int32_t delta;
+};
+constexpr Shift kLowercaseAfterUnicode15[] = {
+    {0x1C89, 0x1C89, 1}, {0xA7CB, 0xA7CB, -42343}, {0xA7CC, 0xA7CC, 1}, {0xA7CE, 0xA7CE, 1}, {0xA7D2, 0xA7D2, 1},
+    {0xA7D4, 0xA7D4, 1}, {0xA7DA, 0xA7DA, 1}, {0xA7DC, 0xA7DC, -42561}, {0x10D50, 0x10D65, 32}, {0x16EA0, 0x16EB8, 27},
+};
+
 }  // namespace
 
 bool is_tokenizers_punctuation(char32_t c) { return in_ranges(kPunctuation, c); }
@@ -79,6 +92,20 @@ bool is_regex_word_character(char32_t c) {
     default:
       return c == 0x200C || c == 0x200D || in_ranges(kWordBeyondCategories, c);  // Join_Control
   }
+}
+
+void append_lowercase(std::string& out, char32_t c) {
+  if (c == 0x130) {  // İ: the one unconditional mapping to two code points (SpecialCasing)
+    out += "i\xCC\x87";
+    return;
+  }
+  for (const Shift& shift : kLowercaseAfterUnicode15) {
+    if (c >= shift.first && c <= shift.last) {
+      append_utf8(out, static_cast<char32_t>(static_cast<int32_t>(c) + shift.delta));
+      return;
+    }
+  }
+  append_utf8(out, static_cast<char32_t>(utf8proc_tolower(static_cast<utf8proc_int32_t>(c))));
 }
 
 }  // namespace basin::tokenizer

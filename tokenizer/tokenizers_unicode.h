@@ -1,9 +1,10 @@
 #pragma once
 // Unicode as tokenizers' own tables have it, where they and utf8proc 2.8
 // (Unicode 15) disagree: its Punctuation pre-tokenizer reads Unicode 8.0's
-// categories, its Whitespace regex Unicode 16. Each answer is measured on
-// tokenizers over every code point (tests/tokenizer/unicode_tables.py), so
-// basin's ids stay its ids.
+// categories, its Whitespace regex and its Lowercase Unicode 16 and 17. Each
+// answer is measured on tokenizers over every code point
+// (tests/tokenizer/unicode_tables.py), so basin's ids stay its ids.
+#include <string>
 
 namespace basin::tokenizer {
 
@@ -15,5 +16,10 @@ bool is_tokenizers_punctuation(char32_t code_point);
 /// decimal digits, connector punctuation, Join_Control): what the Whitespace
 /// pre-tokenizer keeps together.
 bool is_regex_word_character(char32_t code_point);
+
+/// `code_point` lowercased as Rust's char::to_lowercase does (which
+/// tokenizers' Lowercase applies to each code point, without the final
+/// sigma's context), appended to `out`: İ becomes two code points.
+void append_lowercase(std::string& out, char32_t code_point);
 
 }  // namespace basin::tokenizer
