@@ -19,16 +19,35 @@ class UnicodeNormalForm final : public Normalizer {
     bool ascii = true;
     for (const char c : text) ascii = ascii && static_cast<unsigned char>(c) < 0x80;
     if (ascii) return std::string(text);
-    utf8proc_uint8_t* mapped = nullptr;
-    const utf8proc_ssize_t length = utf8proc_map(reinterpret_cast<const utf8proc_uint8_t*>(text.data()),
-                                                 static_cast<utf8proc_ssize_t>(text.size()), &mapped, options_);
-    if (length < 0) throw std::runtime_error(std::string("utf8proc: ") + utf8proc_errmsg(length));
-    std::string out(reinterpret_cast<const char*>(mapped), static_cast<std::size_t>(length));
-    std::free(mapped);
+    // tokenizers' tables are Unicode 9.0's: a code point that normalizes only
+    // since then stays as it is there, and as it neither reorders nor
+    // composes with its neighbours, the text on either side of it normalizes
+    // alone.
+    std::string out;
+    std::size_t segment = 0;
+    for (std::size_t pos = 0; pos < text.size();) {
+      const std::size_t begin = pos;
+      const char32_t c = next_code_point(text, pos);
+      if (!is_normalized_only_since_unicode_9(c)) continue;
+      append_mapped(text.substr(segment, begin - segment), out);
+      out.append(text.substr(begin, pos - begin));
+      segment = pos;
+    }
+    append_mapped(text.substr(segment), out);
     return out;
   }
 
  private:
+  void append_mapped(std::string_view text, std::string& out) const {
+    if (text.empty()) return;
+    utf8proc_uint8_t* mapped = nullptr;
+    const utf8proc_ssize_t length = utf8proc_map(reinterpret_cast<const utf8proc_uint8_t*>(text.data()),
+                                                 static_cast<utf8proc_ssize_t>(text.size()), &mapped, options_);
+    if (length < 0) throw std::runtime_error(std::string("utf8proc: ") + utf8proc_errmsg(length));
+    out.append(reinterpret_cast<const char*>(mapped), static_cast<std::size_t>(length));
+    std::free(mapped);
+  }
+
   utf8proc_option_t options_;
 };
 

@@ -1,9 +1,9 @@
 #pragma once
 // tokenizer.json's "normalizer": what the text becomes before it is split.
-// Unicode's normal forms (Qwen2's NFC) through utf8proc, Lowercase and Strip
-// (BERT-style files), Prepend and Replace (the sentencepiece-style "▁" of
-// Llama 2 and Mistral), and a Sequence of them; any other component is
-// refused, naming it.
+// Unicode's normal forms (Qwen2's NFC) through utf8proc, held to tokenizers'
+// Unicode 9.0 tables, Lowercase and Strip (BERT-style files), Prepend and
+// Replace (the sentencepiece-style "▁" of Llama 2 and Mistral), and a
+// Sequence of them; any other component is refused, naming it.
 #include <memory>
 #include <string>
 #include <string_view>

@@ -1,9 +1,9 @@
 #pragma once
 // Unicode as tokenizers' own tables have it, where they and utf8proc 2.8
 // (Unicode 15) disagree: its Punctuation pre-tokenizer reads Unicode 8.0's
-// categories, its Whitespace regex and its Lowercase Unicode 16 and 17. Each
-// answer is measured on tokenizers over every code point
-// (tests/tokenizer/unicode_tables.py), so basin's ids stay its ids.
+// categories, its Whitespace regex and its Lowercase Unicode 16 and 17, its
+// normal forms Unicode 9.0. Each answer is measured on tokenizers over every
+// code point (tests/tokenizer/unicode_tables.py), so basin's ids stay its ids.
 #include <string>
 
 namespace basin::tokenizer {
@@ -21,5 +21,10 @@ bool is_regex_word_character(char32_t code_point);
 /// tokenizers' Lowercase applies to each code point, without the final
 /// sigma's context), appended to `out`: İ becomes two code points.
 void append_lowercase(std::string& out, char32_t code_point);
+
+/// Whether `code_point` has a combining class, decomposition or composition
+/// only since Unicode 9.0: tokenizers' normal forms leave it as they leave an
+/// unassigned one.
+bool is_normalized_only_since_unicode_9(char32_t code_point);
 
 }  // namespace basin::tokenizer
