@@ -54,8 +54,8 @@ AddedTokens::AddedTokens(const nlohmann::json& json, const JsonPlace& place, con
       id = static_cast<int32_t>(next_id++);
     }
     id_of_content[content] = id;
-    AddedToken token{id, content, at.boolean(entry, "special", false),
-                     at.boolean(entry, "lstrip", false), at.boolean(entry, "rstrip", false), at.boolean(entry, "normalized", false)};
+    AddedToken token{id, content, at.boolean(entry, "special", false), at.boolean(entry, "lstrip", false),
+                     at.boolean(entry, "rstrip", false), at.boolean(entry, "normalized", false), std::string()};
     if (token.content.empty()) throw (at / "content").error("an added token is empty");
     if (first_invalid_utf8(token.content)) throw (at / "content").error("is not UTF-8");
     if (at.boolean(entry, "single_word", false)) {
@@ -63,6 +63,7 @@ AddedTokens::AddedTokens(const nlohmann::json& json, const JsonPlace& place, con
     }
     std::string pattern = token.normalized && normalizer ? normalizer->normalize(token.content) : token.content;
     any_normalized_ = any_normalized_ || token.normalized;
+    token.decoded = pattern;
     tokens_.push_back(std::move(token));
     pattern_.push_back(std::move(pattern));
   }

@@ -25,6 +25,9 @@ struct AddedToken {
   int32_t id;
   std::string content;
   bool special, lstrip, rstrip, normalized;
+  // What decoding gives for it: a "normalized" token's content normalized, as
+  // tokenizers (0.23) hands it to the decoder; the content otherwise.
+  std::string decoded;
 };
 
 class AddedTokens {

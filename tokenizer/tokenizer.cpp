@@ -120,7 +120,7 @@ std::string Tokenizer::decode(const std::vector<int32_t>& ids, bool skip_special
   tokens.reserve(ids.size());
   for (const int32_t id : ids) {
     if (const auto added = parts_->added_of_id.find(id); added != parts_->added_of_id.end()) {
-      if (!(skip_special_tokens && added->second->special)) tokens.push_back(added->second->content);
+      if (!(skip_special_tokens && added->second->special)) tokens.push_back(added->second->decoded);
     } else if (id >= 0 && static_cast<std::size_t>(id) < vocab.size() && !vocab[id].empty()) {
       tokens.push_back(vocab[id]);
     }
