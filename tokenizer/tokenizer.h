@@ -10,11 +10,11 @@
 //     std::string text = tokenizer.decode(ids, /*skip_special_tokens=*/true);
 //
 // What a file holds that basin does not read (a Unigram or WordPiece model, a
-// Lowercase normalizer, truncation, a regex Oniguruma reads otherwise) is
-// refused as a ConfigError naming the file and the key, never approximated.
-// Text must be UTF-8. The ids are tokenizers' for text within the Unicode
-// versions both sides know (PCRE2's and utf8proc's tables are older than
-// tokenizers': docs/language-models.md#tokenizers).
+// BertNormalizer, truncation, a regex Oniguruma reads otherwise) is refused
+// as a ConfigError naming the file and the key, never approximated. Text
+// must be UTF-8. The ids are tokenizers', but where a regex (Split's,
+// ByteLevel's) meets a letter or digit newer than PCRE2's Unicode 14 tables
+// (docs/language-models.md#tokenizers).
 #include <cstdint>
 #include <filesystem>
 #include <memory>
