@@ -101,7 +101,9 @@ TEST(PretrainedKeysTest, ANameAndInitFromGiveTheCheckpointsModel) {
     const Json resolved = nlohmann::json::parse(trainer.config().at("model").dump());
     for (auto it = keys.begin(); it != keys.end(); ++it) {
       const nlohmann::json given = nlohmann::json::parse(it.value().dump()), taken = resolved.value(it.key(), nlohmann::json());
-      if (!given.is_object()) EXPECT_EQ(taken, given) << name << ": model." << it.key() << " as config.json has it";
+      if (!given.is_object()) {
+        EXPECT_EQ(taken, given) << name << ": model." << it.key() << " as config.json has it";
+      }
       // The export writes RoPE's objects as transformers 5 does, rope_theta within.
       for (auto inner = given.begin(); given.is_object() && inner != given.end(); ++inner) {
         EXPECT_EQ(taken.value(inner.key(), nlohmann::json()), inner.value()) << name << ": model." << it.key() << "." << inner.key();
