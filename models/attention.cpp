@@ -11,8 +11,9 @@ namespace basin::layers {
 
 namespace {
 
-// Below this many positions the whole mask costs less than a call a block.
-constexpr int64_t kBlockedFrom = 256;
+// Below this many positions the whole mask costs less than a call a block; and a block of at least
+// kBlockQueries queries, so that a narrow window does not make a call of every few.
+constexpr int64_t kBlockedFrom = 256, kBlockQueries = 128;
 
 /// Which of keys [key_start, key_start + keys) queries [query_start, query_start + queries) see.
 at::Tensor visible_between(int64_t query_start, int64_t queries, int64_t key_start, int64_t keys, const AttentionMask& mask,
@@ -62,11 +63,12 @@ at::Tensor attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor&
   if (mask.window == 0 || 2 * mask.window > t || t < kBlockedFrom) {
     return attend(q, k, v, visible_keys(t, mask, q.device()), options, scale);
   }
-  // A window well inside a long sequence: queries a block of `window` at a time, each against the keys
-  // its block sees (its own and the window before), so that the work grows as T x window, not T^2.
+  // A window well inside a long sequence: queries a block at a time, each against the keys its block
+  // sees (its own and the window before its first), so that the work grows as T x window, not T^2.
+  const int64_t block = std::max(mask.window, kBlockQueries);
   std::vector<at::Tensor> blocks;
-  for (int64_t start = 0; start < t; start += mask.window) {
-    const int64_t queries = std::min(mask.window, t - start), key_start = std::max<int64_t>(0, start - mask.window + 1);
+  for (int64_t start = 0; start < t; start += block) {
+    const int64_t queries = std::min(block, t - start), key_start = std::max<int64_t>(0, start - mask.window + 1);
     const int64_t keys = start + queries - key_start;
     blocks.push_back(attend(q.narrow(-2, start, queries), k.narrow(-2, key_start, keys), v.narrow(-2, key_start, keys),
                             visible_between(start, queries, key_start, keys, mask, q.device()), options, scale));

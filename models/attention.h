@@ -11,9 +11,10 @@
 // LibTorch's at::scaled_dot_product_attention with the mask from 2.1, where
 // there is no soft-cap; else the product written out, softmax in fp32 (the
 // only path on Debian's 1.13, which has no fused attention). A window of at
-// most half a sequence of 256 positions or more runs a block of `window`
-// queries at a time against the keys the block sees, so that its cost
-// grows as T x window rather than T^2 (bench/attention_bench.cpp).
+// most half a sequence of 256 positions or more runs a block of
+// max(window, 128) queries at a time against the keys the block sees, so
+// that its cost grows as T x window rather than T^2
+// (bench/attention_bench.cpp).
 #include <cstdint>
 
 #include <ATen/ATen.h>

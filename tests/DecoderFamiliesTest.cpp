@@ -16,6 +16,7 @@
 #include <vector>
 
 #include <ATen/ATen.h>
+#include <torch/csrc/autograd/autograd.h>
 
 #include "basin/core/config/config.h"
 #include "basin/core/model/model.h"
@@ -89,25 +90,50 @@ TEST(DecoderFamiliesTest, AttentionSeesTheKeysItsMaskLeaves) {
   EXPECT_LT((capped - written_out_attention(q, k, v, 4, {}, 0.7, 2.0)).abs().max().item<double>(), bound);
   EXPECT_GT((capped - layers::attention(q, k, v, {4, {}}, {0.7, 0.0, 0.0})).abs().max().item<double>(), 1e-3)
       << "the cap changed nothing";
-  // A long sequence and a window well inside it run a block of queries at a time (models/attention.cpp): against
-  // the product over the whole mask in double, plain LibTorch ops. fp32 sums of at most d + window terms,
-  // each rounded at 2^-24 relative, on scores and values below 10 in size, and as much again for the exp.
-  {
-    const int64_t long_t = 300, window = 64;
-    const at::Tensor lq = at::randn({1, 2, long_t, d}), lk = at::randn({1, 2, long_t, d}), lv = at::randn({1, 2, long_t, d});
-    const at::Tensor documents = (at::arange(long_t, at::kLong) / 100).view({1, long_t});  // 3 documents
-    for (const bool packed : {false, true}) {
-      const layers::AttentionMask mask{window, packed ? documents : at::Tensor()};
-      const at::Tensor scores = at::matmul(lq.to(at::kDouble), lk.to(at::kDouble).transpose(-2, -1)) * scale;
-      const at::Tensor weights = at::softmax(scores.masked_fill(layers::visible_keys(long_t, mask, at::kCPU).logical_not(),
-                                                                -std::numeric_limits<double>::infinity()), -1);
-      const double long_bound = 2 * static_cast<double>(d + window) * 10 * std::ldexp(1.0, -24);
-      EXPECT_LT((layers::attention(lq, lk, lv, mask, {}) - at::matmul(weights, lv.to(at::kDouble))).abs().max().item<double>(),
-                long_bound) << "blocks of queries, documents " << packed;
-    }
-  }
   const at::Tensor visible = layers::visible_keys(4, {2, {}}, at::kCPU);
   EXPECT_TRUE(visible.view({4, 4}).equal(at::tensor({1, 0, 0, 0, 1, 1, 0, 0, 0, 1, 1, 0, 0, 0, 1, 1}, at::kInt).to(at::kBool).view({4, 4})));
+}
+
+// A long sequence and a window well inside it run a block of queries at a
+// time (models/attention.cpp): the outputs and the gradients of q, k and v
+// against the product in double over a mask built here, query by query,
+// with documents and with Gemma's scale and soft-cap.
+TEST(DecoderFamiliesTest, AWindowInsideALongSequenceAttendsInBlocksAsOverTheWholeMask) {
+  at::manual_seed(1);
+  const int64_t t = 300, d = 8;
+  for (const int64_t window : {64, 200}) {
+    // Query i sees key j when i - window < j <= i, within its document of 100.
+    at::Tensor allowed = at::zeros({t, t}, at::kBool);
+    auto allow = allowed.accessor<bool, 2>();
+    for (int64_t i = 0; i < t; ++i) {
+      for (int64_t j = std::max<int64_t>(0, i - window + 1); j <= i; ++j) allow[i][j] = i / 100 == j / 100;
+    }
+    const at::Tensor documents = at::arange(t, at::kLong).div(100, "floor").view({1, t});
+    for (const layers::AttentionOptions& options : {layers::AttentionOptions{}, layers::AttentionOptions{0.7, 2.0, 0.0}}) {
+      const double scale = options.scale != 0 ? options.scale : 1.0 / std::sqrt(static_cast<double>(d));
+      const at::Tensor q = at::randn({1, 2, t, d}).requires_grad_(), k = at::randn({1, 2, t, d}).requires_grad_(),
+                       v = at::randn({1, 2, t, d}).requires_grad_();
+      const at::Tensor upstream = at::randn({1, 2, t, d});
+      const at::Tensor got = layers::attention(q, k, v, {window, documents}, options);
+      const auto got_grads = torch::autograd::grad({got}, {q, k, v}, {upstream});
+      const at::Tensor q64 = q.detach().to(at::kDouble).requires_grad_(), k64 = k.detach().to(at::kDouble).requires_grad_(),
+                       v64 = v.detach().to(at::kDouble).requires_grad_();
+      at::Tensor scores = at::matmul(q64, k64.transpose(-2, -1)) * scale;
+      if (options.softcap > 0) scores = at::tanh(scores / options.softcap) * options.softcap;
+      const at::Tensor expected =
+          at::matmul(at::softmax(scores.masked_fill(allowed.logical_not(), -std::numeric_limits<double>::infinity()), -1), v64);
+      const auto expected_grads = torch::autograd::grad({expected}, {q64, k64, v64}, {upstream.to(at::kDouble)});
+      // fp32 against double: each value a chain of sums of at most d or `window` terms, 3 forward and 4
+      // backward, each rounded at 2^-24 relative on terms below 10 in size (scores, values, upstream).
+      const double bound = static_cast<double>(3 * d + 4 * window) * std::ldexp(1.0, -24) * 10;
+      const std::string what = "window " + std::to_string(window) + (options.softcap > 0 ? ", capped" : "");
+      EXPECT_LT((got - expected).abs().max().item<double>(), bound * std::max(1.0, expected.abs().max().item<double>())) << what;
+      for (std::size_t i = 0; i < 3; ++i) {
+        const double largest = std::max(1.0, expected_grads[i].abs().max().item<double>());
+        EXPECT_LT((got_grads[i] - expected_grads[i]).abs().max().item<double>(), bound * largest) << what << ", gradient " << "qkv"[i];
+      }
+    }
+  }
 }
 
 std::shared_ptr<Model> make_model(const std::string& name, const Json& keys, int64_t tokens) {
@@ -251,7 +277,8 @@ std::vector<FamilyCase> family_cases() {
 
 // Each family as a zero3 unit a layer, and under hsdp (2 groups of 2),
 // follows ddp under SAM: its windows, norms and caps run on gathered weights
-// as on whole ones.
+// as on whole ones. Recomputed in backward (activation checkpointing), a
+// layer gives the bits it gave the first time.
 TEST(DecoderFamiliesTest, EachFamilyUnderZero3AndHsdpFollowsDdp) {
   test::TempDir dir;
   at::manual_seed(11);
@@ -268,6 +295,12 @@ TEST(DecoderFamiliesTest, EachFamilyUnderZero3AndHsdpFollowsDdp) {
       Trainer trainer(plain);
       const int64_t layers = c.keys.at("num_hidden_layers"), heads = trainer.model().named_parameters().contains("lm_head.weight");
       EXPECT_EQ(static_cast<int64_t>(trainer.model().units().size()), 1 + layers + heads) << c.name << ": the embedding, a unit a layer, the head";
+      trainer.fit();
+      plain["parallel"] = {{"activation_checkpointing", true}};
+      Trainer recomputed(plain);
+      recomputed.fit();
+      EXPECT_EQ(test::max_difference(test::weights_of(recomputed), test::weights_of(trainer)), 0.0)
+          << c.name << ": layers recomputed in backward";
     }
     test::expect_zero_three_follows_ddp(job, c.name + ", zero3");
     test::expect_zero_three_follows_ddp(job, c.name + ", hsdp 2 x 2", 4, 2);
