@@ -89,15 +89,16 @@ int64_t check_config_values(const Json& config, const Shape& shape, const std::s
 }
 
 // The sizes config.json gives, for the keys a config leaves out
-// (core/model/pretrained_keys.h); block_size stays the data's window.
+// (core/model/pretrained_keys.h); block_size stays the data's window, and
+// GPT-2's dropouts (*_pdrop) are not taken: "dropout" is 0 unless set.
 [[maybe_unused]] const bool pretrained_keys_registered = [] {
   pretrained_keys_readers()["gpt"] = [](const std::string& dir) {
     const Json config = read_hugging_face_config(dir, "GPT-2");
-    Json keys = Json::object();
+    PretrainedKeys taken;
     for (const char* key : {"n_layer", "n_head", "n_embd", "vocab_size"}) {
-      if (config.contains(key) && !config.at(key).is_null()) keys[key] = config.at(key);
+      if (config.contains(key) && !config.at(key).is_null()) taken.keys[key] = config.at(key);
     }
-    return keys;
+    return taken;
   };
   return true;
 }();

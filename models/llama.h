@@ -139,6 +139,10 @@ class Llama : public Model {
   std::shared_ptr<layers::Projection> lm_head_;  // null when tied
 };
 
+/// config.json is a checkpoint of `family`'s class, or a ConfigError after
+/// `where` naming the families (models/decoder_pretrained_keys.cpp).
+void check_checkpoint_kind(const Json& config, const Family& family, const std::string& where);
+
 /// This model's parameters as Hugging Face's LlamaForCausalLM names them,
 /// and back: models/llama_hugging_face.cpp.
 void write_hugging_face(Llama& model, const std::string& dir);

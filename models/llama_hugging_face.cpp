@@ -25,9 +25,9 @@
 #include <algorithm>
 #include <filesystem>
 
+#include "basin/core/base/console.h"
 #include "basin/core/config/config_error.h"
 #include "basin/core/config/json.h"
-#include "basin/core/model/pretrained_keys.h"
 #include "basin/core/serialization/safetensors_checkpoint.h"
 #include "basin/core/serialization/safetensors_file.h"
 #include "basin/models/hugging_face_files.h"
@@ -72,24 +72,11 @@ std::string window_keys_of(const Family& family) {
   return "";
 }
 
-/// config.json is a checkpoint of `family`'s class, or a ConfigError naming the families.
-void check_kind(const Json& config, const Family& family, const std::string& where) {
-  const std::string architecture = family.architecture;
-  const Json architectures = value_or(config, "architectures", Json::array({architecture}));
-  const std::string model_type = value_or(config, "model_type", Json(family.model_type)).get<std::string>();
-  if (model_type != family.model_type || architectures != Json::array({architecture})) {
-    std::string known;
-    for (const Family& row : families()) known += std::string(known.empty() ? "" : ", ") + "\"" + row.name + "\"";
-    throw ConfigError(where + " has architectures " + architectures.dump() + " (model_type \"" + model_type + "\"); \"" +
-                      family.name + "\" reads " + architecture + " (" + known + " read theirs)");
-  }
-}
-
 void check_config_values(const Json& config, const Shape& shape, const std::string& path) {
   const Family& family = *shape.family;
   const std::string where = "config key 'init_from': '" + path + "'";
   const std::string name = family.name, architecture = family.architecture;
-  check_kind(config, family, where);
+  check_checkpoint_kind(config, family, where);
   // The model's keys are config.json's where the config leaves them out: a difference is a key the config gives.
   auto expect = [&](const std::string& key, const Json& found, const Json& mine) {
     if (found != mine) {
@@ -110,10 +97,13 @@ void check_config_values(const Json& config, const Shape& shape, const std::stri
   size("num_attention_heads", shape.num_attention_heads);
   // Where config.json leaves a key out, the family's config class has its own default.
   const Json heads = config.at("num_attention_heads");
+  // Absent, the class's default; null, derived as the classes derive it.
+  const bool kv_null = config.contains("num_key_value_heads") && config.at("num_key_value_heads").is_null();
   expect("num_key_value_heads",
-         value_or(config, "num_key_value_heads", family.hf_key_value_heads > 0 ? Json(family.hf_key_value_heads) : heads),
+         value_or(config, "num_key_value_heads", family.hf_key_value_heads > 0 && !kv_null ? Json(family.hf_key_value_heads) : heads),
          Json(shape.num_key_value_heads));
-  const int64_t head_dim = family.hf_head_dim > 0 ? family.hf_head_dim : shape.hidden_size / shape.num_attention_heads;
+  const bool head_dim_null = config.contains("head_dim") && config.at("head_dim").is_null();
+  const int64_t head_dim = family.hf_head_dim > 0 && !head_dim_null ? family.hf_head_dim : shape.hidden_size / shape.num_attention_heads;
   expect("head_dim", value_or(config, "head_dim", Json(head_dim)), Json(shape.head_dim));
   // No weight depends on it, but a model meant for fewer positions than its windows is refused.
   const Json positions = value_or(config, "max_position_embeddings", Json(shape.max_position_embeddings));
@@ -223,53 +213,6 @@ void write_rope(Json& config, const Shape& shape) {
   if (local != shape.rope.end()) config["rope_local_base_freq"] = local->second.theta;
 }
 
-/// The model keys `dir`'s config.json gives (core/model/pretrained_keys.h):
-/// each key the model reads, as present (a null only where it means
-/// something other than absence: Mistral's window, Gemma's caps), and the
-/// config class's defaults where the model's own differ.
-Json pretrained_keys(const Family& family, const std::string& dir) {
-  const Json config = read_hugging_face_config(dir, family.architecture);
-  const std::string path = dir + "/config.json";
-  Json keys = Json::object();
-  check_hugging_face_config(path, [&] {
-    check_kind(config, family, "config key 'init_from': '" + path + "'");
-    auto take = [&](const char* key, bool null_counts = false) {
-      const auto found = config.find(key);
-      if (found != config.end() && (null_counts || !found->is_null())) keys[key] = *found;
-    };
-    auto take_or = [&](const char* key, int64_t fallback) {
-      take(key);
-      if (!keys.contains(key) && fallback > 0) keys[key] = fallback;
-    };
-    for (const char* key : {"vocab_size", "max_position_embeddings", "hidden_size", "intermediate_size", "num_hidden_layers",
-                            "num_attention_heads", "rms_norm_eps", "attention_dropout", "initializer_range",
-                            "tie_word_embeddings", "rope_theta", "partial_rotary_factor",
-                            "original_max_position_embeddings", "rope_scaling", "rope_parameters"}) {
-      take(key);
-    }
-    take_or("num_key_value_heads", family.hf_key_value_heads);
-    take_or("head_dim", family.hf_head_dim);
-    if (family.attention_bias == AttentionBias::kByKey) take("attention_bias");
-    if (family.mlp_bias_key) take("mlp_bias");
-    if (family.attention_scalar) take_or("query_pre_attn_scalar", family.hf_attention_scalar);
-    if (family.softcap_keys && family.caps_attention) take("attn_logit_softcapping", true);
-    if (family.softcap_keys) take("final_logit_softcapping", true);
-    if (family.rope_per_layer_type) take("rope_local_base_freq"), take("use_bidirectional_attention");
-    if (family.window_pattern_key) take(family.window_pattern_key);
-    if (family.windows != WindowRule::kNone) take("sliding_window", true);
-    if (family.windows == WindowRule::kFromWindowLayer) take("use_sliding_window"), take("max_window_layers");
-    if (family.windows == WindowRule::kFromWindowLayer || family.windows == WindowRule::kPattern) take("layer_types");
-  });
-  return keys;
-}
-
-// Each family's keys from a checkpoint, by the family's name.
-[[maybe_unused]] const bool pretrained_keys_registered = [] {
-  for (const Family& family : families()) {
-    pretrained_keys_readers()[family.name] = [&family](const std::string& dir) { return pretrained_keys(family, dir); };
-  }
-  return true;
-}();
 
 }  // namespace
 
@@ -278,7 +221,8 @@ NamedTensors read_hugging_face(const Llama& model, const std::string& dir, Loade
   const Json config = read_hugging_face_config(dir, shape.family->architecture);
   check_hugging_face_config(dir + "/config.json", [&] { check_config_values(config, shape, dir + "/config.json"); });
   const std::string where = "config key 'init_from': '" + dir + "'";
-  // The special tokens go back out with the weights (generation stops at eos_token_id): ids of the vocabulary.
+  // The special tokens go back out with the weights (generation stops at eos_token_id). transformers loads
+  // any value (older conversions say pad_token_id -1); an export writes ids of the vocabulary alone.
   loaded.token_ids = Json::object();
   for (const char* key : {"bos_token_id", "eos_token_id", "pad_token_id"}) {
     const Json ids = value_or(config, key, Json());
@@ -286,11 +230,11 @@ NamedTensors read_hugging_face(const Llama& model, const std::string& dir, Loade
     for (const Json& id : ids.is_array() ? ids : Json::array({ids})) {
       valid = valid && (id.is_null() ? !ids.is_array() : id.is_number_integer() && id.get<int64_t>() >= 0 && id.get<int64_t>() < shape.vocab_size);
     }
+    if (valid && !ids.is_null()) loaded.token_ids[key] = ids;
     if (!valid) {
-      throw ConfigError(where + "/config.json has " + key + " " + ids.dump() + "; expected a token id below vocab_size " +
-                        std::to_string(shape.vocab_size) + ", a list of them, or null");
+      console::warn("'" + dir + "/config.json' has " + key + " " + ids.dump() + ", no token id below vocab_size " +
+                    std::to_string(shape.vocab_size) + " (nor a list of them): the export writes " + key + " null");
     }
-    if (!ids.is_null()) loaded.token_ids[key] = ids;
   }
   NamedTensors tensors;
   at::Tensor head;

@@ -260,7 +260,8 @@ TEST(LlamaTest, HuggingFaceDirectoriesRoundTripAndWhatDisagreesIsRefused) {
     test::write_text(path, config.dump());
     test::expect_config_error([&] { Trainer trainer(hf_job(ids, out + "/hf", given)); }, words, config.dump());
   };
-  const Json default_rope{{"rope_parameters", {{"rope_type", "default"}, {"rope_theta", 10000.0}}}};
+  // One RoPE key given withholds the rest, which would override it (rope_parameters' rope_theta).
+  const Json default_rope{{"rope_theta", 10000.0}};
   refused_given(default_rope, [](Json& c) { c["rope_parameters"]["rope_theta"] = 500000.0; }, {"config.json", "rope_theta"});
   refused_given({{"tie_word_embeddings", false}}, [](Json& c) { c["tie_word_embeddings"] = true; },
                 {"config.json", "tie_word_embeddings"});
@@ -383,9 +384,9 @@ TEST(LlamaTest, QwenAndMistralWindowsAreReadAsTransformersReadsThem) {
     auto refused_with = [&](const std::function<void(Json&)>& change, const std::vector<std::string>& words) {
       test::expect_config_error([&] { read_with(change); }, words, name);
     };
-    // The job gives its windows: config.json's others are refused. (Left out, they would be taken from there.)
-    job["model"].update(name == "mistral" ? Json{{"sliding_window", 4096}}
-                                          : Json{{"use_sliding_window", false}, {"layer_types", {"full_attention", "full_attention"}}});
+    // The job gives a window key, which withholds the others (layer_types would override use_sliding_window):
+    // config.json's other windows are refused. (Left out, they would be taken from there.)
+    job["model"].update(name == "mistral" ? Json{{"sliding_window", 4096}} : Json{{"use_sliding_window", false}});
     if (name == "mistral") {
       EXPECT_EQ(written.at("sliding_window"), 4096) << "the model's window, written back";
       EXPECT_NO_THROW(read_with([](Json& c) { c.erase("sliding_window"); })) << "absent is MistralConfig's 4096";

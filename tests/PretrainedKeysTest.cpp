@@ -96,7 +96,12 @@ TEST(PretrainedKeysTest, ANameAndInitFromGiveTheCheckpointsModel) {
       test::write_text(other + "/config.json", outside.dump());
       Json outside_job = job;
       outside_job["init_from"] = other;
-      test::expect_config_error([&] { Trainer refused(outside_job); }, {"eos_token_id [2,320]", "below vocab_size 320"}, "eos");
+      Trainer outside_ids(outside_job);  // as transformers loads it; what the export writes holds ids of the vocabulary
+      std::filesystem::create_directories(dir.file("outside-run"));
+      outside_ids.export_model(dir.file("outside-run"));
+      const Json written = Json::parse(test::read_text(dir.file("outside-run/hf/config.json")));
+      EXPECT_TRUE(written.at("eos_token_id").is_null()) << written.dump();
+      EXPECT_EQ(written.value("bos_token_id", Json()), 1);
     }
     const Json resolved = nlohmann::json::parse(trainer.config().at("model").dump());
     for (auto it = keys.begin(); it != keys.end(); ++it) {
@@ -118,6 +123,13 @@ TEST(PretrainedKeysTest, ANameAndInitFromGiveTheCheckpointsModel) {
     job["init_from"] = other;
     test::expect_config_error([&] { Trainer refused(job); }, {"model.vocab_size", other + "/config.json"}, name);
     job["init_from"] = hf;
+    if (name == "llama") {
+      // A RoPE key the job gives withholds the others (rope_scaling would override it): the job's RoPE, plain
+      // at theta 10^4, is compared with config.json's llama3, and refused.
+      Json plain_rope = job;
+      plain_rope["model"]["rope_theta"] = 10000.0;
+      test::expect_config_error([&] { Trainer refused(plain_rope); }, {"config.json", "llama3", "model.rope_parameters"}, "rope");
+    }
     job["model"][name == "gpt" ? "n_layer" : "num_hidden_layers"] = 3;
     test::expect_config_error([&] { Trainer refused(job); }, {"config.json", name == "gpt" ? "model.n_layer" : "model.num_hidden_layers",
                                                              "leave", "out"}, name);

@@ -12,9 +12,9 @@
 // What a file holds that basin does not read (a Unigram or WordPiece model, a
 // BertNormalizer, truncation, a regex Oniguruma reads otherwise) is refused
 // as a ConfigError naming the file and the key, never approximated. Text
-// must be UTF-8. The ids are tokenizers', but where a regex (Split's,
-// ByteLevel's) meets a letter or digit newer than PCRE2's Unicode 14 tables
-// (docs/language-models.md#tokenizers).
+// must be UTF-8. The ids are tokenizers', except where a regex (Split's,
+// ByteLevel's) meets a letter or digit newer than PCRE2's Unicode 14
+// tables, which it reads otherwise (docs/language-models.md#tokenizers).
 #include <cstdint>
 #include <filesystem>
 #include <memory>

@@ -1,6 +1,8 @@
 #include "basin/core/model/pretrained_keys.h"
 
+#include <algorithm>
 #include <filesystem>
+#include <set>
 
 namespace basin {
 
@@ -18,9 +20,14 @@ ResolvedModelKeys resolve_pretrained_keys(const std::string& model_name, const J
     return resolved;
   }
   resolved.source = (std::filesystem::path(init_from) / "config.json").string();
-  const Json given = reader->second(init_from);
-  for (auto it = given.begin(); it != given.end(); ++it) {
-    if (resolved.keys.contains(it.key())) continue;
+  const PretrainedKeys given = reader->second(init_from);
+  std::set<std::string> withheld;  // the groups of keys the config gives
+  for (const std::vector<std::string>& group : given.groups) {
+    const bool said = std::any_of(group.begin(), group.end(), [&](const std::string& key) { return resolved.keys.contains(key); });
+    if (said) withheld.insert(group.begin(), group.end());
+  }
+  for (auto it = given.keys.begin(); it != given.keys.end(); ++it) {
+    if (resolved.keys.contains(it.key()) || withheld.count(it.key()) != 0) continue;
     resolved.keys[it.key()] = it.value();
     resolved.taken.push_back(it.key());
   }
