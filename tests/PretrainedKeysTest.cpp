@@ -136,6 +136,26 @@ TEST(PretrainedKeysTest, ANameAndInitFromGiveTheCheckpointsModel) {
   }
 }
 
+// A key config.json gives as null is what the config class makes of it:
+// Qwen2's num_key_value_heads null is num_attention_heads (absent, 32).
+TEST(PretrainedKeysTest, ANullKeyIsWhatTheConfigClassMakesOfIt) {
+  test::TempDir dir;
+  const std::string hf = exported(dir, "qwen2", {{"name", "qwen2"}, {"hidden_size", 16}, {"intermediate_size", 24},
+                                                 {"num_hidden_layers", 1}, {"num_attention_heads", 2}, {"num_key_value_heads", 2}});
+  Json config = Json::parse(test::read_text(hf + "/config.json"));
+  config["num_key_value_heads"] = nullptr;
+  test::write_text(hf + "/config.json", config.dump());
+  Json job = job_on(dir, {{"name", "qwen2"}});
+  job["init_from"] = hf;
+  Trainer trainer(job);
+  EXPECT_EQ(trainer.config()["model"].value("num_key_value_heads", Json()), 2);
+  job["model"]["num_key_value_heads"] = 2;
+  EXPECT_NO_THROW(Trainer given(job)) << "given, it agrees with config.json's null";
+  config.erase("num_key_value_heads");
+  test::write_text(hf + "/config.json", config.dump());
+  test::expect_config_error([&] { Trainer refused(job); }, {"config.json", "num_key_value_heads 32"}, "absent: Qwen2Config's 32");
+}
+
 // basin-train writes the resolved keys into the run's config.json: basin-generate
 // builds the checkpoint's model from it, and a resume sees the run it continues.
 // Bad model keys exit 2 naming the key, and write no run directory.
