@@ -78,6 +78,8 @@ def sentencepiece_style(corpus, vocab_size, metaspace_pre_tokenizer):
         tokenizer.decoder = decoders.Sequence([decoders.Replace("▁", " "), decoders.ByteFallback(), decoders.Fuse(),
                                                decoders.Strip(content=" ", left=1, right=0)])
     tokenizer.add_special_tokens([AddedToken(token, normalized=False, special=True) for token in SENTENCEPIECE_SPECIALS])
+    if not metaspace_pre_tokenizer:  # a user's token, matched in the normalized text (Prepend's ▁ before it) and decoded so
+        tokenizer.add_tokens([AddedToken("fortune", normalized=True)])
     tokenizer.post_processor = processors.TemplateProcessing(single="<s> $A", pair="<s> $A <s> $B", special_tokens=[("<s>", 1)])
     return tokenizer
 
@@ -121,11 +123,12 @@ def styles(corpus):
             "mistral": sentencepiece_style(corpus, 1000, True)}
 
 
-def main():
-    out, files = sys.argv[1], sys.argv[2:]
+def write_texts(out, files, hostile):
+    """OUT_DIR/texts.json: the files and the hostile strings, each written to
+    OUT_DIR/texts/hostile-<i>.txt; returns their contents, in that order."""
     os.makedirs(os.path.join(out, "texts"), exist_ok=True)
     texts = list(files)
-    for i, text in enumerate(HOSTILE):
+    for i, text in enumerate(hostile):
         path = os.path.join(out, "texts", "hostile-%02d.txt" % i)
         with open(path, "w", encoding="utf-8", newline="") as f:
             f.write(text)
@@ -136,6 +139,12 @@ def main():
     for path in texts:
         with open(path, encoding="utf-8", newline="") as f:
             contents.append(f.read())
+    return contents
+
+
+def main():
+    out, files = sys.argv[1], sys.argv[2:]
+    contents = write_texts(out, files, HOSTILE)
     corpus = contents[:len(files)]
     for name, tokenizer in styles(corpus).items():
         folder = os.path.join(out, name)

@@ -22,7 +22,7 @@ import unicodedata
 
 from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
 
-from make_fixtures import HOSTILE
+from make_fixtures import HOSTILE, write_texts
 
 # Punctuation of many scripts, marks, emoji, the case mappings that change
 # lengths or need context, whitespace Rust's char::is_whitespace knows.
@@ -101,19 +101,7 @@ def styles(corpus):
 
 
 def write_ids(out, files):
-    os.makedirs(os.path.join(out, "texts"), exist_ok=True)
-    texts = list(files)
-    for i, text in enumerate(HOSTILE + PARTS_HOSTILE):
-        path = os.path.join(out, "texts", "hostile-%02d.txt" % i)
-        with open(path, "w", encoding="utf-8", newline="") as f:
-            f.write(text)
-        texts.append(path)
-    with open(os.path.join(out, "texts.json"), "w") as f:
-        json.dump(texts, f)
-    contents = []
-    for path in texts:
-        with open(path, encoding="utf-8", newline="") as f:
-            contents.append(f.read())
+    contents = write_texts(out, files, HOSTILE + PARTS_HOSTILE)
     for name, tokenizer in styles(contents[:len(files)]).items():
         folder = os.path.join(out, name)
         os.makedirs(folder, exist_ok=True)
