@@ -8,8 +8,9 @@
         dir/<name>/reference.pt: ids [3, 16] and their logits (fp32, on the
         weights as stored), a prompt [8] and its greedy continuation by 8.
     python decoder_families.py check cases.json dir
-        Loads each dir/<name>/run/hf (what basin exported) and checks its
-        logits on dir/<name>/trained.pt's ids against basin's, to 1e-5;
+        Loads each dir/<name>/run/hf (what basin exported), checks that
+        every weight of dir/<name>/run/state_dict.pt is its own to the bit,
+        and its logits on dir/<name>/trained.pt's ids against basin's, to 1e-5;
         and PEFT's model of dir/<name>/hf (in fp32) with basin's adapter
         dir/<name>/lora/adapter, against dir/<name>/adapted.pt's logits.
 """
@@ -53,6 +54,11 @@ for case in cases:
         import peft
 
         model = model_class.from_pretrained(os.path.join(out, "run", "hf"), dtype=torch.float32).eval()
+        # Every weight basin trained (run/state_dict.pt, basin's names) is the export's, to the bit.
+        loaded = model.state_dict()
+        for name, weight in torch.load(os.path.join(out, "run", "state_dict.pt")).items():
+            stored = name if name.startswith("lm_head.") else "model." + name
+            assert torch.equal(loaded[stored], weight), (case["name"], stored)
         base = model_class.from_pretrained(os.path.join(out, "hf"), dtype=torch.float32)
         adapted = peft.PeftModel.from_pretrained(base, os.path.join(out, "lora", "adapter")).eval()
         for name, checked, saved in (("exported", model, "trained.pt"), ("peft", adapted, "adapted.pt")):
