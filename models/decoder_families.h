@@ -47,6 +47,7 @@ struct Family {
   int64_t window_pattern;  // kPattern: each pattern-th layer is full
   const char* window_pattern_key;  // a key that sets window_pattern ("sliding_window_pattern", Gemma 3's older one), or null
   bool rope_per_layer_type;  // rope_parameters nested by layer type, with a local theta of its own (Gemma 3)
+  bool bidirectional_key;    // "use_bidirectional_attention" (Gemma 3's, for its embedding models): refused when true
   // What the config class takes where config.json says nothing (0: derived as the class derives it).
   int64_t hf_key_value_heads;  // 0: num_attention_heads
   int64_t hf_head_dim;         // 0: hidden_size / num_attention_heads

@@ -64,10 +64,8 @@ PretrainedKeys pretrained_keys(const Family& family, const std::string& dir) {
     }
     if (family.softcap_keys && family.caps_attention) take("attn_logit_softcapping", true);
     if (family.softcap_keys) take("final_logit_softcapping", true);
-    if (family.rope_per_layer_type) {
-      take("rope_local_base_freq");
-      take("use_bidirectional_attention");
-    }
+    if (family.rope_per_layer_type) take("rope_local_base_freq");
+    if (family.bidirectional_key) take("use_bidirectional_attention");
     if (family.window_pattern_key) take(family.window_pattern_key);
     if (family.windows != WindowRule::kNone) take("sliding_window", true);
     if (family.windows == WindowRule::kFromWindowLayer) {

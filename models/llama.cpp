@@ -113,7 +113,7 @@ Shape shape_from(Params& params, const DatasetInfo& info, const Family& family) 
     }
     shape.final_softcap = cap("final_logit_softcapping", family.default_final_softcap);
   }
-  if (family.rope_per_layer_type && params.boolean("use_bidirectional_attention", false)) {
+  if (family.bidirectional_key && params.boolean("use_bidirectional_attention", false)) {
     params.fail("use_bidirectional_attention", "false: basin's attention is causal", Json(true));
   }
   const RopeFailure fail = [&](const std::string& key, const std::string& expected, const Json& value) {
