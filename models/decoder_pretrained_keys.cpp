@@ -27,52 +27,57 @@ void check_checkpoint_kind(const Json& config, const Family& family, const std::
   }
 }
 
+Json checkpoint_model_keys(const Json& config, const Family& family) {
+  Json keys = Json::object();
+  auto take = [&](const char* key, bool null_counts = false) {
+    const auto found = config.find(key);
+    if (found != config.end() && (null_counts || !found->is_null())) keys[key] = *found;
+  };
+  for (const char* key : {"vocab_size", "max_position_embeddings", "hidden_size", "intermediate_size", "num_hidden_layers",
+                          "num_attention_heads", "rms_norm_eps", "attention_dropout", "initializer_range",
+                          "tie_word_embeddings", "rope_theta", "partial_rotary_factor",
+                          "original_max_position_embeddings", "rope_scaling", "rope_parameters"}) {
+    take(key);
+  }
+  // Absent, the class's default; null, derived as the classes derive it (the heads; hidden / heads).
+  take("num_key_value_heads");
+  if (config.contains("num_key_value_heads") && config.at("num_key_value_heads").is_null()) {
+    take("num_attention_heads");
+    if (keys.contains("num_attention_heads")) keys["num_key_value_heads"] = keys["num_attention_heads"];
+  } else if (!keys.contains("num_key_value_heads") && family.hf_key_value_heads > 0) {
+    keys["num_key_value_heads"] = family.hf_key_value_heads;
+  }
+  take("head_dim");
+  if (!config.contains("head_dim") && family.hf_head_dim > 0) keys["head_dim"] = family.hf_head_dim;
+  if (family.attention_bias == AttentionBias::kByKey) take("attention_bias");
+  if (family.mlp_bias_key) take("mlp_bias");
+  if (family.attention_scalar) {
+    take("query_pre_attn_scalar");
+    if (!keys.contains("query_pre_attn_scalar")) keys["query_pre_attn_scalar"] = family.hf_attention_scalar;
+  }
+  if (family.softcap_keys && family.caps_attention) take("attn_logit_softcapping", true);
+  if (family.softcap_keys) take("final_logit_softcapping", true);
+  if (family.rope_per_layer_type) take("rope_local_base_freq");
+  if (family.bidirectional_key) take("use_bidirectional_attention");
+  if (family.window_pattern_key) take(family.window_pattern_key);
+  if (family.windows != WindowRule::kNone) take("sliding_window", true);
+  if (family.windows == WindowRule::kFromWindowLayer) {
+    take("use_sliding_window");
+    take("max_window_layers");
+  }
+  if (family.windows == WindowRule::kFromWindowLayer || family.windows == WindowRule::kPattern) take("layer_types");
+  return keys;
+}
+
 namespace {
 
 PretrainedKeys pretrained_keys(const Family& family, const std::string& dir) {
   const Json config = read_hugging_face_config(dir, family.architecture);
   const std::string path = dir + "/config.json";
   PretrainedKeys taken;
-  Json& keys = taken.keys;
   check_hugging_face_config(path, [&] {
     check_checkpoint_kind(config, family, "config key 'init_from': '" + path + "'");
-    auto take = [&](const char* key, bool null_counts = false) {
-      const auto found = config.find(key);
-      if (found != config.end() && (null_counts || !found->is_null())) keys[key] = *found;
-    };
-    for (const char* key : {"vocab_size", "max_position_embeddings", "hidden_size", "intermediate_size", "num_hidden_layers",
-                            "num_attention_heads", "rms_norm_eps", "attention_dropout", "initializer_range",
-                            "tie_word_embeddings", "rope_theta", "partial_rotary_factor",
-                            "original_max_position_embeddings", "rope_scaling", "rope_parameters"}) {
-      take(key);
-    }
-    // Absent, the class's default; null, derived as the classes derive it (the heads; hidden / heads).
-    take("num_key_value_heads");
-    if (config.contains("num_key_value_heads") && config.at("num_key_value_heads").is_null()) {
-      take("num_attention_heads");
-      if (keys.contains("num_attention_heads")) keys["num_key_value_heads"] = keys["num_attention_heads"];
-    } else if (!keys.contains("num_key_value_heads") && family.hf_key_value_heads > 0) {
-      keys["num_key_value_heads"] = family.hf_key_value_heads;
-    }
-    take("head_dim");
-    if (!config.contains("head_dim") && family.hf_head_dim > 0) keys["head_dim"] = family.hf_head_dim;
-    if (family.attention_bias == AttentionBias::kByKey) take("attention_bias");
-    if (family.mlp_bias_key) take("mlp_bias");
-    if (family.attention_scalar) {
-      take("query_pre_attn_scalar");
-      if (!keys.contains("query_pre_attn_scalar")) keys["query_pre_attn_scalar"] = family.hf_attention_scalar;
-    }
-    if (family.softcap_keys && family.caps_attention) take("attn_logit_softcapping", true);
-    if (family.softcap_keys) take("final_logit_softcapping", true);
-    if (family.rope_per_layer_type) take("rope_local_base_freq");
-    if (family.bidirectional_key) take("use_bidirectional_attention");
-    if (family.window_pattern_key) take(family.window_pattern_key);
-    if (family.windows != WindowRule::kNone) take("sliding_window", true);
-    if (family.windows == WindowRule::kFromWindowLayer) {
-      take("use_sliding_window");
-      take("max_window_layers");
-    }
-    if (family.windows == WindowRule::kFromWindowLayer || family.windows == WindowRule::kPattern) take("layer_types");
+    taken.keys = checkpoint_model_keys(config, family);
   });
   taken.groups = {{"rope_theta", "rope_scaling", "rope_parameters", "original_max_position_embeddings", "partial_rotary_factor",
                    "rope_local_base_freq"},

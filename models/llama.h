@@ -143,6 +143,10 @@ class Llama : public Model {
 /// `where` naming the families (models/decoder_pretrained_keys.cpp).
 void check_checkpoint_kind(const Json& config, const Family& family, const std::string& where);
 
+/// The model keys config.json gives `family`, each as its config class reads
+/// it (absent or null: the class's default, where it has one) (models/decoder_pretrained_keys.cpp).
+Json checkpoint_model_keys(const Json& config, const Family& family);
+
 /// This model's parameters as Hugging Face's LlamaForCausalLM names them,
 /// and back: models/llama_hugging_face.cpp.
 void write_hugging_face(Llama& model, const std::string& dir);

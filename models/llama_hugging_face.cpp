@@ -95,16 +95,11 @@ void check_config_values(const Json& config, const Shape& shape, const std::stri
   size("intermediate_size", shape.intermediate_size);
   size("num_hidden_layers", shape.num_hidden_layers);
   size("num_attention_heads", shape.num_attention_heads);
-  // Where config.json leaves a key out, the family's config class has its own default.
-  const Json heads = config.at("num_attention_heads");
-  // Absent, the class's default; null, derived as the classes derive it.
-  const bool kv_null = config.contains("num_key_value_heads") && config.at("num_key_value_heads").is_null();
-  expect("num_key_value_heads",
-         value_or(config, "num_key_value_heads", family.hf_key_value_heads > 0 && !kv_null ? Json(family.hf_key_value_heads) : heads),
-         Json(shape.num_key_value_heads));
-  const bool head_dim_null = config.contains("head_dim") && config.at("head_dim").is_null();
-  const int64_t head_dim = family.hf_head_dim > 0 && !head_dim_null ? family.hf_head_dim : shape.hidden_size / shape.num_attention_heads;
-  expect("head_dim", value_or(config, "head_dim", Json(head_dim)), Json(shape.head_dim));
+  // Where config.json leaves a key out (or null), what the family's config class makes of it, as the keys
+  // taken from it read; where that is nothing, derived as the model derives it.
+  const Json read = checkpoint_model_keys(config, family);
+  expect("num_key_value_heads", read.value("num_key_value_heads", config.at("num_attention_heads")), Json(shape.num_key_value_heads));
+  expect("head_dim", read.value("head_dim", Json(shape.hidden_size / shape.num_attention_heads)), Json(shape.head_dim));
   // No weight depends on it, but a model meant for fewer positions than its windows is refused.
   const Json positions = value_or(config, "max_position_embeddings", Json(shape.max_position_embeddings));
   if (!positions.is_number_integer() || positions.get<int64_t>() < shape.max_position_embeddings) {
@@ -125,7 +120,7 @@ void check_config_values(const Json& config, const Shape& shape, const std::stri
                       "\"'s MLP takes \"" + family.activation + "\"");
   }
   if (family.attention_scalar) {
-    expect("query_pre_attn_scalar", value_or(config, "query_pre_attn_scalar", Json(family.hf_attention_scalar)),
+    expect("query_pre_attn_scalar", read.at("query_pre_attn_scalar"),
            Json(shape.query_pre_attn_scalar));
   }
   if (family.softcap_keys) {
